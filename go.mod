@@ -1,0 +1,3 @@
+module mts.invalid/suite
+
+go 1.22

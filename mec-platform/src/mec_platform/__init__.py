@@ -1,0 +1,1 @@
+"""MEC platform: ETSI MEC 011 Mp1 and the platform manager"""

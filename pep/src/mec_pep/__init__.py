@@ -1,0 +1,1 @@
+"""Split-connection TCP PEP with MELD/RAPID through a BPF congestion control"""

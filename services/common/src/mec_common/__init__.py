@@ -1,0 +1,1 @@
+"""Shared library of the MEC transport suite: config, logging, RNIS schema, AMQP, Mp1 client, 3GPP tables"""

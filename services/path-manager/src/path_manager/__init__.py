@@ -1,0 +1,1 @@
+"""Predictive multipath path manager over Linux MPTCP"""

@@ -1,0 +1,1 @@
+"""Emulated RAN testbed: namespaces, the RAN emulator, experiments"""
