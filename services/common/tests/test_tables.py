@@ -48,8 +48,12 @@ def test_custom_cqi_map_and_bad_input() -> None:
     assert tables.cqi_to_mcs(3, cqi_map=list(range(16))) == 3
     with pytest.raises(ValueError, match="16 entries"):
         tables.cqi_to_mcs(3, cqi_map=[1, 2])
-    for bad in (lambda: tables.cqi_to_mcs(16), lambda: tables.mcs_to_itbs(29),
-                lambda: tables.lte_tbs_bits(27, 1), lambda: tables.lte_tbs_bits(0, 111)):
+    for bad in (
+        lambda: tables.cqi_to_mcs(16),
+        lambda: tables.mcs_to_itbs(29),
+        lambda: tables.lte_tbs_bits(27, 1),
+        lambda: tables.lte_tbs_bits(0, 111),
+    ):
         with pytest.raises(ValueError):
             bad()
 
@@ -71,7 +75,7 @@ def _reference_nr_tbs(n_prb: int, qm: int, rate: float, n_re_prb: int) -> int:
         small = [int(r) for r in tables._nr_tbs_small()]
         return min(t for t in small if t >= q)
     n = int(math.log2(n_info - 24)) - 5
-    q = max(3840, 2**n * int(math.floor((n_info - 24) / 2**n + 0.5)))
+    q = max(3840, 2**n * math.floor((n_info - 24) / 2**n + 0.5))
     if rate <= 0.25:
         c = -(-(q + 24) // 3816)
     elif q > 8424:

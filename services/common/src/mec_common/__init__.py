@@ -1,1 +1,5 @@
-"""Shared library of the MEC transport suite: config, logging, RNIS schema, AMQP, Mp1 client, 3GPP tables"""
+"""Shared library of the MEC transport suite.
+
+Config, logging, REST conventions, auth, AMQP, the RNIS feed schema, the Mp1 client and the
+3GPP tables.
+"""

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from collections.abc import Sequence
 
 LTE_MAX_PRB = 110
 LTE_MAX_MCS = 28
 NR_MAX_PRB = 275
 CQI_MAX = 15
+
 
 def _rows(name: str) -> list[dict[str, str]]:
     text = resources.files("mec_common").joinpath("data/3gpp", name).read_text()
@@ -155,4 +156,4 @@ def _round_half_up(x: float) -> int:
 def tti_seconds(numerology: int = 0) -> float:
     """Slot duration: 1 ms for LTE / NR µ=0, halved for each numerology step (µ ≤ 3)."""
     _check("numerology", numerology, 0, 3)
-    return 1e-3 / 2**numerology
+    return 1e-3 / (1 << numerology)

@@ -1,0 +1,210 @@
+"""The REST conventions of every service, in one place.
+
+``create_app`` gives a FastAPI app with:
+- ETSI ``ProblemDetails`` bodies (``application/problem+json``) for every error,
+- ``GET /healthz`` (no auth; 503 when a required dependency is down),
+- ``GET /metrics`` (Prometheus; no auth),
+- OpenAPI at ``/openapi.json`` and Swagger UI at ``/docs`` served from local assets,
+  so it works on testbeds without internet access,
+- ``require_token``: a dependency that admits only valid bearer tokens.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Annotated, Any
+
+import uvicorn
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mec_common.auth import Principal, TokenVerifier
+from mec_common.config import ServiceSettings
+from mec_common.health import Health
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class ProblemDetails(BaseModel):
+    """RFC 7807 problem, as ETSI MEC APIs use it."""
+
+    type: str | None = Field(None, description="URI reference identifying the problem type")
+    title: str | None = Field(None, description="short, human-readable summary")
+    status: int = Field(..., description="HTTP status code")
+    detail: str = Field(..., description="explanation specific to this occurrence")
+    instance: str | None = Field(None, description="URI of the request that failed")
+
+
+class ProblemError(Exception):
+    """Raise from a handler to answer with a ProblemDetails body."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        title: str | None = None,
+        type: str = "about:blank",  # the ETSI field name
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status, self.detail, self.type, self.headers = status, detail, type, headers
+        self.title = title or HTTPStatus(status).phrase
+
+
+def problem_response(
+    request: Request,
+    status: int,
+    detail: str,
+    *,
+    title: str | None = None,
+    type: str = "about:blank",
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ProblemDetails(
+        type=type,
+        title=title or HTTPStatus(status).phrase,
+        status=status,
+        detail=detail,
+        instance=request.url.path,
+    )
+    return JSONResponse(
+        body.model_dump(exclude_none=True), status, headers=headers, media_type=PROBLEM_JSON
+    )
+
+
+# Declared on routes so the OpenAPI document shows ProblemDetails for error responses.
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ProblemDetails, "description": HTTPStatus(code).phrase}
+    for code in (400, 401, 403, 404, 409, 422, 429, 503)
+}
+
+
+def _install_problem_handlers(app: FastAPI) -> None:
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ProblemError)
+        return problem_response(
+            request, exc.status, exc.detail, title=exc.title, type=exc.type, headers=exc.headers
+        )
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return problem_response(
+            request, exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None)
+        )
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return problem_response(request, 400, _describe_validation(exc))
+
+    app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+_bearer = HTTPBearer(auto_error=False, description="Bearer token (static or platform-issued)")
+
+
+def require_token(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """Admit a request only with a valid bearer token; answers 401 otherwise."""
+    verifier: TokenVerifier = request.app.state.token_verifier
+    principal = verifier.verify(credentials.credentials) if credentials else None
+    if principal is None:
+        raise ProblemError(
+            401,
+            "a valid bearer token is required" if credentials else "missing bearer token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return principal
+
+
+AuthenticatedPrincipal = Annotated[Principal, Depends(require_token)]
+
+
+def create_app(
+    *,
+    title: str,
+    version: str,
+    description: str,
+    settings: ServiceSettings,
+    health: Health,
+    token_verifier: TokenVerifier,
+    openapi_tags: list[dict[str, Any]] | None = None,
+    **fastapi_kwargs: Any,
+) -> FastAPI:
+    """A FastAPI app that follows the suite's conventions (see the module docstring)."""
+    app = FastAPI(
+        title=title,
+        version=version,
+        description=description,
+        docs_url=None,
+        redoc_url=None,
+        openapi_tags=openapi_tags,
+        responses=PROBLEM_RESPONSES,
+        **fastapi_kwargs,
+    )
+    app.state.settings = settings
+    app.state.health = health
+    app.state.token_verifier = token_verifier
+    _install_problem_handlers(app)
+    _install_docs(app, title)
+
+    @app.get("/healthz", tags=["operations"], summary="Health of the service and its dependencies")
+    def healthz() -> JSONResponse:
+        report = health.report()
+        return JSONResponse(report, 200 if report["status"] == "ok" else 503)
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _install_docs(app: FastAPI, title: str) -> None:
+    try:
+        from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
+    except ImportError:  # pragma: no cover - a declared dependency
+        swagger_ui_path = None
+    if swagger_ui_path is not None:
+        app.mount("/docs-static", StaticFiles(directory=str(swagger_ui_path)), name="docs-static")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{title} — API",
+            swagger_js_url="/docs-static/swagger-ui-bundle.js",
+            swagger_css_url="/docs-static/swagger-ui.css",
+            swagger_favicon_url="/docs-static/favicon-32x32.png",
+        )
+
+
+def serve(app: FastAPI, settings: ServiceSettings, **uvicorn_kwargs: Any) -> None:
+    """Run the app with uvicorn (blocking) on the configured host and port."""
+    uvicorn.run(
+        app,
+        host=settings.http_host,
+        port=settings.http_port,
+        log_config=None,  # keep our structured logging
+        access_log=False,
+        **uvicorn_kwargs,
+    )

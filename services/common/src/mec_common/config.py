@@ -1,0 +1,68 @@
+"""Service configuration from environment variables (one prefix per service).
+
+Subclass ``ServiceSettings`` with the service's prefix::
+
+    class PepSettings(ServiceSettings):
+        model_config = SettingsConfigDict(env_prefix="PEP_")
+        http_port: int = 8102
+
+Lists are comma-separated in the environment (``PEP_API_TOKENS=a,b``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _split_commas(value: Any) -> Any:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+Port = Annotated[int, Field(ge=0, le=65535)]
+"""A TCP port; subclasses overriding ``http_port`` keep the range: ``http_port: Port = 8102``."""
+
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_commas)]
+"""A list setting written as ``a,b,c`` in the environment."""
+
+
+def default_state_dir() -> Path:
+    """Where services keep generated tokens and small state: /var/lib/mts as root."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/mts")
+    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "mts"
+
+
+class ServiceSettings(BaseSettings):
+    """Settings every service has. Field docs end up in docs/configuration.md."""
+
+    model_config = SettingsConfigDict(env_prefix="MTS_", extra="ignore", frozen=False)
+
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_format: Literal["json", "console"] = Field(
+        "console", description="json for machines (compose, Kubernetes), console for people"
+    )
+    http_host: str = Field("0.0.0.0", description="address the REST API listens on")
+    http_port: Port = Field(8000, description="port of the REST API")
+    api_tokens: CommaList = Field(
+        default_factory=list,
+        description="static bearer tokens accepted by the API (comma-separated)",
+    )
+    platform_url: str | None = Field(
+        None, description="MEC platform base URL (Mp1); unset = run standalone"
+    )
+    app_instance_id: str | None = Field(None, description="this app's instance id on the platform")
+    client_id: str | None = Field(None, description="OAuth2 client id issued by the platform")
+    client_secret: str | None = Field(None, description="OAuth2 client secret")
+    amqp_url: str = Field(
+        "amqp://guest:guest@127.0.0.1:5672/%2F", description="RabbitMQ URL (AMQP 0-9-1)"
+    )
+    state_dir: Path = Field(
+        default_factory=default_state_dir, description="directory for generated tokens and state"
+    )

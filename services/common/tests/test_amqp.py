@@ -1,0 +1,164 @@
+"""AMQP helpers against the real RabbitMQ: routing, runtime bindings, reconnects, health."""
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from mec_common.amqp import AmqpConsumer, AmqpPublisher
+from mec_common.health import Health
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.items: list[tuple[str, bytes]] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, key: str, body: bytes, headers: dict) -> None:
+        with self.cond:
+            self.items.append((key, body))
+            self.cond.notify_all()
+
+    def wait_for(self, pred: Callable[[list[tuple[str, bytes]]], bool], timeout: float = 5) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: pred(self.items), timeout)
+
+
+class RecordingHealth(Health):
+    """Remembers every failure reported, however short-lived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: list[tuple[str, str]] = []
+
+    def set(self, name: str, ok: bool, detail: str = "", *, required: bool = True) -> None:
+        if not ok:
+            self.failures.append((name, detail))
+        super().set(name, ok, detail, required=required)
+
+
+def wait(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
+def close_connection(name: str) -> None:
+    """Force-close one of our connections on the shared broker (others are untouched)."""
+    out = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pids = [
+        line.split("\t")[0]
+        for line in out.splitlines()
+        if f'"{name}"' in line or f'<<"{name}">>' in line
+    ]
+    assert pids, f"connection {name} not found in:\n{out}"
+    for pid in pids:
+        subprocess.run(["rabbitmqctl", "-q", "close_connection", pid, "test"], check=True)
+
+
+def test_publish_routes_by_topic_and_bindings_change_at_run_time(
+    amqp_url: str, exchange: str
+) -> None:
+    inbox, health = Inbox(), Health()
+    consumer = AmqpConsumer(
+        amqp_url, exchange, ["rnis.v1.meas.*.*.10_30_1_1"], inbox, health=health
+    )
+    publisher = AmqpPublisher(amqp_url, exchange, health=health)
+    consumer.start()
+    publisher.start()
+    try:
+        assert consumer.connected.wait(5) and publisher.connected.wait(5)
+        assert health.ok()
+        publisher.publish("rnis.v1.meas.10000-0.208950000000001.10_30_1_1", b'{"n":1}')
+        publisher.publish("rnis.v1.meas.10000-0.208950000000002.10_30_1_2", b'{"n":2}')
+        assert publisher.flush()
+        assert inbox.wait_for(lambda items: len(items) >= 1)
+        time.sleep(0.2)
+        assert [b for _, b in inbox.items] == [b'{"n":1}'], "the unbound UE must not arrive"
+
+        consumer.bind("rnis.v1.meas.*.*.10_30_1_2")
+        consumer.unbind("rnis.v1.meas.*.*.10_30_1_1")
+        time.sleep(0.3)  # bindings are applied on the consumer's thread
+        publisher.publish("rnis.v1.meas.10000-0.208950000000001.10_30_1_1", b'{"n":3}')
+        publisher.publish("rnis.v1.meas.10000-0.208950000000002.10_30_1_2", b'{"n":4}')
+        assert inbox.wait_for(lambda items: any(b == b'{"n":4}' for _, b in items))
+        time.sleep(0.2)
+        assert b'{"n":3}' not in [b for _, b in inbox.items]
+    finally:
+        publisher.close()
+        consumer.close()
+
+
+def test_both_ends_reconnect_after_the_broker_drops_them(amqp_url: str, exchange: str) -> None:
+    inbox, health = Inbox(), RecordingHealth()
+    consumer = AmqpConsumer(
+        amqp_url, exchange, ["k.#"], inbox, health=health, health_name="feed", name=f"{exchange}-c"
+    )
+    publisher = AmqpPublisher(
+        amqp_url, exchange, health=health, health_name="pub", name=f"{exchange}-p"
+    )
+    consumer.start()
+    publisher.start()
+    try:
+        assert consumer.connected.wait(5) and publisher.connected.wait(5)
+        close_connection(f"{exchange}-c")
+        close_connection(f"{exchange}-p")
+        assert wait(lambda: {n for n, _ in health.failures} == {"feed", "pub"}, 3), (
+            "health must show the lost connections"
+        )
+        assert wait(health.ok, 5), f"did not reconnect: {health.report()}"
+        assert wait(lambda: consumer.connected.is_set() and publisher.connected.is_set(), 5)
+        started = time.monotonic()
+        publisher.publish("k.after", b"after")
+        assert inbox.wait_for(lambda items: ("k.after", b"after") in items, 5)
+        assert time.monotonic() - started < 5
+    finally:
+        publisher.close()
+        consumer.close()
+
+
+def test_publisher_keeps_messages_while_the_broker_is_unreachable(exchange: str) -> None:
+    health = Health()
+    publisher = AmqpPublisher(
+        "amqp://guest:guest@127.0.0.1:1/%2F", exchange, max_pending=3, health=health
+    )
+    publisher.start()
+    try:
+        for i in range(5):
+            publisher.publish("k", str(i).encode())
+        assert wait(lambda: not health.ok(), 3)
+        assert "cannot connect" in health.report()["checks"]["amqp_publisher"]["detail"]
+        assert publisher.dropped == 2, "the oldest messages beyond max_pending are dropped"
+    finally:
+        publisher.close()
+
+
+def test_a_failing_callback_does_not_stop_the_feed(amqp_url: str, exchange: str) -> None:
+    inbox = Inbox()
+
+    def flaky(key: str, body: bytes, headers: dict) -> None:
+        if body == b"bad":
+            raise ValueError("malformed")
+        inbox(key, body, headers)
+
+    consumer = AmqpConsumer(amqp_url, exchange, ["#"], flaky)
+    publisher = AmqpPublisher(amqp_url, exchange)
+    consumer.start()
+    publisher.start()
+    try:
+        assert consumer.connected.wait(5)
+        publisher.publish("a", b"bad")
+        publisher.publish("a", b"good")
+        assert inbox.wait_for(lambda items: ("a", b"good") in items)
+        assert consumer.callback_errors == 1
+    finally:
+        publisher.close()
+        consumer.close()
