@@ -1,0 +1,103 @@
+"""PEP settings (environment variables with the ``PEP_`` prefix)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from mec_common.config import CommaList, Port, ServiceSettings, _split_commas
+
+MiB = 1024 * 1024
+
+# The research PEP forced 64 MiB per socket (128 MiB effective: the kernel doubles it) on
+# all four buffers of a flow; its buffer sweep plateaued from about 85 MB on a 3 Gbit/s,
+# 101 ms path (000 §1.6, §3.4). We keep that default: memory is only used when a leg backs
+# up, and a smaller value caps what the PEP can absorb during a radio capacity swing.
+DEFAULT_SOCKET_BUFFER = 64 * MiB
+
+Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(_split_commas)]
+
+
+class PepSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="PEP_", extra="ignore")
+
+    http_port: Port = Field(8102, description="port of the REST API")
+
+    # Listeners: a port of 0/unset turns a mode off.
+    listen_host: str = Field("0.0.0.0", description="address the explicit modes listen on")
+    socks5_port: Port | None = Field(None, description="SOCKS5 (no-auth CONNECT) port; unset = off")
+    tlv_port: Port | None = Field(
+        None, description="TFO opt-in TLV port (the research PEP used 8181); unset = off"
+    )
+    transparent_port: Port | None = Field(
+        None, description="TPROXY listener port (transparent mode); unset = off"
+    )
+
+    # Access control: deny by default (no open relay).
+    allowed_clients: Networks = Field(
+        default_factory=list,
+        description="client (UE) networks allowed to use the PEP; empty = nobody",
+    )
+    allowed_destinations: Networks = Field(
+        default_factory=list,
+        description="server networks the PEP may connect to; empty = none. 127.0.0.0/8 "
+        "needs an explicit loopback entry even when 0.0.0.0/0 is listed",
+    )
+
+    # Transparent mode (nftables TPROXY in the PEP's network namespace).
+    tproxy_install_rules: bool = Field(
+        True, description="install (and remove at exit) the nftables TPROXY rules"
+    )
+    tproxy_interfaces: CommaList = Field(
+        default_factory=list, description="intercept only on these input interfaces; empty = any"
+    )
+    tproxy_ports: Annotated[list[int], NoDecode, BeforeValidator(_split_commas)] = Field(
+        default_factory=list, description="intercept only these destination ports; empty = all"
+    )
+    tproxy_mark: int = Field(0x50, ge=1, le=0xFFFFFFFF, description="fwmark for TPROXY routing")
+    tproxy_table: int = Field(
+        150, ge=1, le=0xFFFFFFFF - 1, description="policy routing table for TPROXY"
+    )
+    keep_ue_source: bool = Field(
+        False, description="transparent mode: use the UE's address as source on the WAN leg"
+    )
+
+    # Buffers, per leg and direction (bytes; 0 = leave the kernel's autotuning on).
+    ran_rcvbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="RAN-leg SO_RCVBUF")
+    ran_sndbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="RAN-leg SO_SNDBUF")
+    wan_rcvbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="WAN-leg SO_RCVBUF")
+    wan_sndbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="WAN-leg SO_SNDBUF")
+    force_buffers: bool = Field(
+        True, description="use SO_*BUFFORCE (needs CAP_NET_ADMIN) to exceed net.core.*mem_max"
+    )
+    pipe_size: int = Field(
+        1 * MiB, ge=4096, description="splice pipe size per direction (F_SETPIPE_SZ)"
+    )
+    tlv_max_buffer: int = Field(
+        256 * MiB, ge=0, description="largest BUFFER_SIZE a TLV client may request (bytes)"
+    )
+
+    # Limits and timeouts.
+    max_flows: int = Field(20000, ge=1, description="flows at once (all clients)")
+    max_flows_per_client: int = Field(4096, ge=1, description="flows at once per client address")
+    handshake_timeout: float = Field(
+        10.0, gt=0, description="seconds for a SOCKS5/TLV header and for the WAN connect"
+    )
+    idle_timeout: float = Field(
+        3600.0, gt=0, description="close a flow with no data either way for this long (s)"
+    )
+    half_open_timeout: float = Field(
+        300.0, gt=0, description="close a half-closed flow idle for this long (s)"
+    )
+    tfo_queue: int = Field(
+        64, ge=0, description="TCP Fast Open queue of the TLV listener; 0 = no TFO"
+    )
+
+    # Backlog feed for the path manager.
+    backlog_interval_ms: int = Field(
+        50, ge=0, description="publish per-UE backlog toward the UE every N ms; 0 = off"
+    )
+    backlog_exchange: str = Field("pep", description="AMQP topic exchange of the backlog feed")

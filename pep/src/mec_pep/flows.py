@@ -1,0 +1,219 @@
+"""Flows and the extension contract (the hooks MELD/RAPID plug into).
+
+A *flow* is one split TCP connection: the **RAN leg** (PEP ↔ UE, the socket the PEP
+accepted) and the **WAN leg** (PEP ↔ server, the socket the PEP connected). The relay
+creates a ``Flow`` per accepted connection and calls the hooks of every extension at
+fixed points of its life:
+
+1. ``on_ran_leg_ready(flow)``: the RAN-leg socket is accepted and configured (buffers),
+   nothing has been relayed toward the UE yet. The place to set ``TCP_CONGESTION`` on
+   ``flow.ran.sock``. ``flow.wan`` is still ``None``.
+2. ``on_wan_leg_ready(flow)``: the WAN-leg socket exists, ``connect()`` has not been
+   called yet (window clamp, congestion control toward the server).
+3. ``on_flow_established(flow)``: both legs are connected; relaying starts right after.
+4. ``on_flow_closed(flow)``: always called exactly once for every flow that got (1),
+   also when the handshake or the connect failed. The sockets are still open (in any TCP
+   state) so final ``TCP_INFO`` can be read; the relay closes them right afterwards.
+
+Hooks run **in the relay thread**: they must be fast and must not block (no network I/O,
+no sleeping). An exception in a hook is logged and does not affect the flow.
+
+Other threads (REST handlers, an RNIS consumer) may touch a flow's sockets only while
+holding ``FlowTable.lock``: the relay closes sockets only under that lock, so a socket
+seen under the lock stays open until the lock is released. Hold it briefly: accepting
+and closing flows waits for it (relaying data does not).
+
+An extension is found by import: if the package ``mec_pep.ran_aware`` exists, the PEP
+calls its ``create_extension(context: PepContext) -> PepExtension`` at start and calls
+``stop()`` at shutdown. ``router()`` is mounted under ``/pep/v1/<name>`` (bearer auth
+applied by the PEP); health entries go to ``context.health``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from mec_common.health import Health
+from mec_common.logging import get_logger
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from mec_pep.config import PepSettings
+
+log = get_logger(__name__)
+
+Address = tuple[str, int]
+
+
+class Mode(StrEnum):
+    """How the client reached the PEP."""
+
+    TRANSPARENT = "transparent"  # TPROXY interception; the UE does not know about the PEP
+    SOCKS5 = "socks5"  # explicit: SOCKS5 no-auth CONNECT
+    TLV = "tlv"  # explicit: the research PEP's TFO opt-in TLV
+
+
+class Leg:
+    """One TCP connection of a flow: the socket and both of its addresses."""
+
+    __slots__ = ("local", "peer", "sock")
+
+    def __init__(self, sock: socket.socket, local: Address, peer: Address) -> None:
+        self.sock = sock
+        self.local = local
+        self.peer = peer
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+
+class Flow:
+    """A split connection. Public attributes are the contract; ``_``-names are the relay's.
+
+    Byte counters count bytes relayed (written to the other leg's socket).
+    """
+
+    __slots__ = (
+        "_relay",
+        "bytes_from_ue",
+        "bytes_to_ue",
+        "closed_at",
+        "created_at",
+        "destination",
+        "established_at",
+        "ext",
+        "id",
+        "mode",
+        "ran",
+        "ue",
+        "wan",
+    )
+
+    def __init__(self, flow_id: int, mode: Mode, ran: Leg) -> None:
+        self.id = flow_id
+        self.mode = mode
+        self.ran = ran
+        self.ue: str = ran.peer[0]
+        self.wan: Leg | None = None
+        self.destination: Address | None = None  # the server the UE asked for
+        self.created_at = time.time()
+        self.established_at: float | None = None
+        self.closed_at: float | None = None
+        self.bytes_to_ue = 0
+        self.bytes_from_ue = 0
+        self.ext: dict[str, Any] | None = None  # per-flow state of extensions, by name
+        self._relay: Any = None
+
+    def age(self, now: float | None = None) -> float:
+        return (now if now is not None else time.time()) - self.created_at
+
+    def __repr__(self) -> str:
+        return f"Flow(id={self.id}, mode={self.mode}, ue={self.ue}, dst={self.destination})"
+
+
+class FlowTable:
+    """The live flows, by id and by UE. ``lock`` guards membership and socket lifetime."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._by_id: dict[int, Flow] = {}
+        self._by_ue: dict[str, dict[int, Flow]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def add(self, flow: Flow) -> None:
+        """Called by the relay with ``lock`` held."""
+        self._by_id[flow.id] = flow
+        self._by_ue.setdefault(flow.ue, {})[flow.id] = flow
+
+    def remove(self, flow: Flow) -> None:
+        """Called by the relay with ``lock`` held."""
+        self._by_id.pop(flow.id, None)
+        peers = self._by_ue.get(flow.ue)
+        if peers is not None:
+            peers.pop(flow.id, None)
+            if not peers:
+                del self._by_ue[flow.ue]
+
+    def get(self, flow_id: int) -> Flow | None:
+        return self._by_id.get(flow_id)
+
+    def by_ue(self, ue: str) -> list[Flow]:
+        return list(self._by_ue.get(ue, {}).values())
+
+    def ues(self) -> list[str]:
+        return list(self._by_ue)
+
+    def count_for(self, ue: str) -> int:
+        return len(self._by_ue.get(ue, ()))
+
+    def __iter__(self) -> Iterator[Flow]:
+        return iter(list(self._by_id.values()))
+
+
+class PepExtension:
+    """Base class of an extension; override what you need (all hooks default to no-ops)."""
+
+    name = "extension"
+
+    def on_ran_leg_ready(self, flow: Flow) -> None:
+        """RAN-leg socket accepted and configured; nothing relayed yet."""
+
+    def on_wan_leg_ready(self, flow: Flow) -> None:
+        """WAN-leg socket created and configured; not connected yet."""
+
+    def on_flow_established(self, flow: Flow) -> None:
+        """Both legs connected; relaying starts next."""
+
+    def on_flow_closed(self, flow: Flow) -> None:
+        """The flow ends (sockets still open, closed right after)."""
+
+    def router(self) -> APIRouter | None:
+        """Extra REST routes, mounted under ``/pep/v1/<name>`` with bearer auth."""
+        return None
+
+    def stop(self) -> None:
+        """Release threads and kernel objects at shutdown."""
+
+
+@dataclass
+class PepContext:
+    """What an extension gets at creation."""
+
+    settings: PepSettings
+    health: Health
+    flows: FlowTable
+
+
+class Hooks:
+    """Calls every extension's hook, isolating the relay from extension failures."""
+
+    def __init__(self, extensions: list[PepExtension] | None = None) -> None:
+        self.extensions = list(extensions or [])
+
+    def _call(self, hook: str, flow: Flow) -> None:
+        for ext in self.extensions:
+            try:
+                getattr(ext, hook)(flow)
+            except Exception:
+                log.exception("extension hook failed", extension=ext.name, hook=hook, flow=flow.id)
+
+    def ran_leg_ready(self, flow: Flow) -> None:
+        self._call("on_ran_leg_ready", flow)
+
+    def wan_leg_ready(self, flow: Flow) -> None:
+        self._call("on_wan_leg_ready", flow)
+
+    def flow_established(self, flow: Flow) -> None:
+        self._call("on_flow_established", flow)
+
+    def flow_closed(self, flow: Flow) -> None:
+        self._call("on_flow_closed", flow)
