@@ -1,0 +1,355 @@
+"""Mp1 (ETSI GS MEC 011) client: how our services live on the MEC platform.
+
+``Mp1Client`` speaks the two Mp1 APIs (``/mec_service_mgmt/v1``, ``/mec_app_support/v1``)
+with an OAuth2 client-credentials token it fetches and renews itself.
+
+``MecAppRegistration`` runs the lifecycle of a MEC app in a background thread, retrying
+with exponential backoff while the platform is unreachable (shown in ``Health`` as
+``platform``)::
+
+    confirm_ready -> register services -> subscribe to app termination -> (liveness heartbeats)
+    ... on termination notification or shutdown: deregister services -> confirm_termination
+
+A service mounts ``termination_router(registration, verifier)`` so the platform can deliver
+the AppTerminationNotification (authenticated with the platform's notification token).
+
+Discovery helpers find another service and its transports, e.g. the RNIS AMQP feed::
+
+    url = client.find_transport("rnis", "MB_TOPIC_BASED")["endpoint"]["uris"][0]
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Request, Response
+from fastapi.security import HTTPBearer
+
+from mec_common.api import ProblemError
+from mec_common.auth import TokenVerifier
+from mec_common.config import ServiceSettings
+from mec_common.health import Health
+from mec_common.logging import get_logger
+
+log = get_logger(__name__)
+
+SERVICE_MGMT = "/mec_service_mgmt/v1"
+APP_SUPPORT = "/mec_app_support/v1"
+TERMINATION_SUBSCRIPTION = "AppTerminationNotificationSubscription"
+
+
+class Mp1Error(Exception):
+    """The platform answered with an error (``status``) or could not be reached (0)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        what = f"Mp1 error {status}" if status else "Mp1 unreachable"
+        super().__init__(f"{what}: {detail}")
+        self.status, self.detail = status, detail
+
+
+class Mp1Client:
+    """Synchronous, thread-safe Mp1 client for one app instance."""
+
+    def __init__(
+        self,
+        platform_url: str,
+        app_instance_id: str,
+        client_id: str,
+        client_secret: str,
+        *,
+        timeout: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.platform_url = platform_url.rstrip("/")
+        self.app_instance_id = app_instance_id
+        self._credentials = (client_id, client_secret)
+        self._http = httpx.Client(base_url=self.platform_url, timeout=timeout, transport=transport)
+        self._token: str | None = None
+        self._token_expiry = 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings) -> Mp1Client | None:
+        """A client if the service was given a platform and credentials, else None."""
+        s = settings
+        if not (s.platform_url and s.app_instance_id and s.client_id and s.client_secret):
+            return None
+        return cls(s.platform_url, s.app_instance_id, s.client_id, s.client_secret)
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- OAuth2 -----------------------------------------------------------------------------
+
+    def access_token(self) -> str:
+        """A valid access token, fetched again 30 s before the old one expires."""
+        with self._lock:
+            if self._token is None or time.time() > self._token_expiry - 30:
+                self._token, self._token_expiry = self._fetch_token()
+            return self._token
+
+    def _fetch_token(self) -> tuple[str, float]:
+        try:
+            r = self._http.post(
+                "/oauth2/token", data={"grant_type": "client_credentials"}, auth=self._credentials
+            )
+        except httpx.HTTPError as exc:
+            raise Mp1Error(0, str(exc) or type(exc).__name__) from exc
+        if r.status_code != 200:
+            raise Mp1Error(r.status_code, _detail(r))
+        body = r.json()
+        return body["access_token"], time.time() + float(body.get("expires_in", 300))
+
+    def request(
+        self, method: str, path: str, *, json: Any = None, params: Any = None
+    ) -> httpx.Response:
+        """An authenticated request; raises ``Mp1Error`` for transport errors and >= 400."""
+        for attempt in (1, 2):
+            headers = {"Authorization": f"Bearer {self.access_token()}"}
+            try:
+                r = self._http.request(method, path, json=json, params=params, headers=headers)
+            except httpx.HTTPError as exc:
+                raise Mp1Error(0, str(exc) or type(exc).__name__) from exc
+            if r.status_code == 401 and attempt == 1:
+                with self._lock:  # token revoked or platform restarted with new keys
+                    self._token = None
+                continue
+            if r.status_code >= 400:
+                raise Mp1Error(r.status_code, _detail(r))
+            return r
+        raise AssertionError("unreachable")
+
+    # --- mec_app_support --------------------------------------------------------------------
+
+    def _app(self, api: str) -> str:
+        return f"{api}/applications/{self.app_instance_id}"
+
+    def confirm_ready(self) -> None:
+        ready = {"indication": "READY"}
+        self.request("POST", f"{self._app(APP_SUPPORT)}/confirm_ready", json=ready)
+
+    def confirm_termination(self, operation_action: str = "TERMINATING") -> None:
+        self.request(
+            "POST",
+            f"{self._app(APP_SUPPORT)}/confirm_termination",
+            json={"operationAction": operation_action},
+        )
+
+    def subscribe_app_termination(self, callback_url: str) -> str:
+        """Subscribe; returns the subscription's URI (the Location header)."""
+        body = {
+            "subscriptionType": TERMINATION_SUBSCRIPTION,
+            "callbackReference": callback_url,
+            "appInstanceId": self.app_instance_id,
+        }
+        r = self.request("POST", f"{self._app(APP_SUPPORT)}/subscriptions", json=body)
+        return r.headers["location"]
+
+    def delete(self, uri: str) -> None:
+        """DELETE a resource by the absolute URI the platform gave (Location, _links)."""
+        self.request("DELETE", self._relative(uri))
+
+    def _relative(self, uri: str) -> str:
+        return uri[len(self.platform_url) :] if uri.startswith(self.platform_url) else uri
+
+    # --- mec_service_mgmt -------------------------------------------------------------------
+
+    def register_service(self, service_info: dict[str, Any]) -> dict[str, Any]:
+        """POST a ServiceInfoPost; returns the ServiceInfo with its ``serInstanceId``."""
+        r = self.request("POST", f"{self._app(SERVICE_MGMT)}/services", json=service_info)
+        created: dict[str, Any] = r.json()
+        return created
+
+    def deregister_service(self, ser_instance_id: str) -> None:
+        self.request("DELETE", f"{self._app(SERVICE_MGMT)}/services/{ser_instance_id}")
+
+    def heartbeat(self, service: dict[str, Any]) -> None:
+        """Tell the platform the service is alive (MEC 011 v2.2 liveness, PATCH ACTIVE)."""
+        href = service.get("_links", {}).get("liveness", {}).get("href")
+        if href:
+            self.request("PATCH", self._relative(href), json={"state": "ACTIVE"})
+
+    def services(
+        self,
+        *,
+        ser_name: list[str] | None = None,
+        ser_instance_id: list[str] | None = None,
+        ser_category_id: str | None = None,
+        scope_of_locality: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Service discovery (``GET /services`` with the spec's filters)."""
+        params: dict[str, Any] = {}
+        if ser_name:
+            params["ser_name"] = ser_name
+        if ser_instance_id:
+            params["ser_instance_id"] = ser_instance_id
+        if ser_category_id:
+            params["ser_category_id"] = ser_category_id
+        if scope_of_locality:
+            params["scope_of_locality"] = scope_of_locality
+        found: list[dict[str, Any]] = self.request(
+            "GET", f"{SERVICE_MGMT}/services", params=params
+        ).json()
+        return found
+
+    def find_transport(self, ser_name: str, transport_type: str) -> dict[str, Any] | None:
+        """The TransportInfo of an ACTIVE service ``ser_name`` with that transport type.
+
+        A service offering several transports registers once per transport (same serName).
+        """
+        for service in self.services(ser_name=[ser_name]):
+            transport = service.get("transportInfo", {})
+            if service.get("state") == "ACTIVE" and transport.get("type") == transport_type:
+                return dict(transport)
+        return None
+
+
+def _detail(r: httpx.Response) -> str:
+    try:
+        return str(r.json().get("detail", r.text))
+    except ValueError:
+        return r.text or r.reason_phrase
+
+
+class MecAppRegistration:
+    """A MEC app's life on the platform, run in a background thread (see module doc)."""
+
+    def __init__(
+        self,
+        client: Mp1Client,
+        services: list[dict[str, Any]],
+        *,
+        health: Health | None = None,
+        termination_callback_url: str | None = None,
+        on_termination: Callable[[], None] | None = None,
+        retry_initial: float = 0.5,
+        retry_max: float = 30.0,
+    ) -> None:
+        self.client = client
+        self._wanted = services
+        self._health = health
+        self._callback_url = termination_callback_url
+        self._on_termination = on_termination
+        self._retry = (retry_initial, retry_max)
+        self.registered: list[dict[str, Any]] = []
+        self._subscription: str | None = None
+        self._stop = threading.Event()
+        self._done = threading.Event()  # deregistered and confirmed
+        self._lock = threading.Lock()
+        self.ready = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._report(False, "registering")
+        self._thread = threading.Thread(target=self._run, name="mp1-registration", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        delay = self._retry[0]
+        while not self._stop.is_set():
+            try:
+                with self._lock:  # not while stop() is cleaning up
+                    if self._stop.is_set():
+                        return
+                    self._register_once()
+                break
+            except Mp1Error as exc:
+                self._report(False, f"retrying in {delay:.1f} s: {exc}")
+                log.warning("platform registration failed; retrying", error=str(exc), delay=delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._retry[1])
+        else:
+            return
+        self._report(True, f"registered {len(self.registered)} service(s)")
+        self.ready.set()
+        self._keep_alive()
+
+    def _register_once(self) -> None:
+        # Each step is idempotent across retries: a step done is not done again.
+        self.client.confirm_ready()
+        while len(self.registered) < len(self._wanted):
+            info = self._wanted[len(self.registered)]
+            self.registered.append(self.client.register_service(info))
+            log.info("service registered", ser_name=info.get("serName"))
+        if self._callback_url and self._subscription is None:
+            self._subscription = self.client.subscribe_app_termination(self._callback_url)
+
+    def _keep_alive(self) -> None:
+        intervals = [s.get("livenessInterval") for s in self.registered]
+        period = min((float(i) for i in intervals if i), default=0.0)
+        if not period:
+            return
+        while not self._stop.wait(period / 2):
+            try:
+                for service in self.registered:
+                    self.client.heartbeat(service)
+                self._report(True, f"registered {len(self.registered)} service(s)")
+            except Mp1Error as exc:
+                self._report(False, f"heartbeat failed: {exc}")
+
+    def handle_termination(self, operation_action: str) -> None:
+        """The platform asked us to stop: clean up, confirm, then tell the service."""
+
+        def run() -> None:
+            self.stop(operation_action)
+            if self._on_termination is not None:
+                self._on_termination()
+
+        threading.Thread(target=run, name="mp1-termination", daemon=True).start()
+
+    def stop(self, operation_action: str = "TERMINATING") -> None:
+        """Deregister our services and confirm termination (idempotent, best effort)."""
+        self._stop.set()
+        with self._lock:
+            if self._done.is_set():
+                return
+            for service in list(self.registered):
+                self._quietly(self.client.deregister_service, service["serInstanceId"])
+                self.registered.remove(service)
+            if self._subscription:
+                self._quietly(self.client.delete, self._subscription)
+                self._subscription = None
+            # 409 = no termination in progress (we are stopping on our own): fine.
+            self._quietly(self.client.confirm_termination, operation_action)
+            self._done.set()
+        self._report(False, "terminated", required=False)
+
+    def _quietly(self, call: Callable[[str], None], arg: str) -> None:
+        try:
+            call(arg)
+        except Mp1Error as exc:
+            if exc.status not in (404, 409):
+                log.warning("platform cleanup step failed", step=call.__name__, error=str(exc))
+
+    def _report(self, ok: bool, detail: str, *, required: bool = True) -> None:
+        if self._health is not None:
+            self._health.set("platform", ok, detail, required=required)
+
+
+def termination_router(
+    registration: MecAppRegistration,
+    verifier: TokenVerifier,
+    path: str = "/mec/notifications/app_termination",
+) -> APIRouter:
+    """The endpoint where the platform delivers our AppTerminationNotification."""
+    router = APIRouter(tags=["mec"])
+    bearer = HTTPBearer(auto_error=False)
+
+    @router.post(path, status_code=204, summary="AppTerminationNotification from the platform")
+    async def app_termination(request: Request) -> Response:
+        credentials = await bearer(request)
+        if credentials is None or verifier.verify_notification(credentials.credentials) is None:
+            raise ProblemError(401, "a platform notification token is required")
+        body = await request.json()
+        action = body.get("operationAction") if isinstance(body, dict) else None
+        if action not in ("STOPPING", "TERMINATING"):
+            raise ProblemError(400, "operationAction must be STOPPING or TERMINATING")
+        log.info("termination requested by the platform", operation_action=action)
+        registration.handle_termination(action)
+        return Response(status_code=204)
+
+    return router
