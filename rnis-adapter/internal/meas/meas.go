@@ -1,0 +1,308 @@
+// Package meas turns FlexRAN snapshots into RNIS measurements: one per UE per poll, with
+// the values MELD, RAPID and the path manager need (schema: mec_common.rnis.RnisMeasurement).
+package meas
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/services/common/go/threegpp"
+)
+
+// SchemaVersion is the feed's schema version (AMQP header "schema" and "schema_version").
+const SchemaVersion = 1
+
+// BestCQI is the CQI whose TBS bounds what a UE can get (MELD's S_TBm).
+const BestCQI = 15
+
+// TTIMicros is the LTE TTI; FlexRAN reports LTE.
+const TTIMicros = 1000
+
+// Int is an optional integer (unset = not reported by the RAN source).
+type Int = flexran.Int
+
+// Measurement is the radio state of one UE in one cell at one poll.
+type Measurement struct {
+	Cell      string // <bs_id>-<phyCellId>
+	BSID      int64
+	PhyCellID Int
+	RNTI      int64
+	IMSI      string
+	IPv4      netip.Addr
+	ECGI      ECGI
+
+	WBCQI, DLMCS, DLTBS, DLPRBs, CellPRBs Int
+	RLCQueue, RLCHOL                      Int
+	RLC                                   []flexran.RLCReport
+	HARQ, PHR, SFNSF, Frame, Subframe     Int
+	SourceTimeNs                          Int
+	ObservedNs                            int64
+
+	BestCQITBS, CellBestCQITBS Int
+	CellUEs                    int
+	CellAllocPRBs              Int
+	CellPRBUsage               float64 // valid when CellAllocPRBs and CellPRBs are set
+	RapidPRBs, RapidCapacity   Int
+	CQICapacity                Int
+
+	// For the MEC 012 side only (not in the AMQP message).
+	ERABs []ERAB
+	RRC   flexran.RRCMeas
+}
+
+// ERAB is one radio access bearer of a UE.
+type ERAB struct {
+	ID  int64
+	QCI Int
+}
+
+// ECGI is the E-UTRAN cell global id (MEC 012 Ecgi): PLMN and the 28-bit cell identity.
+type ECGI struct {
+	MCC, MNC string // "" when the cell's PLMN is unknown
+	CellID   string // 7 hex digits
+}
+
+// HasPRBUsage tells whether CellPRBUsage is meaningful.
+func (m *Measurement) HasPRBUsage() bool {
+	return m.CellAllocPRBs.Set && m.CellPRBs.Set && m.CellPRBs.V > 0
+}
+
+// Resolver maps a UE to its IPv4 address; nil, or a zero result, means unknown.
+type Resolver interface {
+	Lookup(imsi string, bsID, rnti int64) netip.Addr
+}
+
+// Normalize builds the measurements of one snapshot. observedNs is when the adapter got it.
+func Normalize(s *flexran.Snapshot, observedNs int64, ips Resolver) []Measurement {
+	var out []Measurement
+	sourceNs := sourceTime(s)
+	for i := range s.Stations {
+		out = appendStation(out, &s.Stations[i], sourceNs, observedNs, ips)
+	}
+	return out
+}
+
+func sourceTime(s *flexran.Snapshot) Int {
+	if s.TimeNs > 0 {
+		return flexran.Some(s.TimeNs)
+	}
+	if !s.Time.IsZero() {
+		return flexran.Some(s.Time.UnixNano())
+	}
+	return Int{}
+}
+
+func appendStation(out []Measurement, st *flexran.Station, sourceNs Int, observedNs int64, ips Resolver) []Measurement {
+	first := len(out)
+	for j := range st.UEs {
+		ue := &st.UEs[j]
+		conf := ueConfig(st, ue.RNTI)
+		cell, cellIndex := servingCell(st, conf)
+		m := Measurement{
+			BSID: st.BSID, RNTI: ue.RNTI, IMSI: conf.IMSI, IPv4: conf.IPv4,
+			WBCQI: ue.WBCQI, DLMCS: ue.MCS1DL, DLTBS: ue.TBSDL, DLPRBs: ue.PRBDL,
+			PHR: ue.PHR, HARQ: ue.HARQProcesses, SFNSF: ue.SFNSF, RLC: ue.RLC, RRC: ue.RRC,
+			SourceTimeNs: sourceNs, ObservedNs: observedNs,
+		}
+		if cell != nil {
+			m.PhyCellID, m.CellPRBs = cell.PhyCellID, cell.DLBandwidth
+		}
+		m.Cell = CellKey(st.BSID, m.PhyCellID)
+		m.ECGI = makeECGI(st.BSID, cell, cellIndex)
+		if !m.IPv4.IsValid() {
+			m.IPv4 = ue.IPv4
+		}
+		if !m.IPv4.IsValid() && ips != nil {
+			m.IPv4 = ips.Lookup(m.IMSI, st.BSID, m.RNTI)
+		}
+		if m.SFNSF.Set {
+			m.Frame = flexran.Some(m.SFNSF.V >> 4 & 1023)
+			m.Subframe = flexran.Some(m.SFNSF.V & 15)
+			if m.Subframe.V > 9 {
+				m.Subframe = Int{}
+			}
+		}
+		m.RLCQueue, m.RLCHOL = drbQueue(ue.RLC)
+		m.ERABs = erabs(st, ue)
+		out = append(out, m)
+	}
+	deriveCell(out[first:])
+	return out
+}
+
+// CellKey is the cell's routing-key word: <bs_id>-<phyCellId>, "-" for an unknown part.
+func CellKey(bsID int64, phy Int) string {
+	if !phy.Set {
+		return fmt.Sprintf("%d--", bsID)
+	}
+	return fmt.Sprintf("%d-%d", bsID, phy.V)
+}
+
+func ueConfig(st *flexran.Station, rnti int64) flexran.UEConfig {
+	for _, c := range st.UEConfig {
+		if c.RNTI == rnti {
+			return c
+		}
+	}
+	return flexran.UEConfig{RNTI: rnti}
+}
+
+// servingCell picks the cell whose carrierIndex is the UE's primary carrier (the first cell
+// when either is unknown: OAI eNBs run one cell).
+func servingCell(st *flexran.Station, conf flexran.UEConfig) (*flexran.Cell, int) {
+	if len(st.Cells) == 0 {
+		return nil, 0
+	}
+	if conf.PCellCarrier.Set {
+		for i := range st.Cells {
+			if c := &st.Cells[i]; c.CarrierIndex.Set && c.CarrierIndex.V == conf.PCellCarrier.V {
+				return c, i
+			}
+		}
+	}
+	return &st.Cells[0], 0
+}
+
+// makeECGI builds the cell identity from the eNB id: a macro eNB id (20 bits) followed by an
+// 8-bit cell index, or the eNB id itself when it is wider (a 28-bit home eNB id).
+func makeECGI(bsID int64, cell *flexran.Cell, index int) ECGI {
+	eci := bsID & 0xFFFFFFF
+	if bsID < 1<<20 {
+		eci = bsID<<8 | int64(index&0xFF)
+	}
+	e := ECGI{CellID: fmt.Sprintf("%07X", eci)}
+	if cell != nil && len(cell.PLMNs) > 0 {
+		p := cell.PLMNs[0]
+		width := max(2, min(3, p.MNCLength))
+		e.MCC = fmt.Sprintf("%03d", p.MCC)
+		e.MNC = fmt.Sprintf("%0*d", width, p.MNC)
+	}
+	return e
+}
+
+// drbQueue sums the RLC queues of the data bearers (lcid >= 3) and takes their largest
+// head-of-line delay.
+func drbQueue(rlc []flexran.RLCReport) (queue, hol Int) {
+	for _, q := range rlc {
+		if !q.LCID.Set || q.LCID.V < 3 {
+			continue
+		}
+		if q.TxQueue.Set {
+			queue = flexran.Some(queue.V + q.TxQueue.V)
+		}
+		if q.TxHOL.Set && (!hol.Set || q.TxHOL.V > hol.V) {
+			hol = q.TxHOL
+		}
+	}
+	return queue, hol
+}
+
+// erabs lists the UE's E-RABs: gtpStats when the eNB reports them, else one per data bearer
+// (E-RAB id = DRB id + 4 = lcid + 2, as OAI assigns them).
+func erabs(st *flexran.Station, ue *flexran.UEStats) []ERAB {
+	var drbs []flexran.LogicalChannel
+	for _, lc := range st.LCConfig {
+		if lc.RNTI != ue.RNTI {
+			continue
+		}
+		for _, ch := range lc.Channels {
+			if ch.LCID.V >= 3 {
+				drbs = append(drbs, ch)
+			}
+		}
+	}
+	sort.Slice(drbs, func(a, b int) bool { return drbs[a].LCID.V < drbs[b].LCID.V })
+	var out []ERAB
+	if len(ue.ERABs) > 0 {
+		for i, id := range ue.ERABs {
+			e := ERAB{ID: id}
+			if i < len(drbs) {
+				e.QCI = drbs[i].QCI
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+	for _, d := range drbs {
+		out = append(out, ERAB{ID: d.LCID.V + 2, QCI: d.QCI})
+	}
+	return out
+}
+
+// deriveCell fills the per-cell and derived values of the UEs of one station.
+func deriveCell(ues []Measurement) {
+	type cellSum struct {
+		ues   int
+		alloc Int
+	}
+	sums := make(map[string]*cellSum, 1)
+	for i := range ues {
+		c := sums[ues[i].Cell]
+		if c == nil {
+			c = &cellSum{}
+			sums[ues[i].Cell] = c
+		}
+		c.ues++
+		if ues[i].DLPRBs.Set {
+			c.alloc = flexran.Some(c.alloc.V + ues[i].DLPRBs.V)
+		}
+	}
+	for i := range ues {
+		m := &ues[i]
+		c := sums[m.Cell]
+		m.CellUEs, m.CellAllocPRBs = c.ues, c.alloc
+		derive(m)
+	}
+}
+
+func derive(m *Measurement) {
+	m.BestCQITBS = tbsBytesForCQI(BestCQI, m.DLPRBs)
+	m.CellBestCQITBS = tbsBytesForCQI(BestCQI, m.CellPRBs)
+	if m.HasPRBUsage() {
+		m.CellPRBUsage = float64(m.CellAllocPRBs.V) / float64(m.CellPRBs.V)
+	}
+	if m.WBCQI.Set {
+		if m.WBCQI.V == 0 { // CQI 0: out of range, nothing gets through
+			m.CQICapacity = flexran.Some(0)
+		} else if tbs := tbsBytesForCQI(int(m.WBCQI.V), m.CellPRBs); tbs.Set {
+			m.CQICapacity = bitsPerSecond(tbs.V)
+		}
+	}
+	if m.DLPRBs.Set && m.CellPRBs.Set && m.CellAllocPRBs.Set {
+		unused := max(0, m.CellPRBs.V-m.CellAllocPRBs.V)
+		m.RapidPRBs = flexran.Some(min(m.DLPRBs.V+unused, m.CellPRBs.V))
+		if mcs := m.rapidMCS(); mcs.Set {
+			if tbs, err := threegpp.LTETBSBytesForMCS(int(mcs.V), int(m.RapidPRBs.V)); err == nil {
+				m.RapidCapacity = bitsPerSecond(int64(tbs))
+			}
+		}
+	}
+}
+
+// rapidMCS is MCS_i: the UE's last DL MCS, or the MCS of its CQI when it has none yet.
+func (m *Measurement) rapidMCS() Int {
+	if m.DLMCS.Set && m.DLMCS.V <= threegpp.MaxLTEMCS {
+		return m.DLMCS
+	}
+	if m.WBCQI.Set {
+		return flexran.Some(int64(threegpp.CQIToMCS(int(m.WBCQI.V))))
+	}
+	return Int{}
+}
+
+func tbsBytesForCQI(cqi int, prbs Int) Int {
+	if !prbs.Set {
+		return Int{}
+	}
+	tbs, err := threegpp.LTETBSBytesForCQI(cqi, int(prbs.V))
+	if err != nil {
+		return Int{}
+	}
+	return flexran.Some(int64(tbs))
+}
+
+func bitsPerSecond(tbsBytes int64) Int {
+	return flexran.Some(tbsBytes * 8 * 1_000_000 / TTIMicros)
+}
