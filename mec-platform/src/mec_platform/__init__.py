@@ -1,1 +1,3 @@
-"""MEC platform: ETSI MEC 011 Mp1 and the platform manager"""
+"""MEC platform: ETSI MEC 011 Mp1 and the platform manager."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,111 @@
+"""The platform process: Mp1, the platform manager and OAuth2 in one FastAPI app."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from fastapi import FastAPI
+
+from mec_common.api import create_app
+from mec_common.health import Health
+from mec_common.logging import get_logger
+from mec_platform import __version__
+from mec_platform.backends import make_backend
+from mec_platform.config import PlatformSettings
+from mec_platform.dataplane import DataplaneAgent, NftRunner
+from mec_platform.db import Database
+from mec_platform.manager import Manager
+from mec_platform.manager_api import lcm_router, oauth_router, pkgm_router
+from mec_platform.models import TransportInfo
+from mec_platform.mp1_api import app_support_router, service_mgmt_router
+from mec_platform.notifier import Notifier
+from mec_platform.registry import Registry
+from mec_platform.security import Authority
+
+log = get_logger(__name__)
+
+
+@dataclass
+class Platform:
+    app: FastAPI
+    db: Database
+    authority: Authority
+    registry: Registry
+    manager: Manager
+    notifier: Notifier
+    admin_secret: str
+    _stop: threading.Event
+
+    def close(self) -> None:
+        self._stop.set()
+        self.manager.join(timeout=5)
+        self.notifier.close()
+        self.db.close()
+
+
+def transports(settings: PlatformSettings) -> list[TransportInfo]:
+    """What the platform offers: its REST API (OAuth2) and the AMQP bus (topic exchange)."""
+    base = settings.base_url()
+    oauth = {"oAuth2Info": {"grantTypes": ["OAUTH2_CLIENT_CREDENTIALS"],
+                            "tokenEndpoint": f"{base}/oauth2/token"}}  # fmt: skip
+    amqp = urlsplit(settings.amqp_url)
+    host = amqp.hostname or "127.0.0.1"
+    amqp_uri = urlunsplit((amqp.scheme, f"{host}:{amqp.port or 5672}", amqp.path, "", ""))
+    return [
+        TransportInfo.model_validate({
+            "id": "rest-http", "name": "REST", "type": "REST_HTTP", "protocol": "HTTP",
+            "version": "1.1", "endpoint": {"uris": [base]}, "security": oauth,
+            "description": "REST over HTTP with OAuth2 client-credentials tokens"}),
+        TransportInfo.model_validate({
+            "id": "amqp-bus", "name": "AMQP", "type": "MB_TOPIC_BASED", "protocol": "AMQP",
+            "version": "0.9.1", "endpoint": {"uris": [amqp_uri]}, "security": {},
+            "description": "the message bus (RabbitMQ); credentials are not advertised",
+            "implSpecificInfo": {"exchange": settings.amqp_exchange, "exchangeType": "topic"}}),
+    ]  # fmt: skip
+
+
+def build_platform(settings: PlatformSettings) -> Platform:
+    health = Health()
+    db = Database(settings.db_url())
+    health.set("database", True, db.engine.url.get_backend_name())
+    authority = Authority(db, settings.api_tokens, settings.token_ttl_s)
+    admin_secret = authority.ensure_admin(
+        settings.admin_client_id, settings.admin_client_secret, settings.state_dir
+    )
+    notifier = Notifier(authority.notification_token, attempts=settings.notify_attempts,
+                        backoff_s=settings.notify_backoff_s)  # fmt: skip
+    base = settings.base_url()
+    registry = Registry(db, notifier, base, transports(settings), settings.callback_networks)
+    dataplane = DataplaneAgent(NftRunner(settings.dataplane_netns)) if settings.dataplane else None
+    manager = Manager(db, registry, authority, make_backend(settings), dataplane, base,
+                      settings.graceful_timeout_s)  # fmt: skip
+    manager.recover()
+
+    app = create_app(
+        title="MEC platform",
+        version=__version__,
+        description="ETSI MEC 011 Mp1 (service management, app support), a MEC 010-2 style "
+        "platform manager (app packages, app lifecycle) and an OAuth2 token endpoint.",
+        settings=settings,
+        health=health,
+        token_verifier=authority.verifier,
+    )
+    app.state.registry, app.state.manager = registry, manager
+    for router in (service_mgmt_router(), app_support_router(), pkgm_router(), lcm_router(),
+                   oauth_router(authority)):  # fmt: skip
+        app.include_router(router)
+
+    stop = threading.Event()
+    threading.Thread(target=_liveness_loop, args=(registry, settings.liveness_check_s, stop),
+                     name="liveness", daemon=True).start()  # fmt: skip
+    return Platform(app, db, authority, registry, manager, notifier, admin_secret, stop)
+
+
+def _liveness_loop(registry: Registry, period: float, stop: threading.Event) -> None:
+    while not stop.wait(period):
+        try:
+            registry.expire_silent_services()
+        except Exception as exc:  # keep checking after a database hiccup
+            log.error("liveness check failed", error=str(exc))

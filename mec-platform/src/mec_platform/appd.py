@@ -1,0 +1,153 @@
+"""Application descriptors (AppD, MEC 010-2 style) in YAML or JSON, validated.
+
+The AppD carries the MEC 010-2 fields the platform uses, plus ``deployment``: how each
+backend starts the app (a command for ``process``, an image for ``docker``, a chart for
+``helm``). Validation errors name the field: ``appTrafficRule.0.priority: ...``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Any
+
+import orjson
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from mec_platform.models import CategoryRef, DnsRule, TrafficRule
+
+Name = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class AppdModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", coerce_numbers_to_str=True
+    )
+
+
+class VirtualCpu(AppdModel):
+    num_virtual_cpu: Annotated[float, Field(gt=0, le=256)] = 1
+
+
+class VirtualMemory(AppdModel):
+    virtual_mem_size: Annotated[int, Field(gt=0, description="MiB")] = 256
+
+
+class VirtualCompute(AppdModel):
+    virtual_cpu: VirtualCpu = VirtualCpu()
+    virtual_memory: VirtualMemory = VirtualMemory()
+
+
+class SwImage(AppdModel):
+    container_image: str | None = None
+
+
+class ServiceDependency(AppdModel):
+    ser_name: Name
+    version: Name
+    ser_category: CategoryRef | None = None
+    ser_transport_dependencies: list[dict[str, Any]] | None = None
+    requested_permissions: list[Any] | None = None
+
+
+class ServiceDescriptor(AppdModel):
+    ser_name: Name
+    version: Name
+    ser_category: CategoryRef | None = None
+    transports_supported: list[dict[str, Any]] | None = None
+
+
+class ProcessDeployment(AppdModel):
+    command: Annotated[list[str], Field(min_length=1)]
+    env: dict[str, str] = {}
+    env_prefix: str | None = Field(
+        None, description="also pass PLATFORM_URL etc. as <prefix>PLATFORM_URL (e.g. PEP_)"
+    )
+
+
+class DockerDeployment(AppdModel):
+    image: str | None = None
+    command: list[str] | None = None
+    env: dict[str, str] = {}
+    env_prefix: str | None = None
+
+
+class HelmDeployment(AppdModel):
+    chart: Name
+    values: dict[str, Any] = {}
+    env_prefix: str | None = None
+
+
+class Deployment(AppdModel):
+    process: ProcessDeployment | None = None
+    docker: DockerDeployment | None = None
+    helm: HelmDeployment | None = None
+
+
+class TerminateConfig(AppdModel):
+    min_graceful_termination_timeout: Annotated[int, Field(ge=0)] = 0
+    max_recommended_graceful_termination_timeout: Annotated[int, Field(ge=0)] | None = None
+
+
+class AppD(AppdModel):
+    app_d_id: Name = Field(alias="appDId")
+    app_name: Name
+    app_provider: Name
+    app_soft_version: Name
+    app_d_version: Name = Field(alias="appDVersion")
+    mec_version: list[str] = ["2.1.1"]
+    app_description: str = ""
+    virtual_compute_descriptor: VirtualCompute = VirtualCompute()
+    sw_image_descriptor: SwImage = SwImage()
+    app_service_required: list[ServiceDependency] = []
+    app_service_optional: list[ServiceDependency] = []
+    app_service_produced: list[ServiceDescriptor] = []
+    app_traffic_rule: list[TrafficRule] = []
+    app_d_n_s_rule: list[DnsRule] = Field([], alias="appDNSRule")
+    terminate_app_instance_op_config: TerminateConfig = TerminateConfig()
+    deployment: Deployment = Deployment()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AppD:
+        for rules, key in ((self.app_traffic_rule, "trafficRuleId"),
+                           (self.app_d_n_s_rule, "dnsRuleId")):  # fmt: skip
+            ids = [r.dump()[key] for r in rules]
+            if len(ids) != len(set(ids)):
+                raise ValueError(f"{key} values must be unique within the AppD")
+        docker = self.deployment.docker
+        if docker and not (docker.image or self.sw_image_descriptor.container_image):
+            raise ValueError("deployment.docker needs an image (or swImageDescriptor."
+                             "containerImage)")  # fmt: skip
+        return self
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class AppdError(ValueError):
+    """An AppD that cannot be onboarded; the message says every problem found."""
+
+
+def parse_appd(raw: bytes) -> tuple[AppD, str]:
+    """Parse YAML or JSON bytes into a validated AppD and its sha256 checksum."""
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise AppdError(f"the AppD is neither valid YAML nor JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise AppdError("the AppD must be a mapping (YAML) or an object (JSON)")
+    try:
+        appd = AppD.model_validate(data)
+    except ValidationError as exc:
+        raise AppdError("; ".join(_describe(e) for e in exc.errors())) from None
+    checksum = hashlib.sha256(orjson.dumps(appd.dump(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return appd, checksum
+
+
+def _describe(error: Any) -> str:
+    where = ".".join(str(p) for p in error["loc"]) or "AppD"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown field"
+    return f"{where}: {message}"

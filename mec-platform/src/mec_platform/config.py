@@ -1,0 +1,76 @@
+"""Platform settings (environment variables with the ``PLATFORM_`` prefix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from mec_common.config import CommaList, Port, ServiceSettings
+
+
+class PlatformSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="PLATFORM_", extra="ignore")
+
+    http_port: Port = Field(8100, description="port of Mp1, the platform manager and OAuth2")
+    public_url: str | None = Field(
+        None,
+        description="base URL the platform advertises in Location headers, links and tokens "
+        "(default http://<host>:<port>, 127.0.0.1 when listening on every address)",
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL; default SQLite in the state dir; "
+        "PostgreSQL as postgresql+psycopg://user:pw@host:port/db",
+    )
+    admin_client_id: str = Field("admin", description="OAuth2 client id of the platform admin")
+    admin_client_secret: str | None = Field(
+        None,
+        description="admin client secret; unset = generated at first start and written "
+        "(0600) to <state dir>/platform-admin.secret",
+    )
+    token_ttl_s: int = Field(900, ge=30, le=86400, description="lifetime of access tokens")
+    backend: Literal["process", "docker", "helm"] = Field(
+        "process", description="how app instances are run: local processes, Docker, Helm"
+    )
+    graceful_timeout_s: int = Field(
+        10, ge=0, le=3600, description="default maxGracefulTimeout of app termination"
+    )
+    notify_attempts: int = Field(5, ge=1, le=20, description="delivery attempts per notification")
+    notify_backoff_s: float = Field(0.5, gt=0, description="first retry delay (doubles)")
+    liveness_check_s: float = Field(
+        1.0, gt=0, description="how often missed heartbeats are checked"
+    )
+    amqp_exchange: str = Field("rnis", description="exchange advertised with the AMQP transport")
+    apps_dir: Path | None = Field(
+        None, description="where process-backend apps run and log (default <state dir>/apps)"
+    )
+    docker_socket: str = Field("/var/run/docker.sock", description="Docker engine API socket")
+    docker_network: str = Field("host", description="network mode of app containers")
+    helm_binary: str = Field("helm", description="helm CLI")
+    kubeconfig: str | None = Field(None, description="kubeconfig for the helm backend")
+    helm_namespace: str = Field("mec-apps", description="Kubernetes namespace of app releases")
+    dataplane: bool = Field(
+        False, description="apply traffic rules of instantiated apps as nftables TPROXY rules"
+    )
+    dataplane_netns: str | None = Field(
+        None, description="network namespace of the MEC host's data plane (unset = this one)"
+    )
+    callback_networks: CommaList = Field(
+        default_factory=list,
+        description="CIDRs notification callbacks may point to (comma-separated; empty = any)",
+    )
+
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.http_host in ("0.0.0.0", "::", "") else self.http_host
+        return f"http://{host}:{self.http_port}"
+
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.state_dir / 'platform.db'}"
+
+    def apps_path(self) -> Path:
+        return self.apps_dir or self.state_dir / "apps"

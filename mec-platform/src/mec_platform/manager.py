@@ -1,0 +1,395 @@
+"""Platform manager: app packages (AppD onboarding) and app instance lifecycle.
+
+Shapes follow MEC 010-2 (``/app_pkgm/v1``, ``/app_lcm/v1``): packages with onboarding,
+operational and usage states; instances with instantiation state; every instantiate and
+terminate is an operation occurrence (``app_lcm_op_occs``) that runs in the background
+and moves STARTING -> PROCESSING -> COMPLETED | FAILED.
+
+Termination: the app's AppTermination subscribers are notified, the platform waits for
+confirm_termination up to the graceful timeout, then stops the app through its backend,
+removes its data-plane rules, services, subscriptions and rules, and revokes its
+credentials.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from sqlalchemy import func, select
+
+from mec_common.api import ProblemError
+from mec_common.logging import get_logger
+from mec_platform.appd import AppD, AppdError, parse_appd
+from mec_platform.backends import Backend, BackendError
+from mec_platform.dataplane import DataplaneAgent, DataplaneError
+from mec_platform.db import AppInstance, AppPackage, AppRule, Database, LcmOpOcc
+from mec_platform.registry import Registry
+from mec_platform.security import Authority
+
+log = get_logger(__name__)
+
+PKGM = "/app_pkgm/v1"
+LCM = "/app_lcm/v1"
+
+
+class Manager:
+    def __init__(
+        self,
+        db: Database,
+        registry: Registry,
+        authority: Authority,
+        backend: Backend,
+        dataplane: DataplaneAgent | None,
+        base_url: str,
+        graceful_timeout_s: int,
+    ) -> None:
+        self.db, self.registry, self.authority = db, registry, authority
+        self.backend, self.dataplane = backend, dataplane
+        self.base_url, self.graceful_timeout_s = base_url, graceful_timeout_s
+        self._threads: list[threading.Thread] = []
+        registry.on_rules_changed = self.apply_traffic_rules
+
+    # --- packages ---------------------------------------------------------------------------
+
+    def package_json(self, s: Any, row: AppPackage) -> dict[str, Any]:
+        appd = row.appd
+        in_use = s.scalar(select(func.count()).where(AppInstance.app_pkg_id == row.id)) > 0
+        href = f"{self.base_url}{PKGM}/app_packages/{row.id}"
+        image = appd.get("swImageDescriptor", {}).get("containerImage")
+        return {
+            "id": row.id,
+            "appDId": row.appd_id,
+            "appProvider": appd["appProvider"],
+            "appName": appd["appName"],
+            "appSoftwareVersion": appd["appSoftVersion"],
+            "appDVersion": appd["appDVersion"],
+            "checksum": {"algorithm": "SHA-256", "hash": row.checksum},
+            "softwareImages": {"containerImage": image} if image else {},
+            "onboardingState": "ONBOARDED",
+            "operationalState": row.operational_state,
+            "usageState": "IN_USE" if in_use else "NOT_IN_USE",
+            "_links": {"self": {"href": href}, "appD": {"href": f"{href}/appd"}},
+        }
+
+    def onboard(self, raw: bytes) -> dict[str, Any]:
+        try:
+            appd, checksum = parse_appd(raw)
+        except AppdError as exc:
+            raise ProblemError(400, f"invalid AppD: {exc}") from None
+        with self.db.session() as s:
+            if s.scalar(select(AppPackage).where(AppPackage.appd_id == appd.app_d_id)):
+                raise ProblemError(409, f"an AppD with appDId {appd.app_d_id} is already "
+                                   "onboarded; delete it first")  # fmt: skip
+            row = AppPackage(id=uuid.uuid4().hex, appd_id=appd.app_d_id, appd=appd.dump(),
+                             checksum=checksum)  # fmt: skip
+            s.add(row)
+            s.flush()
+            return self.package_json(s, row)
+
+    def packages(self, appd_id: str | None = None) -> list[dict[str, Any]]:
+        with self.db.session() as s:
+            stmt = select(AppPackage).order_by(AppPackage.created)
+            if appd_id:
+                stmt = stmt.where(AppPackage.appd_id == appd_id)
+            return [self.package_json(s, row) for row in s.scalars(stmt)]
+
+    def _package(self, s: Any, pkg_id: str) -> AppPackage:
+        row = s.get(AppPackage, pkg_id) or s.scalar(
+            select(AppPackage).where(AppPackage.appd_id == pkg_id))  # fmt: skip
+        if row is None:
+            raise ProblemError(404, f"app package {pkg_id} does not exist")
+        return row  # type: ignore[no-any-return]
+
+    def package(self, pkg_id: str) -> dict[str, Any]:
+        with self.db.session() as s:
+            return self.package_json(s, self._package(s, pkg_id))
+
+    def appd(self, pkg_id: str) -> dict[str, Any]:
+        with self.db.session() as s:
+            return dict(self._package(s, pkg_id).appd)
+
+    def set_package_state(self, pkg_id: str, state: str) -> dict[str, Any]:
+        if state not in ("ENABLED", "DISABLED"):
+            raise ProblemError(400, "operationState must be ENABLED or DISABLED")
+        with self.db.session() as s:
+            row = self._package(s, pkg_id)
+            row.operational_state = state
+            return self.package_json(s, row)
+
+    def delete_package(self, pkg_id: str) -> None:
+        with self.db.session() as s:
+            row = self._package(s, pkg_id)
+            if self.package_json(s, row)["usageState"] == "IN_USE":
+                raise ProblemError(409, "the package has app instances; delete them first")
+            s.delete(row)
+
+    # --- instances --------------------------------------------------------------------------
+
+    def instance_json(self, row: AppInstance, appd: dict[str, Any]) -> dict[str, Any]:
+        href = f"{self.base_url}{LCM}/app_instances/{row.id}"
+        body: dict[str, Any] = {
+            "id": row.id,
+            "appDId": row.appd_id,
+            "appProvider": appd["appProvider"],
+            "appName": appd["appName"],
+            "appSoftVersion": appd["appSoftVersion"],
+            "appDVersion": appd["appDVersion"],
+            "appPkgId": row.app_pkg_id,
+            "instantiationState": row.instantiation_state,
+            "_links": {
+                "self": {"href": href},
+                "instantiate": {"href": f"{href}/instantiate"},
+                "terminate": {"href": f"{href}/terminate"},
+            },
+        }
+        if row.name:
+            body["appInstanceName"] = row.name
+        if row.description:
+            body["appInstanceDescription"] = row.description
+        if row.instantiation_state == "INSTANTIATED":
+            body["instantiatedAppState"] = {"operationalState": row.operational_state}
+            body["ready"] = row.ready  # extension: confirm_ready received
+            body["backend"] = row.backend
+        return body
+
+    def create_instance(self, appd_id: str, name: str | None, description: str | None
+                        ) -> dict[str, Any]:  # fmt: skip
+        with self.db.session() as s:
+            pkg = s.scalar(select(AppPackage).where(AppPackage.appd_id == appd_id))
+            if pkg is None:
+                raise ProblemError(404, f"no onboarded AppD with appDId {appd_id}")
+            if pkg.operational_state != "ENABLED":
+                raise ProblemError(409, f"the app package of {appd_id} is DISABLED")
+            row = AppInstance(id=uuid.uuid4().hex, app_pkg_id=pkg.id, appd_id=appd_id,
+                              name=name, description=description)  # fmt: skip
+            s.add(row)
+            return self.instance_json(row, pkg.appd)
+
+    def instances(self) -> list[dict[str, Any]]:
+        with self.db.session() as s:
+            rows = s.execute(select(AppInstance, AppPackage.appd).join(AppPackage)
+                             .order_by(AppInstance.created))  # fmt: skip
+            return [self.instance_json(row, appd) for row, appd in rows]
+
+    def _instance(self, s: Any, instance_id: str) -> tuple[AppInstance, dict[str, Any]]:
+        row = s.get(AppInstance, instance_id)
+        if row is None:
+            raise ProblemError(404, f"app instance {instance_id} does not exist")
+        return row, s.get(AppPackage, row.app_pkg_id).appd
+
+    def instance(self, instance_id: str) -> dict[str, Any]:
+        with self.db.session() as s:
+            return self.instance_json(*self._instance(s, instance_id))
+
+    def delete_instance(self, instance_id: str) -> None:
+        with self.db.session() as s:
+            row, _ = self._instance(s, instance_id)
+            if row.instantiation_state != "NOT_INSTANTIATED" or self._busy(s, instance_id):
+                raise ProblemError(409, "terminate the app instance before deleting it")
+            s.delete(row)
+
+    def credentials(self, instance_id: str) -> dict[str, str]:
+        """New credentials for an app that runs outside the platform's backends."""
+        with self.db.session() as s:
+            row, appd = self._instance(s, instance_id)
+            has_rules = s.scalar(select(func.count()).where(AppRule.app_instance_id == row.id))
+        if not has_rules:  # the app's Mp1 rules, as instantiation would have loaded them
+            self._load_rules(instance_id, AppD.model_validate(appd))
+        client_id, secret = self.authority.create_app_client(instance_id)
+        return {"clientId": client_id, "clientSecret": secret, "appInstanceId": instance_id,
+                "tokenEndpoint": f"{self.base_url}/oauth2/token"}  # fmt: skip
+
+    # --- operation occurrences --------------------------------------------------------------
+
+    def op_json(self, op: LcmOpOcc) -> dict[str, Any]:
+        href = f"{self.base_url}{LCM}/app_lcm_op_occs/{op.id}"
+        body: dict[str, Any] = {
+            "id": op.id,
+            "operationState": op.state,
+            "stateEnteredTime": _timestamp(op.state_entered_time),
+            "startTime": _timestamp(op.start_time),
+            "lcmOperation": op.operation,
+            "operationParams": op.params,
+            "appInstanceId": op.app_instance_id,
+            "_links": {"self": {"href": href}, "appInstance": {
+                "href": f"{self.base_url}{LCM}/app_instances/{op.app_instance_id}"}},
+        }  # fmt: skip
+        if op.error:
+            body["error"] = {"status": 500, "detail": op.error}
+        return body
+
+    def ops(self, instance_id: str | None = None) -> list[dict[str, Any]]:
+        with self.db.session() as s:
+            stmt = select(LcmOpOcc).order_by(LcmOpOcc.start_time)
+            if instance_id:
+                stmt = stmt.where(LcmOpOcc.app_instance_id == instance_id)
+            return [self.op_json(op) for op in s.scalars(stmt)]
+
+    def op(self, op_id: str) -> dict[str, Any]:
+        with self.db.session() as s:
+            op = s.get(LcmOpOcc, op_id)
+            if op is None:
+                raise ProblemError(404, f"operation occurrence {op_id} does not exist")
+            return self.op_json(op)
+
+    def _busy(self, s: Any, instance_id: str) -> bool:
+        return bool(s.scalar(select(func.count()).where(
+            LcmOpOcc.app_instance_id == instance_id,
+            LcmOpOcc.state.in_(("STARTING", "PROCESSING")))))  # fmt: skip
+
+    def _set_op(self, op_id: str, state: str, error: str | None = None) -> None:
+        with self.db.session() as s:
+            op = s.get(LcmOpOcc, op_id)
+            assert op is not None
+            op.state, op.state_entered_time, op.error = state, time.time(), error
+
+    def _begin(self, instance_id: str, operation: str, params: dict[str, Any],
+               want_state: str) -> tuple[str, AppD]:  # fmt: skip
+        with self.db.session() as s:
+            row, appd = self._instance(s, instance_id)
+            if self._busy(s, instance_id):
+                raise ProblemError(409, "another operation on this app instance is in progress")
+            if row.instantiation_state != want_state:
+                raise ProblemError(409, f"the app instance is {row.instantiation_state}")
+            op = LcmOpOcc(id=uuid.uuid4().hex, app_instance_id=instance_id, operation=operation,
+                          state="STARTING", params=params)  # fmt: skip
+            s.add(op)
+        return op.id, AppD.model_validate(appd)
+
+    def _background(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    # --- instantiate ------------------------------------------------------------------------
+
+    def instantiate(self, instance_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        op_id, appd = self._begin(instance_id, "INSTANTIATE", params, "NOT_INSTANTIATED")
+        self._background(self._instantiate, instance_id, op_id, appd)
+        return self.op(op_id)
+
+    def _instantiate(self, instance_id: str, op_id: str, appd: AppD) -> None:
+        self._set_op(op_id, "PROCESSING")
+        try:
+            self._load_rules(instance_id, appd)
+            client_id, secret = self.authority.create_app_client(instance_id)
+            env = {"PLATFORM_URL": self.base_url, "APP_INSTANCE_ID": instance_id,
+                   "CLIENT_ID": client_id, "CLIENT_SECRET": secret}  # fmt: skip
+            ref = self.backend.start(instance_id, appd, env)
+            with self.db.session() as s:
+                row = s.get(AppInstance, instance_id)
+                assert row is not None
+                row.instantiation_state, row.operational_state = "INSTANTIATED", "STARTED"
+                row.backend, row.backend_ref, row.ready = self.backend.name, ref, False
+            self.apply_traffic_rules(instance_id)
+        except (BackendError, DataplaneError, OSError) as exc:
+            log.error("instantiation failed", app_instance_id=instance_id, error=str(exc))
+            self._cleanup(instance_id)
+            self._set_op(op_id, "FAILED", str(exc))
+            return
+        log.info("app instantiated", app_instance_id=instance_id, app=appd.app_name)
+        self._set_op(op_id, "COMPLETED")
+
+    def _load_rules(self, instance_id: str, appd: AppD) -> None:
+        with self.db.session() as s:
+            for rule in appd.app_traffic_rule:
+                s.merge(AppRule(app_instance_id=instance_id, kind="traffic",
+                                rule_id=rule.traffic_rule_id, body=rule.dump()))  # fmt: skip
+            for dns in appd.app_d_n_s_rule:
+                s.merge(AppRule(app_instance_id=instance_id, kind="dns",
+                                rule_id=dns.dns_rule_id, body=dns.dump()))  # fmt: skip
+
+    def apply_traffic_rules(self, instance_id: str) -> None:
+        if self.dataplane is None:
+            return
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            if row is None or row.instantiation_state != "INSTANTIATED":
+                return
+            rules = [r.body for r in s.scalars(select(AppRule).where(
+                AppRule.app_instance_id == instance_id, AppRule.kind == "traffic"))]  # fmt: skip
+        self.dataplane.sync(instance_id, rules)
+
+    # --- terminate --------------------------------------------------------------------------
+
+    def terminate(self, instance_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        kind = params.get("terminationType", "GRACEFUL")
+        if kind not in ("GRACEFUL", "FORCEFUL"):
+            raise ProblemError(400, "terminationType must be GRACEFUL or FORCEFUL")
+        timeout = params.get("gracefulTerminationTimeout", self.graceful_timeout_s)
+        if not isinstance(timeout, int) or timeout < 0:
+            raise ProblemError(400, "gracefulTerminationTimeout must be a non-negative integer")
+        params = {"terminationType": kind, "gracefulTerminationTimeout": timeout}
+        op_id, _ = self._begin(instance_id, "TERMINATE", params, "INSTANTIATED")
+        self._background(self._terminate, instance_id, op_id, kind == "GRACEFUL", timeout)
+        return self.op(op_id)
+
+    def _terminate(self, instance_id: str, op_id: str, graceful: bool, timeout: int) -> None:
+        self._set_op(op_id, "PROCESSING")
+        if graceful:
+            self._graceful_stop(instance_id, timeout)
+        try:
+            with self.db.session() as s:
+                row = s.get(AppInstance, instance_id)
+                assert row is not None
+                ref = row.backend_ref
+            if ref:
+                self.backend.stop(ref, timeout_s=10)
+        except BackendError as exc:
+            self._set_op(op_id, "FAILED", str(exc))
+            return
+        self._cleanup(instance_id)
+        log.info("app terminated", app_instance_id=instance_id)
+        self._set_op(op_id, "COMPLETED")
+
+    def _graceful_stop(self, instance_id: str, timeout: int) -> None:
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            assert row is not None
+            row.termination_pending = "TERMINATING"
+        sent = self.registry.notify_termination(instance_id, "TERMINATING", timeout)
+        confirmed = self.registry.termination_confirmed[instance_id]
+        if sent and not confirmed.wait(timeout):
+            log.warning("app did not confirm termination in time", app_instance_id=instance_id,
+                        timeout_s=timeout)  # fmt: skip
+
+    def _cleanup(self, instance_id: str) -> None:
+        """Remove everything the instance had; it returns to NOT_INSTANTIATED."""
+        if self.dataplane is not None:
+            self.dataplane.remove(instance_id)
+        self.registry.remove_app_resources(instance_id)
+        self.authority.revoke_app_clients(instance_id)
+        self.registry.termination_confirmed.pop(instance_id, None)
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            if row is not None:
+                row.instantiation_state, row.operational_state = "NOT_INSTANTIATED", None
+                row.backend_ref, row.ready, row.termination_pending = None, False, None
+
+    def recover(self) -> None:
+        """After a restart: operations cut short are FAILED; rules are applied again."""
+        with self.db.session() as s:
+            for op in s.scalars(select(LcmOpOcc).where(
+                    LcmOpOcc.state.in_(("STARTING", "PROCESSING")))):  # fmt: skip
+                op.state, op.error = "FAILED", "the platform restarted during the operation"
+                op.state_entered_time = time.time()
+            live = [row.id for row in s.scalars(select(AppInstance).where(
+                AppInstance.instantiation_state == "INSTANTIATED"))]  # fmt: skip
+        for instance_id in live:
+            try:
+                self.apply_traffic_rules(instance_id)
+            except DataplaneError as exc:
+                log.error("cannot restore traffic rules", app_instance_id=instance_id,
+                          error=str(exc))  # fmt: skip
+
+    def join(self, timeout: float = 30) -> None:
+        for thread in self._threads:
+            thread.join(timeout)
+
+
+def _timestamp(t: float) -> dict[str, int]:
+    seconds, fraction = divmod(t, 1)
+    return {"seconds": int(seconds), "nanoSeconds": int(fraction * 1e9)}

@@ -1,0 +1,199 @@
+"""Platform manager REST APIs (admin only): ``/app_pkgm/v1``, ``/app_lcm/v1``; OAuth2."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any
+from urllib.parse import parse_qs, unquote
+
+import orjson
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from mec_common.api import ProblemError
+from mec_common.auth import Principal
+from mec_platform.manager import LCM, PKGM, Manager
+from mec_platform.mp1_api import Caller
+from mec_platform.security import Authority
+
+
+def admin(who: Caller) -> Principal:
+    if not who.is_admin:
+        raise ProblemError(403, "the platform manager APIs need admin credentials")
+    return who
+
+
+Admin = Annotated[Principal, Depends(admin)]
+
+
+def manager(request: Request) -> Manager:
+    m: Manager = request.app.state.manager
+    return m
+
+
+Mgr = Annotated[Manager, Depends(manager)]
+
+
+class PackageModification(BaseModel):
+    operation_state: str = Field(alias="operationState")
+
+
+class CreateAppInstance(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    app_d_id: str = Field(alias="appDId", min_length=1)
+    app_instance_name: str | None = Field(None, alias="appInstanceName")
+    app_instance_description: str | None = Field(None, alias="appInstanceDescription")
+
+
+def _json(body: Any, status: int = 200, location: str | None = None) -> JSONResponse:
+    return JSONResponse(body, status, headers={"Location": location} if location else None)
+
+
+async def _optional_json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ProblemError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ProblemError(400, "the request body must be a JSON object")
+    return body
+
+
+def pkgm_router() -> APIRouter:
+    r = APIRouter(prefix=PKGM, tags=["app_pkgm"])
+
+    @r.post("/app_packages", status_code=201,
+            summary="Onboard an AppD (YAML or JSON body)",
+            openapi_extra={"requestBody": {"required": True, "content": {
+                "application/yaml": {"schema": {"type": "string"}},
+                "application/json": {"schema": {"type": "object"}}}}})  # fmt: skip
+    async def onboard(request: Request, mgr: Mgr, who: Admin) -> JSONResponse:
+        created = mgr.onboard(await request.body())
+        return _json(created, 201, created["_links"]["self"]["href"])
+
+    @r.get("/app_packages", summary="Onboarded app packages")
+    def packages(mgr: Mgr, who: Admin, appDId: str | None = None) -> JSONResponse:  # noqa: N803
+        return _json(mgr.packages(appDId))
+
+    @r.get("/app_packages/{appPkgId}", summary="One app package (by id or appDId)")
+    def package(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
+        return _json(mgr.package(appPkgId))
+
+    @r.get("/app_packages/{appPkgId}/appd", summary="The AppD of a package")
+    def appd(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
+        return _json(mgr.appd(appPkgId))
+
+    @r.patch("/app_packages/{appPkgId}", summary="Enable or disable a package")
+    def modify(mgr: Mgr, who: Admin, appPkgId: str,  # noqa: N803
+               body: PackageModification) -> JSONResponse:  # fmt: skip
+        return _json(mgr.set_package_state(appPkgId, body.operation_state))
+
+    @r.delete("/app_packages/{appPkgId}", status_code=204, summary="Delete a package")
+    def delete(mgr: Mgr, who: Admin, appPkgId: str) -> Response:  # noqa: N803
+        mgr.delete_package(appPkgId)
+        return Response(status_code=204)
+
+    return r
+
+
+def lcm_router() -> APIRouter:
+    r = APIRouter(prefix=LCM, tags=["app_lcm"])
+    item = "/app_instances/{appInstanceId}"
+
+    @r.post("/app_instances", status_code=201, summary="Create an app instance resource")
+    def create(mgr: Mgr, who: Admin, body: CreateAppInstance) -> JSONResponse:
+        created = mgr.create_instance(body.app_d_id, body.app_instance_name,
+                                      body.app_instance_description)  # fmt: skip
+        return _json(created, 201, created["_links"]["self"]["href"])
+
+    @r.get("/app_instances", summary="App instances")
+    def instances(mgr: Mgr, who: Admin) -> JSONResponse:
+        return _json(mgr.instances())
+
+    @r.get(item, summary="One app instance")
+    def instance(mgr: Mgr, who: Admin, appInstanceId: str) -> JSONResponse:  # noqa: N803
+        return _json(mgr.instance(appInstanceId))
+
+    @r.delete(item, status_code=204, summary="Delete a NOT_INSTANTIATED app instance")
+    def delete(mgr: Mgr, who: Admin, appInstanceId: str) -> Response:  # noqa: N803
+        mgr.delete_instance(appInstanceId)
+        return Response(status_code=204)
+
+    @r.post(item + "/instantiate", status_code=202, summary="Instantiate (202 + op occurrence)")
+    async def instantiate(request: Request, mgr: Mgr, who: Admin,
+                          appInstanceId: str) -> JSONResponse:  # noqa: N803  # fmt: skip
+        op = mgr.instantiate(appInstanceId, await _optional_json(request))
+        return _json(op, 202, op["_links"]["self"]["href"])
+
+    @r.post(
+        item + "/terminate",
+        status_code=202,
+        summary="Terminate: {terminationType: GRACEFUL|FORCEFUL, gracefulTerminationTimeout}",
+    )
+    async def terminate(request: Request, mgr: Mgr, who: Admin,
+                        appInstanceId: str) -> JSONResponse:  # noqa: N803  # fmt: skip
+        op = mgr.terminate(appInstanceId, await _optional_json(request))
+        return _json(op, 202, op["_links"]["self"]["href"])
+
+    @r.post(
+        item + "/credentials",
+        status_code=201,
+        summary="New OAuth2 credentials for an app run outside the platform (extension)",
+    )
+    def credentials(mgr: Mgr, who: Admin, appInstanceId: str) -> JSONResponse:  # noqa: N803
+        return _json(mgr.credentials(appInstanceId), 201)
+
+    @r.get("/app_lcm_op_occs", summary="Lifecycle operation occurrences")
+    def ops(mgr: Mgr, who: Admin, appInstanceId: str | None = None) -> JSONResponse:  # noqa: N803
+        return _json(mgr.ops(appInstanceId))
+
+    @r.get("/app_lcm_op_occs/{opId}", summary="One operation occurrence")
+    def op(mgr: Mgr, who: Admin, opId: str) -> JSONResponse:  # noqa: N803
+        return _json(mgr.op(opId))
+
+    return r
+
+
+def oauth_router(authority: Authority) -> APIRouter:
+    r = APIRouter(prefix="/oauth2", tags=["oauth2"])
+
+    @r.post("/token", summary="OAuth 2.0 client credentials grant (RFC 6749 §4.4)")
+    async def token(request: Request) -> JSONResponse:
+        form = {
+            k: v[0] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()
+        }
+        if form.get("grant_type") != "client_credentials":
+            return _oauth_error(400, "unsupported_grant_type")
+        client_id, secret = _client_auth(request.headers.get("authorization", ""), form)
+        if not client_id or secret is None:
+            return _oauth_error(401, "invalid_client")
+        issued = authority.issue(client_id, secret)
+        if issued is None:
+            return _oauth_error(401, "invalid_client")
+        return JSONResponse(issued, headers={"Cache-Control": "no-store"})
+
+    @r.get("/jwks", summary="Public keys that verify the platform's tokens")
+    def jwks() -> JSONResponse:
+        return JSONResponse(authority.jwks())
+
+    return r
+
+
+def _client_auth(header: str, form: dict[str, str]) -> tuple[str | None, str | None]:
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            user, _, password = base64.b64decode(value).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return None, None
+        return unquote(user), unquote(password)
+    return form.get("client_id"), form.get("client_secret")
+
+
+def _oauth_error(status: int, error: str) -> JSONResponse:
+    headers = {"WWW-Authenticate": 'Basic realm="mec-platform"'} if status == 401 else None
+    return JSONResponse({"error": error}, status, headers=headers)

@@ -1,0 +1,235 @@
+"""Mp1 data models (ETSI GS MEC 011 v2.1.1), with the spec's names on the wire.
+
+Fields are snake_case in Python and camelCase in JSON (``alias_generator``). Inputs are
+validated with messages that name the offending field; unknown fields are ignored, as
+the spec's schemas allow them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
+NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class Mp1Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True
+    )
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class ServiceState(StrEnum):
+    ACTIVE = "ACTIVE"
+    INACTIVE = "INACTIVE"
+
+
+class Serializer(StrEnum):
+    JSON = "JSON"
+    XML = "XML"
+    PROTOBUF3 = "PROTOBUF3"
+
+
+class Locality(StrEnum):
+    MEC_SYSTEM = "MEC_SYSTEM"
+    MEC_HOST = "MEC_HOST"
+    NFVI_POP = "NFVI_POP"
+    ZONE = "ZONE"
+    ZONE_GROUP = "ZONE_GROUP"
+    NFVI_NODE = "NFVI_NODE"
+
+
+class TransportType(StrEnum):
+    REST_HTTP = "REST_HTTP"
+    MB_TOPIC_BASED = "MB_TOPIC_BASED"
+    MB_ROUTING = "MB_ROUTING"
+    MB_PUBSUB = "MB_PUBSUB"
+    RPC = "RPC"
+    RPC_STREAMING = "RPC_STREAMING"
+    WEBSOCKET = "WEBSOCKET"
+
+
+class CategoryRef(Mp1Model):
+    href: NonEmpty
+    id: NonEmpty
+    name: NonEmpty
+    version: NonEmpty
+
+
+class Address(Mp1Model):
+    host: NonEmpty
+    port: Annotated[int, Field(ge=0, le=65535)]
+
+
+class EndPointInfo(Mp1Model):
+    """Exactly one of ``uris``, ``addresses``, ``alternative``."""
+
+    uris: list[NonEmpty] | None = None
+    addresses: list[Address] | None = None
+    alternative: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> EndPointInfo:
+        given = [k for k in ("uris", "addresses", "alternative") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("endpoint needs exactly one of uris, addresses or alternative")
+        return self
+
+
+class OAuth2Info(Mp1Model):
+    grant_types: Annotated[list[str], Field(min_length=1)]
+    token_endpoint: NonEmpty
+
+
+class SecurityInfo(Mp1Model):
+    o_auth2_info: OAuth2Info | None = Field(None, alias="oAuth2Info")
+
+
+class TransportInfo(Mp1Model):
+    id: NonEmpty
+    name: NonEmpty
+    description: str | None = None
+    type: TransportType
+    protocol: NonEmpty
+    version: NonEmpty
+    endpoint: EndPointInfo
+    security: SecurityInfo
+    impl_specific_info: dict[str, Any] | None = None
+
+
+class ServiceInfoBase(Mp1Model):
+    ser_instance_id: str | None = None
+    ser_name: NonEmpty
+    ser_category: CategoryRef | None = None
+    version: NonEmpty
+    state: ServiceState
+    serializer: Serializer
+    scope_of_locality: Locality | None = None
+    consumed_local_only: bool | None = None
+    is_local: bool | None = None
+    liveness_interval: UInt32 | None = Field(
+        None, description="seconds between heartbeats (MEC 011 v2.2 liveness; extension here)"
+    )
+
+
+class ServiceInfoPost(ServiceInfoBase):
+    transport_id: str | None = None
+    transport_info: TransportInfo | None = None
+
+    @model_validator(mode="after")
+    def _post_rules(self) -> ServiceInfoPost:
+        if self.ser_instance_id is not None:
+            raise ValueError("serInstanceId must not be present: the platform assigns it")
+        if (self.transport_id is None) == (self.transport_info is None):
+            raise ValueError("either transportId or transportInfo but not both shall be present")
+        return self
+
+
+class ServiceInfo(ServiceInfoBase):
+    transport_info: TransportInfo
+
+
+class FilteringCriteria(Mp1Model):
+    ser_instance_ids: list[str] | None = None
+    ser_names: list[str] | None = None
+    ser_categories: list[CategoryRef] | None = None
+    states: list[ServiceState] | None = None
+    is_local: bool | None = None
+
+    def matches(self, service: dict[str, Any]) -> bool:
+        if self.ser_instance_ids and service.get("serInstanceId") not in self.ser_instance_ids:
+            return False
+        if self.ser_names and service.get("serName") not in self.ser_names:
+            return False
+        if self.ser_categories:
+            category_id = (service.get("serCategory") or {}).get("id")
+            if category_id not in {c.id for c in self.ser_categories}:
+                return False
+        if self.states and service.get("state") not in self.states:
+            return False
+        return not (self.is_local is not None and service.get("isLocal", True) != self.is_local)
+
+
+class SerAvailabilitySubscription(Mp1Model):
+    subscription_type: NonEmpty
+    callback_reference: NonEmpty
+    filtering_criteria: FilteringCriteria | None = None
+
+
+class AppTerminationSubscription(Mp1Model):
+    subscription_type: NonEmpty
+    callback_reference: NonEmpty
+    app_instance_id: NonEmpty
+
+
+class AppReadyConfirmation(Mp1Model):
+    indication: Annotated[str, Field(pattern="^READY$")]
+
+
+class AppTerminationConfirmation(Mp1Model):
+    operation_action: Annotated[str, Field(pattern="^(STOPPING|TERMINATING)$")]
+
+
+class TrafficFilter(Mp1Model):
+    src_address: list[str] | None = None
+    dst_address: list[str] | None = None
+    src_port: list[str] | None = None
+    dst_port: list[str] | None = None
+    protocol: list[str] | None = None
+    token: list[str] | None = None
+    src_tunnel_address: list[str] | None = None
+    tgt_tunnel_address: list[str] | None = None
+    src_tunnel_port: list[str] | None = None
+    dst_tunnel_port: list[str] | None = None
+    q_ci: UInt32 | None = Field(None, alias="qCI")
+    d_scp: UInt32 | None = Field(None, alias="dSCP")
+    t_c: UInt32 | None = Field(None, alias="tC")
+
+
+class TunnelInfo(Mp1Model):
+    tunnel_type: Annotated[str, Field(pattern="^(GTP_U|GRE)$")]
+    tunnel_dst_address: str | None = None
+    tunnel_src_address: str | None = None
+
+
+class DestinationInterface(Mp1Model):
+    interface_type: Annotated[str, Field(pattern="^(TUNNEL|MAC|IP)$")]
+    tunnel_info: TunnelInfo | None = None
+    src_mac_address: str | None = None
+    dst_mac_address: str | None = None
+    dst_ip_address: str | None = None
+    dst_port: Annotated[int, Field(ge=1, le=65535)] | None = Field(
+        None, description="extension: port of the app's transparent proxy (TPROXY target)"
+    )
+
+
+class TrafficRule(Mp1Model):
+    traffic_rule_id: NonEmpty
+    filter_type: Annotated[str, Field(pattern="^(FLOW|PACKET)$")]
+    priority: UInt32
+    traffic_filter: list[TrafficFilter]
+    action: Annotated[
+        str,
+        Field(
+            pattern="^(DROP|FORWARD_DECAPSULATED|FORWARD_ENCAPSULATED|PASSTHROUGH"
+            "|DUPLICATE_DECAPSULATED|DUPLICATE_ENCAPSULATED)$"
+        ),
+    ]
+    dst_interface: DestinationInterface | None = None
+    state: ServiceState = ServiceState.ACTIVE
+
+
+class DnsRule(Mp1Model):
+    dns_rule_id: NonEmpty
+    domain_name: NonEmpty
+    ip_address_type: Annotated[str, Field(pattern="^(IP_V4|IP_V6)$")]
+    ip_address: NonEmpty
+    ttl: UInt32 | None = None
+    state: ServiceState = ServiceState.ACTIVE

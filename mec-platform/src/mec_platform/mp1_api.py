@@ -1,0 +1,261 @@
+"""Mp1 REST APIs: ``/mec_service_mgmt/v1`` and ``/mec_app_support/v1`` (MEC 011 v2.1.1)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response, Security
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from mec_common.api import ProblemError
+from mec_common.auth import Principal
+from mec_platform.models import (
+    AppReadyConfirmation,
+    AppTerminationConfirmation,
+    AppTerminationSubscription,
+    DnsRule,
+    Locality,
+    SerAvailabilitySubscription,
+    ServiceInfo,
+    ServiceInfoPost,
+    TrafficRule,
+)
+from mec_platform.registry import APP_SUPPORT, SERVICE_MGMT, Registry
+
+_bearer = HTTPBearer(auto_error=False, description="OAuth2 access token from /oauth2/token")
+
+
+async def authenticated(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> Principal:
+    """Async twin of ``mec_common.api.require_token`` (no thread hop on the hot path)."""
+    principal: Principal | None = None
+    if credentials is not None:
+        principal = request.app.state.token_verifier.verify(credentials.credentials)
+    if principal is None:
+        raise ProblemError(
+            401,
+            "a valid bearer token is required" if credentials else "missing bearer token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return principal
+
+
+Caller = Annotated[Principal, Depends(authenticated)]
+
+
+def registry(request: Request) -> Registry:
+    reg: Registry = request.app.state.registry
+    return reg
+
+
+Reg = Annotated[Registry, Depends(registry)]
+
+
+def _json(body: Any, status: int = 200, location: str | None = None) -> JSONResponse:
+    headers = {"Location": location} if location else None
+    return JSONResponse(body, status, headers=headers)
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Array query parameters, repeated (a=1&a=2) or comma-separated (a=1,2)."""
+    if not values:
+        return None
+    return [v for value in values for v in value.split(",") if v]
+
+
+def discovery_query(
+    ser_instance_id: Annotated[list[str] | None, Query()] = None,
+    ser_name: Annotated[list[str] | None, Query()] = None,
+    ser_category_id: str | None = None,
+    consumed_local_only: bool | None = None,
+    is_local: bool | None = None,
+    scope_of_locality: str | None = None,
+) -> dict[str, Any]:
+    if scope_of_locality is not None and scope_of_locality not in Locality.__members__:
+        raise ProblemError(400, f"scope_of_locality must be one of {', '.join(Locality)}")
+    return {
+        "ser_instance_id": _split(ser_instance_id),
+        "ser_name": _split(ser_name),
+        "ser_category_id": ser_category_id,
+        "consumed_local_only": consumed_local_only,
+        "is_local": is_local,
+        "scope_of_locality": scope_of_locality,
+    }
+
+
+Discovery = Annotated[dict[str, Any], Depends(discovery_query)]
+
+
+class LivenessUpdate(BaseModel):
+    state: str
+
+
+def service_mgmt_router() -> APIRouter:
+    r = APIRouter(prefix=SERVICE_MGMT, tags=["mec_service_mgmt"])
+
+    @r.get("/services", summary="Discover MEC services (filters per MEC 011)")
+    async def services(reg: Reg, who: Caller, query: Discovery) -> Response:
+        body = await _discover(reg, None, query)
+        return Response(body, media_type="application/json")
+
+    @r.get("/services/{serviceId}", summary="One MEC service")
+    def service(reg: Reg, who: Caller, serviceId: str) -> JSONResponse:  # noqa: N803
+        return _json(reg.get_service(serviceId))
+
+    @r.get("/applications/{appInstanceId}/services", summary="Services of an app instance")
+    async def app_services(
+        reg: Reg,
+        who: Caller,
+        query: Discovery,
+        appInstanceId: str,  # noqa: N803
+    ) -> Response:
+        await run_in_threadpool(_check_app, reg, who, appInstanceId)
+        body = await _discover(reg, appInstanceId, query)
+        return Response(body, media_type="application/json")
+
+    @r.post("/applications/{appInstanceId}/services", status_code=201,
+            summary="Register a service (ServiceInfoPost)")  # fmt: skip
+    def register(reg: Reg, who: Caller, appInstanceId: str, body: ServiceInfoPost  # noqa: N803
+                 ) -> JSONResponse:  # fmt: skip
+        created = reg.register(who, appInstanceId, body)
+        return _json(created, 201, created["_links"]["self"]["href"])
+
+    @r.get("/applications/{appInstanceId}/services/{serviceId}", summary="One service of an app")
+    def app_service(reg: Reg, who: Caller, appInstanceId: str, serviceId: str  # noqa: N803
+                    ) -> JSONResponse:  # fmt: skip
+        _check_app(reg, who, appInstanceId)
+        return _json(reg.get_service(serviceId, appInstanceId))
+
+    @r.put("/applications/{appInstanceId}/services/{serviceId}", summary="Update a service")
+    def update(reg: Reg, who: Caller, appInstanceId: str, serviceId: str,  # noqa: N803
+               body: ServiceInfo) -> JSONResponse:  # fmt: skip
+        return _json(reg.update(who, appInstanceId, serviceId, body))
+
+    @r.delete("/applications/{appInstanceId}/services/{serviceId}", status_code=204,
+              summary="Deregister a service")  # fmt: skip
+    def deregister(reg: Reg, who: Caller, appInstanceId: str, serviceId: str  # noqa: N803
+                   ) -> Response:  # fmt: skip
+        reg.deregister(who, appInstanceId, serviceId)
+        return Response(status_code=204)
+
+    _subscription_routes(r, SERVICE_MGMT, SerAvailabilitySubscription)
+
+    @r.get("/transports", summary="Transports the platform offers")
+    def transports(reg: Reg, who: Caller) -> JSONResponse:
+        return _json(list(reg.transports.values()))
+
+    @r.get("/liveness/{serviceId}", summary="Liveness of a service (MEC 011 v2.2 extension)")
+    def liveness(reg: Reg, who: Caller, serviceId: str) -> JSONResponse:  # noqa: N803
+        return _json(reg.liveness(who, serviceId))
+
+    @r.patch("/liveness/{serviceId}", summary='Heartbeat: {"state": "ACTIVE"}')
+    def heartbeat(reg: Reg, who: Caller, serviceId: str, body: LivenessUpdate  # noqa: N803
+                  ) -> JSONResponse:  # fmt: skip
+        return _json(reg.heartbeat(who, serviceId, body.state))
+
+    return r
+
+
+async def _discover(reg: Registry, app_instance_id: str | None, query: dict[str, Any]) -> bytes:
+    # Serve cache hits on the event loop; a miss reads the database in a worker thread.
+    try:
+        return reg.discover_cached(app_instance_id, query)
+    except KeyError:
+        return await run_in_threadpool(reg.discover, app_instance_id, query)
+
+
+def _check_app(reg: Registry, who: Principal, app_instance_id: str) -> None:
+    with reg.db.session() as s:
+        reg.app_for(s, who, app_instance_id)
+
+
+def _subscription_routes(r: APIRouter, api: str, model: type[Any]) -> None:
+    path = "/applications/{appInstanceId}/subscriptions"
+
+    @r.get(path, summary="Subscriptions of an app instance")
+    def subscriptions(reg: Reg, who: Caller, appInstanceId: str) -> JSONResponse:  # noqa: N803
+        return _json(reg.subscriptions(who, api, appInstanceId))
+
+    @r.post(path, status_code=201, summary=f"Subscribe ({model.__name__})")
+    def subscribe(reg: Reg, who: Caller, appInstanceId: str, body: model  # type: ignore[valid-type]  # noqa: N803
+                  ) -> JSONResponse:  # fmt: skip
+        created, location = reg.subscribe(who, api, appInstanceId, body)
+        return _json(created, 201, location)
+
+    @r.get(path + "/{subscriptionId}", summary="One subscription")
+    def subscription(reg: Reg, who: Caller, appInstanceId: str, subscriptionId: str  # noqa: N803
+                     ) -> JSONResponse:  # fmt: skip
+        return _json(reg.subscription(who, api, appInstanceId, subscriptionId, delete=False))
+
+    @r.delete(path + "/{subscriptionId}", status_code=204, summary="Unsubscribe")
+    def unsubscribe(reg: Reg, who: Caller, appInstanceId: str, subscriptionId: str  # noqa: N803
+                    ) -> Response:  # fmt: skip
+        reg.subscription(who, api, appInstanceId, subscriptionId, delete=True)
+        return Response(status_code=204)
+
+
+def app_support_router() -> APIRouter:
+    r = APIRouter(prefix=APP_SUPPORT, tags=["mec_app_support"])
+    app_path = "/applications/{appInstanceId}"
+
+    for kind, model, id_name in (("traffic", TrafficRule, "trafficRuleId"),
+                                 ("dns", DnsRule, "dnsRuleId")):  # fmt: skip
+        _rule_routes(r, kind, model, id_name)
+
+    _subscription_routes(r, APP_SUPPORT, AppTerminationSubscription)
+
+    @r.post(app_path + "/confirm_ready", status_code=204, summary="The app is ready")
+    def confirm_ready(reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+                      body: AppReadyConfirmation) -> Response:  # fmt: skip
+        reg.confirm_ready(who, appInstanceId)
+        return Response(status_code=204)
+
+    @r.post(app_path + "/confirm_termination", status_code=204,
+            summary="The app has finished its termination work")  # fmt: skip
+    def confirm_termination(reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+                            body: AppTerminationConfirmation) -> Response:  # fmt: skip
+        reg.confirm_termination(who, appInstanceId, body.operation_action)
+        return Response(status_code=204)
+
+    @r.get("/timing/timing_caps", summary="Timing capabilities")
+    def timing_caps(who: Caller) -> JSONResponse:
+        return _json({"timeStamp": _timestamp()})
+
+    @r.get("/timing/current_time", summary="Current time of the platform")
+    def current_time(who: Caller) -> JSONResponse:
+        # NONTRACEABLE: the host clock is not known to be traceable to a primary reference.
+        return _json({**_timestamp(), "timeSourceStatus": "NONTRACEABLE"})
+
+    return r
+
+
+def _rule_routes(r: APIRouter, kind: str, model: type[Any], id_name: str) -> None:
+    base = "/applications/{appInstanceId}/" + (
+        "traffic_rules" if kind == "traffic" else "dns_rules"
+    )
+    item = base + "/{ruleId}"
+
+    @r.get(base, summary=f"{kind} rules of an app instance")
+    def rules(reg: Reg, who: Caller, appInstanceId: str) -> JSONResponse:  # noqa: N803
+        return _json(reg.rules(who, appInstanceId, kind))
+
+    @r.get(item, summary=f"One {kind} rule")
+    def rule(reg: Reg, who: Caller, appInstanceId: str, ruleId: str  # noqa: N803
+             ) -> JSONResponse:  # fmt: skip
+        return _json(reg.rule(who, appInstanceId, kind, ruleId))
+
+    @r.put(item, summary=f"Update a {kind} rule (e.g. its state)")
+    def put_rule(reg: Reg, who: Caller, appInstanceId: str, ruleId: str,  # noqa: N803
+                 body: model) -> JSONResponse:  # type: ignore[valid-type]  # fmt: skip
+        return _json(reg.put_rule(who, appInstanceId, ruleId, body))
+
+
+def _timestamp() -> dict[str, int]:
+    now = time.time_ns()
+    return {"seconds": now // 1_000_000_000, "nanoSeconds": now % 1_000_000_000}

@@ -1,0 +1,102 @@
+"""Delivery of notifications (HTTP POST to callbacks), retried with backoff.
+
+One asyncio loop in its own thread sends everything, so request handlers (sync or async)
+hand notifications over without waiting; 100 subscribers are served concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+from prometheus_client import Counter
+
+from mec_common.logging import get_logger
+
+log = get_logger(__name__)
+
+DELIVERED = Counter("mec_notifications_delivered_total", "notifications delivered", ["kind"])
+FAILED = Counter("mec_notifications_failed_total", "notifications given up after retries", ["kind"])
+
+
+class CallbackNotAllowedError(ValueError):
+    pass
+
+
+def check_callback(url: str, networks: list[str]) -> None:
+    """Refuse callbacks that are not http(s) or point outside the allowed networks."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CallbackNotAllowedError("callbackReference must be an absolute http(s) URI")
+    if not networks:
+        return
+    allowed = [ipaddress.ip_network(n, strict=False) for n in networks]
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or 80, proto=socket.IPPROTO_TCP)
+    except OSError as exc:
+        raise CallbackNotAllowedError(f"callback host {parts.hostname} does not resolve") from exc
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0])
+        if not any(address in net for net in allowed):
+            raise CallbackNotAllowedError(
+                f"callback address {address} is not in an allowed network"
+            )
+
+
+class Notifier:
+    def __init__(
+        self, token: Callable[[], str], *, attempts: int = 5, backoff_s: float = 0.5
+    ) -> None:
+        self._token = token
+        self._attempts, self._backoff = attempts, backoff_s
+        self._loop = asyncio.new_event_loop()
+        self._client: httpx.AsyncClient | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="notifier", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def notify(self, url: str, body: dict[str, Any], kind: str) -> Future[bool]:
+        """Send ``body`` to ``url`` in the background; the future tells if it arrived."""
+        return self.submit(self._deliver(url, orjson.dumps(body), kind))
+
+    async def _deliver(self, url: str, payload: bytes, kind: str) -> bool:
+        if self._client is None:
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+            self._client = httpx.AsyncClient(timeout=5.0, limits=limits)
+        delay = self._backoff
+        headers = {"Content-Type": "application/json"}
+        for attempt in range(1, self._attempts + 1):
+            headers["Authorization"] = f"Bearer {self._token()}"
+            try:
+                r = await self._client.post(url, content=payload, headers=headers)
+                if r.status_code < 300:
+                    DELIVERED.labels(kind).inc()
+                    return True
+                reason = f"HTTP {r.status_code}"
+                if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
+                    break  # the receiver refuses it; retrying will not help
+            except httpx.HTTPError as exc:
+                reason = str(exc) or type(exc).__name__
+            if attempt < self._attempts:
+                log.info("notification failed; retrying", url=url, reason=reason, delay=delay)
+                await asyncio.sleep(delay)
+                delay *= 2
+        FAILED.labels(kind).inc()
+        log.warning("notification given up", url=url, kind=kind, reason=reason)
+        return False
+
+    def close(self) -> None:
+        if self._client is not None:
+            self.submit(self._client.aclose()).result(timeout=5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
