@@ -43,6 +43,11 @@ async def authenticated(
             "a valid bearer token is required" if credentials else "missing bearer token",
             headers={"WWW-Authenticate": "Bearer"},
         )
+    # Ownership before anything else (body validation included): an app's token reaches
+    # only its own /applications/{appInstanceId}/... resources.
+    app_instance_id = request.path_params.get("appInstanceId")
+    if app_instance_id is not None and not principal.may_act_for(app_instance_id):
+        raise ProblemError(403, "this token may only access its own application instance")
     return principal
 
 
@@ -182,11 +187,12 @@ def _subscription_routes(r: APIRouter, api: str, model: type[Any]) -> None:
     def subscriptions(reg: Reg, who: Caller, appInstanceId: str) -> JSONResponse:  # noqa: N803
         return _json(reg.subscriptions(who, api, appInstanceId))
 
-    @r.post(path, status_code=201, summary=f"Subscribe ({model.__name__})")
-    def subscribe(reg: Reg, who: Caller, appInstanceId: str, body: model  # type: ignore[valid-type]  # noqa: N803
-                  ) -> JSONResponse:  # fmt: skip
+    def subscribe(reg: Reg, who: Caller, appInstanceId: str, body: Any) -> JSONResponse:  # noqa: N803
         created, location = reg.subscribe(who, api, appInstanceId, body)
         return _json(created, 201, location)
+
+    subscribe.__annotations__["body"] = model  # a runtime type, so FastAPI parses the body
+    r.post(path, status_code=201, summary=f"Subscribe ({model.__name__})")(subscribe)
 
     @r.get(path + "/{subscriptionId}", summary="One subscription")
     def subscription(reg: Reg, who: Caller, appInstanceId: str, subscriptionId: str  # noqa: N803
@@ -250,10 +256,12 @@ def _rule_routes(r: APIRouter, kind: str, model: type[Any], id_name: str) -> Non
              ) -> JSONResponse:  # fmt: skip
         return _json(reg.rule(who, appInstanceId, kind, ruleId))
 
-    @r.put(item, summary=f"Update a {kind} rule (e.g. its state)")
     def put_rule(reg: Reg, who: Caller, appInstanceId: str, ruleId: str,  # noqa: N803
-                 body: model) -> JSONResponse:  # type: ignore[valid-type]  # fmt: skip
+                 body: Any) -> JSONResponse:  # fmt: skip
         return _json(reg.put_rule(who, appInstanceId, ruleId, body))
+
+    put_rule.__annotations__["body"] = model  # a runtime type, so FastAPI parses the body
+    r.put(item, summary=f"Update a {kind} rule (e.g. its state)")(put_rule)
 
 
 def _timestamp() -> dict[str, int]:

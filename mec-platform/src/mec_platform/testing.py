@@ -1,0 +1,155 @@
+"""A real platform for tests (ours and other components'): uvicorn on a free port,
+HTTP callback receivers, and helpers to onboard apps and get app credentials."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from mec_platform.app import Platform, build_platform
+from mec_platform.config import PlatformSettings
+
+ADMIN_SECRET = "admin-test-secret"  # noqa: S105 - the test platform's admin secret
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Running:
+    """A platform served by uvicorn in a thread, plus an admin HTTP client."""
+
+    def __init__(self, settings: PlatformSettings) -> None:
+        self.settings = settings
+        self.platform: Platform = build_platform(settings)
+        config = uvicorn.Config(self.platform.app, host="127.0.0.1", port=settings.http_port,
+                                log_config=None, access_log=False)  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "platform did not start"
+            time.sleep(0.02)
+        self.url = settings.base_url()
+        self.admin = self.client("admin", ADMIN_SECRET)
+
+    def token(self, client_id: str, secret: str) -> str:
+        r = httpx.post(f"{self.url}/oauth2/token", data={"grant_type": "client_credentials"},
+                       auth=(client_id, secret))  # fmt: skip
+        assert r.status_code == 200, r.text
+        return str(r.json()["access_token"])
+
+    def client(self, client_id: str, secret: str) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token(client_id, secret)}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=10)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.platform.close()
+
+
+def make_settings(state_dir: Path, **overrides: Any) -> PlatformSettings:
+    values: dict[str, Any] = {
+        "state_dir": state_dir,
+        "http_host": "127.0.0.1",
+        "http_port": free_port(),
+        "admin_client_secret": ADMIN_SECRET,
+        "notify_backoff_s": 0.05,
+        "graceful_timeout_s": 5,
+        "liveness_check_s": 0.2,
+        **overrides,
+    }
+    return PlatformSettings(**values)
+
+
+@dataclass
+class Receiver:
+    """An HTTP server that records the JSON bodies POSTed to it."""
+
+    fail_first: int = 0  # answer 503 to this many requests first (to exercise retries)
+    received: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    attempts: int = 0
+    arrived: threading.Condition = field(default_factory=threading.Condition)
+
+    def start(self) -> str:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with receiver.arrived:
+                    receiver.attempts += 1
+                    failing = receiver.attempts <= receiver.fail_first
+                    if not failing:
+                        receiver.received.append(json.loads(body))
+                        receiver.headers.append(dict(self.headers))
+                        receiver.arrived.notify_all()
+                self.send_response(503 if failing else 204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}/notify"
+
+    def wait_for(self, count: int, timeout: float = 10) -> list[dict[str, Any]]:
+        with self.arrived:
+            self.arrived.wait_for(lambda: len(self.received) >= count, timeout)
+            return list(self.received)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+SIMPLE_APPD = """
+appDId: test-app
+appName: test-app
+appProvider: mts-tests
+appSoftVersion: "1.0"
+appDVersion: "1"
+appServiceProduced:
+  - {serName: test-service, version: v1}
+appTrafficRule:
+  - trafficRuleId: intercept-http
+    filterType: FLOW
+    priority: 1
+    trafficFilter: [{protocol: [tcp], dstPort: ["80"]}]
+    action: FORWARD_DECAPSULATED
+    dstInterface: {interfaceType: IP, dstIpAddress: 127.0.0.1, dstPort: 5000}
+appDNSRule:
+  - {dnsRuleId: dns1, domainName: app.mec.local, ipAddressType: IP_V4, ipAddress: 10.0.0.1}
+"""
+
+
+def onboard(platform: Running, appd: str = SIMPLE_APPD) -> dict[str, Any]:
+    r = platform.admin.post("/app_pkgm/v1/app_packages", content=appd,
+                            headers={"Content-Type": "application/yaml"})  # fmt: skip
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def external_app(platform: Running, appd_id: str = "test-app") -> tuple[str, httpx.Client]:
+    """An app instance run outside the backends: its id and a client with its token."""
+    r = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": appd_id})
+    assert r.status_code == 201, r.text
+    instance_id = r.json()["id"]
+    creds = platform.admin.post(f"/app_lcm/v1/app_instances/{instance_id}/credentials").json()
+    return instance_id, platform.client(creds["clientId"], creds["clientSecret"])
