@@ -166,6 +166,7 @@ class Manager:
             row = AppInstance(id=uuid.uuid4().hex, app_pkg_id=pkg.id, appd_id=appd_id,
                               name=name, description=description)  # fmt: skip
             s.add(row)
+            s.flush()  # column defaults (instantiation state) are set at flush
             return self.instance_json(row, pkg.appd)
 
     def instances(self) -> list[dict[str, Any]]:

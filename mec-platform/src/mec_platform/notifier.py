@@ -96,7 +96,15 @@ class Notifier:
         return False
 
     def close(self) -> None:
-        if self._client is not None:
-            self.submit(self._client.aclose()).result(timeout=5)
+        """Stop: deliveries still retrying are abandoned."""
+        self.submit(self._shutdown()).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+    async def _shutdown(self) -> None:
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()

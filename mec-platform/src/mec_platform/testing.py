@@ -153,3 +153,22 @@ def external_app(platform: Running, appd_id: str = "test-app") -> tuple[str, htt
     instance_id = r.json()["id"]
     creds = platform.admin.post(f"/app_lcm/v1/app_instances/{instance_id}/credentials").json()
     return instance_id, platform.client(creds["clientId"], creds["clientSecret"])
+
+
+def wait_op(platform: Running, op: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    seen = [op["operationState"]]
+    while op["operationState"] not in ("COMPLETED", "FAILED"):
+        assert time.monotonic() < deadline, f"operation stuck in {seen}"
+        time.sleep(0.05)
+        op = platform.admin.get(f"/app_lcm/v1/app_lcm_op_occs/{op['id']}").json()
+        if op["operationState"] != seen[-1]:
+            seen.append(op["operationState"])
+    return op
+
+
+def wait_until(predicate: Any, timeout: float = 20, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

@@ -11,7 +11,11 @@ with exponential backoff while the platform is unreachable (shown in ``Health`` 
     ... on termination notification or shutdown: deregister services -> confirm_termination
 
 A service mounts ``termination_router(registration, verifier)`` so the platform can deliver
-the AppTerminationNotification (authenticated with the platform's notification token).
+the AppTerminationNotification (authenticated with the platform's notification token), and
+calls ``registration.start()``/``stop()`` in its FastAPI lifespan (not after
+``uvicorn.run``: uvicorn re-raises SIGTERM once it has shut down, so code after it never
+runs). ``on_termination`` typically sets ``server.should_exit``.
+See ``mec-platform/tests/sample_app.py`` for a complete app.
 
 Discovery helpers find another service and its transports, e.g. the RNIS AMQP feed::
 
