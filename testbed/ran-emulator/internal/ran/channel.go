@@ -1,0 +1,242 @@
+package ran
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+)
+
+// ChannelConfig is a bearer's channel model.
+//   - fixed: a constant CQI;
+//   - trace: CQI from a (time, CQI) trace, piecewise constant, optionally looped;
+//   - markov: two-state LoS/NLoS chain with exponential dwell times, a CQI (and
+//     optionally a capacity) per state.
+//
+// BLER is the probability that one HARQ transmission fails; Loss drops packets after
+// HARQ and RLC (an extra residual loss, like interference bursts HARQ cannot hide).
+// CapacityMbps, when set, replaces the TBS table: the cell then carries exactly that
+// rate (scaled by the PRBs given to the UE), as in capacity-based emulations.
+type ChannelConfig struct {
+	Model        string       `json:"model"`
+	CQI          int          `json:"cqi"`
+	BLER         float64      `json:"bler"`
+	Loss         float64      `json:"loss"`
+	CapacityMbps float64      `json:"capacity_mbps"`
+	Trace        [][2]float64 `json:"trace"` // [[t_seconds, cqi], ...]
+	TraceLoop    bool         `json:"trace_loop"`
+	LoS          *StateConfig `json:"los"`
+	NLoS         *StateConfig `json:"nlos"`
+	StartNLoS    bool         `json:"start_nlos"`
+	BlockedCQI   int          `json:"blocked_cqi"` // CQI while blocked (fixed/trace); 0 = out of range
+}
+
+// StateConfig is one state of the LoS/NLoS chain.
+type StateConfig struct {
+	CQI          int     `json:"cqi"`
+	CapacityMbps float64 `json:"capacity_mbps"`
+	BLER         float64 `json:"bler"`
+	MeanDwellMS  float64 `json:"mean_dwell_ms"`
+}
+
+func (c *ChannelConfig) validate() error {
+	cqiOK := func(v int) bool { return v >= 0 && v <= 15 }
+	probOK := func(v float64) bool { return v >= 0 && v < 1 }
+	if !cqiOK(c.CQI) || !cqiOK(c.BlockedCQI) {
+		return fmt.Errorf("cqi must be 0..15")
+	}
+	if !probOK(c.BLER) || !probOK(c.Loss) {
+		return fmt.Errorf("bler and loss must be in [0, 1)")
+	}
+	if c.CapacityMbps < 0 {
+		return fmt.Errorf("capacity_mbps must not be negative")
+	}
+	switch c.Model {
+	case "fixed":
+		return nil
+	case "trace":
+		if len(c.Trace) == 0 {
+			return fmt.Errorf("trace model needs a non-empty trace")
+		}
+		for i, p := range c.Trace {
+			if !cqiOK(int(p[1])) || p[1] != math.Trunc(p[1]) || (i > 0 && p[0] < c.Trace[i-1][0]) {
+				return fmt.Errorf("trace point %d (%v): want increasing times and integer CQI 0..15", i, p)
+			}
+		}
+		return nil
+	case "markov":
+		for name, s := range map[string]*StateConfig{"los": c.LoS, "nlos": c.NLoS} {
+			if s == nil || s.MeanDwellMS <= 0 || !cqiOK(s.CQI) || !probOK(s.BLER) || s.CapacityMbps < 0 {
+				return fmt.Errorf("markov model: %s needs cqi 0..15, mean_dwell_ms > 0, bler in [0,1)", name)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("channel model %q: want fixed, trace or markov", c.Model)
+}
+
+// Radio is what the channel gives the MAC for one TTI.
+type Radio struct {
+	CQI          int
+	BLER         float64
+	Loss         float64
+	CapacityMbps float64 // 0: use the TBS tables
+	LoS          bool    // markov: current state
+}
+
+// ChannelOverride is a run-time change from the control API; nil fields change nothing.
+type ChannelOverride struct {
+	CQI          *int     `json:"cqi,omitempty"`
+	Blocked      *bool    `json:"blocked,omitempty"`
+	BLER         *float64 `json:"bler,omitempty"`
+	Loss         *float64 `json:"loss,omitempty"`
+	CapacityMbps *float64 `json:"capacity_mbps,omitempty"`
+	ClearCQI     bool     `json:"clear_cqi,omitempty"` // return to the model's CQI
+}
+
+// Channel is the live channel state of one bearer. Step runs on the TTI thread; Apply
+// and State may be called from API handlers.
+type Channel struct {
+	cfg ChannelConfig
+	rng *rand.Rand
+
+	mu       sync.Mutex // guards the overrides below
+	cqiFixed *int
+	blocked  bool
+	bler     float64
+	loss     float64
+	capacity float64
+
+	los        bool
+	nextSwitch float64 // seconds
+	last       Radio
+}
+
+func newChannel(cfg ChannelConfig, seed uint64) *Channel {
+	ch := &Channel{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		bler: cfg.BLER, loss: cfg.Loss, capacity: cfg.CapacityMbps, los: !cfg.StartNLoS}
+	if cfg.Model == "markov" {
+		ch.nextSwitch = ch.dwell()
+	}
+	return ch
+}
+
+// Apply validates and applies an override atomically: on error nothing changes.
+func (ch *Channel) Apply(o ChannelOverride) error {
+	if o.CQI != nil && (*o.CQI < 0 || *o.CQI > 15) {
+		return fmt.Errorf("cqi %d outside 0..15", *o.CQI)
+	}
+	for _, p := range []*float64{o.BLER, o.Loss} {
+		if p != nil && (*p < 0 || *p >= 1 || math.IsNaN(*p)) {
+			return fmt.Errorf("bler and loss must be in [0, 1)")
+		}
+	}
+	if o.CapacityMbps != nil && (*o.CapacityMbps < 0 || math.IsNaN(*o.CapacityMbps)) {
+		return fmt.Errorf("capacity_mbps must not be negative")
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if o.ClearCQI {
+		ch.cqiFixed = nil
+	}
+	if o.CQI != nil {
+		v := *o.CQI
+		ch.cqiFixed = &v
+	}
+	if o.Blocked != nil {
+		ch.blocked = *o.Blocked
+	}
+	if o.BLER != nil {
+		ch.bler = *o.BLER
+	}
+	if o.Loss != nil {
+		ch.loss = *o.Loss
+	}
+	if o.CapacityMbps != nil {
+		ch.capacity = *o.CapacityMbps
+	}
+	return nil
+}
+
+// Step advances the model to time t (seconds since start) and returns this TTI's radio.
+func (ch *Channel) Step(t float64) Radio {
+	ch.mu.Lock()
+	r := Radio{CQI: ch.cfg.CQI, BLER: ch.bler, Loss: ch.loss, CapacityMbps: ch.capacity, LoS: true}
+	switch ch.cfg.Model {
+	case "trace":
+		r.CQI = ch.traceCQI(t)
+	case "markov":
+		ch.stepMarkov(t)
+		s := ch.cfg.LoS
+		if !ch.los {
+			s = ch.cfg.NLoS
+		}
+		r.CQI, r.LoS = s.CQI, ch.los
+		if s.BLER > 0 {
+			r.BLER = s.BLER
+		}
+		if s.CapacityMbps > 0 {
+			r.CapacityMbps = s.CapacityMbps
+		}
+	}
+	if ch.cqiFixed != nil {
+		r.CQI = *ch.cqiFixed
+	}
+	if ch.blocked && ch.cfg.Model != "markov" {
+		r.CQI = ch.cfg.BlockedCQI
+	}
+	ch.last = r
+	ch.mu.Unlock()
+	return r
+}
+
+// Last is the radio of the last TTI.
+func (ch *Channel) Last() Radio {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.last
+}
+
+// Blocked tells whether blockage is forced on.
+func (ch *Channel) Blocked() bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.blocked
+}
+
+func (ch *Channel) traceCQI(t float64) int {
+	tr := ch.cfg.Trace
+	if span := tr[len(tr)-1][0]; ch.cfg.TraceLoop && span > 0 {
+		t = math.Mod(t, span)
+	}
+	i := sort.Search(len(tr), func(i int) bool { return tr[i][0] > t })
+	if i == 0 {
+		return int(tr[0][1])
+	}
+	return int(tr[i-1][1])
+}
+
+// stepMarkov switches state when the exponential dwell time is over; blockage holds NLoS.
+func (ch *Channel) stepMarkov(t float64) {
+	if ch.blocked {
+		ch.los = false
+		ch.nextSwitch = t + ch.dwell()
+		return
+	}
+	for t >= ch.nextSwitch {
+		ch.los = !ch.los
+		ch.nextSwitch += ch.dwell()
+	}
+}
+
+func (ch *Channel) dwell() float64 {
+	mean := ch.cfg.LoS.MeanDwellMS
+	if !ch.los {
+		mean = ch.cfg.NLoS.MeanDwellMS
+	}
+	return ch.rng.ExpFloat64() * mean / 1000
+}
+
+// fail draws one HARQ transmission outcome.
+func (ch *Channel) fail(bler float64) bool { return bler > 0 && ch.rng.Float64() < bler }

@@ -1,0 +1,326 @@
+package ran
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"mts.invalid/suite/testbed/ran-emulator/internal/aqm"
+	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/testbed/ran-emulator/internal/tun"
+)
+
+// UE is one emulated terminal with a bearer per attached cell.
+type UE struct {
+	Cfg     UEConfig
+	Index   int
+	Bearers []*Bearer
+}
+
+// Emulator is the whole RAN: cells, UEs, the TTI clock and the packet I/O.
+type Emulator struct {
+	Cfg     *Config
+	Cells   []*Cell
+	UEs     []*UE
+	Timing  Timing
+	Started time.Time
+
+	byIP      map[uint32]*Bearer
+	tick      int64 // ns: the shortest TTI of all cells
+	spin      int64
+	epoch     time.Time
+	epochMono int64
+	dl        *tun.Device
+	ulOut     *writer // uplink packets leave through the downlink TUN into the RAN namespace
+	wan       []*WANDir
+	devices   []*tun.Device
+	writers   []*writer
+	done      chan struct{}
+	wg        sync.WaitGroup
+	log       *slog.Logger
+
+	UnknownDst   atomic.Uint64 // downlink packets for no UE
+	WriteErrors  atomic.Uint64 // packets the kernel refused
+	statsPeriod  atomic.Int64
+	lastTickTime atomic.Int64
+}
+
+// New builds the emulator from a validated configuration; it opens no device yet.
+func New(cfg *Config, log *slog.Logger) (*Emulator, error) {
+	e := &Emulator{Cfg: cfg, byIP: map[uint32]*Bearer{}, done: make(chan struct{}), log: log,
+		spin: int64(cfg.SpinUS) * 1000}
+	cells := map[uint64]*Cell{}
+	for i, cc := range cfg.Cells {
+		c, err := newCell(cc, i)
+		if err != nil {
+			return nil, err
+		}
+		c.stats.set(statsConfDefault(cfg.StatsPeriodMS))
+		e.Cells = append(e.Cells, c)
+		cells[cc.BSID] = c
+		if e.tick == 0 || c.ttiNs < e.tick {
+			e.tick = c.ttiNs
+		}
+	}
+	for i, uc := range cfg.UEs {
+		ue := &UE{Cfg: uc, Index: i}
+		for j, bc := range uc.Bearers {
+			b, err := newBearer(ue, cells[bc.BSID], bc, cfg.Seed+uint64(1000*i+j))
+			if err != nil {
+				return nil, fmt.Errorf("ue %q: %w", uc.Name, err)
+			}
+			ue.Bearers = append(ue.Bearers, b)
+			b.Cell.bearers = append(b.Cell.bearers, b)
+			e.byIP[b.ip4] = b
+		}
+		e.UEs = append(e.UEs, ue)
+	}
+	return e, nil
+}
+
+func newBearer(ue *UE, cell *Cell, cfg BearerConfig, seed uint64) (*Bearer, error) {
+	b := &Bearer{UE: ue, Cell: cell, Cfg: cfg, ip4: binary.BigEndian.Uint32(cfg.IP.AsSlice()),
+		harq: make([]harqProc, cell.Cfg.HARQ.Processes), ch: newChannel(cfg.Channel, seed),
+		rng: rand.New(rand.NewPCG(seed, 0x5eed)), inbox: pkt.NewSPSC(inboxSize), ulInbox: pkt.NewSPSC(inboxSize)}
+	params := cfg.Queue.params()
+	params.Seed = uint32(seed)
+	q, err := aqm.New(params, b.dropped)
+	if err != nil {
+		return nil, err
+	}
+	b.queue = q
+	return b, nil
+}
+
+// inboxSize bounds what readers may hand to the TTI thread between two ticks (packets).
+const inboxSize = 8192
+
+// Now is the emulator clock: CLOCK_MONOTONIC in ns (what clock_nanosleep uses), read
+// through the runtime's vDSO clock.
+func (e *Emulator) Now() int64 { return e.epochMono + int64(time.Since(e.epoch)) }
+
+// Run opens the devices, starts readers and writers and runs the TTI clock until Stop.
+func (e *Emulator) Run() error {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return err
+	}
+	e.epoch, e.epochMono = time.Now(), ts.Nano()
+	e.Started = e.epoch
+	if err := e.open(); err != nil {
+		e.closeDevices()
+		return err
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.clock()
+	}()
+	return nil
+}
+
+// Stop ends the clock, readers and writers and closes every device.
+func (e *Emulator) Stop() {
+	close(e.done)
+	e.closeDevices()
+	e.wg.Wait()
+}
+
+func (e *Emulator) closeDevices() {
+	for _, d := range e.devices {
+		d.Close()
+	}
+}
+
+func (e *Emulator) openDev(ref TunRef) (*tun.Device, error) {
+	d, err := tun.Open(ref.Netns, ref.Name)
+	if err == nil {
+		e.devices = append(e.devices, d)
+	}
+	return d, err
+}
+
+func (e *Emulator) open() error {
+	dl, err := e.openDev(e.Cfg.DLTun)
+	if err != nil {
+		return err
+	}
+	e.dl = dl
+	e.ulOut = e.startWriter(dl, nil)
+	e.goReader(dl, e.onDownlink)
+	for _, ue := range e.UEs {
+		for _, b := range ue.Bearers {
+			dev, err := e.openDev(b.Cfg.Tun)
+			if err != nil {
+				return err
+			}
+			b.writer = e.startWriter(dev, func(p *pkt.Packet) {
+				b.C.DLDeliveredPkts.Add(1)
+				b.C.DLDeliveredBytes.Add(uint64(p.N))
+			})
+			e.goReader(dev, func(p *pkt.Packet) { b.enqueueUL(p, e.Now()) })
+		}
+	}
+	if e.Cfg.WAN != nil {
+		return e.openWAN(e.Cfg.WAN)
+	}
+	return nil
+}
+
+func (e *Emulator) startWriter(dev *tun.Device, written func(*pkt.Packet)) *writer {
+	w := newWriter(dev, written, func(n int) { e.WriteErrors.Add(uint64(n)) })
+	e.writers = append(e.writers, w)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		w.run(e.done)
+	}()
+	return w
+}
+
+func (e *Emulator) goReader(dev *tun.Device, handle func(*pkt.Packet)) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		reader(dev, e.done, handle, func(err error) {
+			e.log.Error("tun read failed; interface lost", "dev", dev.Name, "err", err)
+		})
+	}()
+}
+
+// onDownlink routes a packet from the core side to its bearer by destination address.
+func (e *Emulator) onDownlink(p *pkt.Packet) {
+	b := e.byIP[p.Dst4()]
+	if b == nil {
+		e.UnknownDst.Add(1)
+		pkt.Put(p)
+		return
+	}
+	b.enqueueDL(p, e.Now(), b.Cell.TTI.Load())
+}
+
+// clock is the TTI loop on a dedicated OS thread: sleep to an absolute deadline with
+// clock_nanosleep, spin the last few µs, run every cell whose TTI starts now, then move
+// due packets to the writers.
+func (e *Emulator) clock() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if e.Cfg.RTPriority > 0 {
+		if err := setFIFO(e.Cfg.RTPriority); err != nil {
+			e.log.Warn("TTI clock stays a normal thread: no real-time priority", "err", err)
+		}
+	}
+	next := e.Now() + e.tick
+	for tick := int64(0); ; tick++ {
+		select {
+		case <-e.done:
+			return
+		default:
+		}
+		e.sleepUntil(next)
+		now := e.Now()
+		e.Timing.record(now - next)
+		if late := now - next; late > 100*e.tick {
+			skipped := late / e.tick
+			e.Timing.Skipped.Add(uint64(skipped))
+			next += skipped * e.tick
+			tick += skipped
+		}
+		for _, c := range e.Cells {
+			if (tick*e.tick)%c.ttiNs == 0 {
+				c.runTTI(next)
+			}
+		}
+		e.moveDue(now)
+		e.lastTickTime.Store(now)
+		next += e.tick
+	}
+}
+
+// sleepUntil sleeps with a raw clock_nanosleep: a normal syscall would hand this thread's
+// P to other goroutines, and getting it back can take a scheduler time slice (ms), which
+// is the lateness we are avoiding. The clock thread keeps its P (main sets GOMAXPROCS
+// to one more than the CPUs for the other goroutines).
+func (e *Emulator) sleepUntil(deadline int64) {
+	if wake := deadline - e.spin; wake > e.Now() {
+		ts := unix.NsecToTimespec(wake)
+		for {
+			_, _, errno := unix.RawSyscall6(unix.SYS_CLOCK_NANOSLEEP, unix.CLOCK_MONOTONIC,
+				unix.TIMER_ABSTIME, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+			if errno != unix.EINTR {
+				break
+			}
+		}
+	}
+	for e.Now() < deadline {
+	}
+}
+
+// moveDue runs the uplink grant and every delay line.
+func (e *Emulator) moveDue(now int64) {
+	for _, ue := range e.UEs {
+		for _, b := range ue.Bearers {
+			b.dlDelay.popDue(now, b.writer, nil)
+			e.serveUplink(b, now)
+			b.ulDelay.popDue(now, e.ulOut, func(p *pkt.Packet) {
+				b.C.ULDeliveredPkts.Add(1)
+				b.C.ULDeliveredBytes.Add(uint64(p.N))
+			})
+			b.writer.kick()
+		}
+	}
+	for _, w := range e.wan {
+		w.serve(now, e.tick)
+	}
+	e.ulOut.kick()
+}
+
+// serveUplink grants the uplink its rate for this tick and starts the uplink delay.
+func (e *Emulator) serveUplink(b *Bearer, now int64) {
+	perTick := b.Cfg.ULRateMbps * 1e6 / 8 * float64(e.tick) / 1e9
+	delay := int64(b.Cfg.ULDelayMS * 1e6)
+	b.drainULInbox()
+	serveRate(&b.ul, &b.ulCarry, perTick, b.Cfg.ULRateMbps == 0, func(p *pkt.Packet) {
+		p.Born = max(p.Born, now-e.tick) + delay // arrival (or start of service) + delay
+		b.ulDelay.push(p)
+		b.mac.ulTBS += p.N
+	})
+}
+
+// Bearers lists every bearer in configuration order.
+func (e *Emulator) Bearers() []*Bearer {
+	var out []*Bearer
+	for _, ue := range e.UEs {
+		out = append(out, ue.Bearers...)
+	}
+	return out
+}
+
+// Uptime is the time since Run.
+func (e *Emulator) Uptime() time.Duration { return time.Since(e.Started) }
+
+// TickNs is the clock period: the shortest TTI of all cells.
+func (e *Emulator) TickNs() int64 { return e.tick }
+
+// WAN lists the WAN stage's two directions (none without a WAN stage).
+func (e *Emulator) WAN() []*WANDir { return e.wan }
+
+// setFIFO gives the calling thread SCHED_FIFO priority prio, so that a loaded machine
+// does not delay the TTI clock (it sleeps most of each TTI; the kernel's RT throttling
+// bounds it anyway).
+func setFIFO(prio int) error {
+	param := struct{ priority int32 }{int32(prio)}
+	_, _, errno := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, 0, 1 /* SCHED_FIFO */, uintptr(unsafe.Pointer(&param)))
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}

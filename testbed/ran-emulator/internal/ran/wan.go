@@ -1,0 +1,73 @@
+package ran
+
+import (
+	"sync/atomic"
+
+	"mts.invalid/suite/testbed/ran-emulator/internal/aqm"
+	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+)
+
+// WANDir is one direction of the WAN stage (server → MEC or MEC → server): a byte-limited
+// FIFO served at the configured rate, then the one-way delay. The kernel here has no
+// netem, so the emulator provides the WAN delay that makes an experiment's RTT.
+type WANDir struct {
+	Name        string
+	inbox       *pkt.SPSC
+	q           aqm.Ring
+	credit      float64
+	delay       delayLine
+	out         *writer
+	cfg         *WANConfig
+	Pkts, Bytes atomic.Uint64
+	Drops       atomic.Uint64
+	DelivPkts   atomic.Uint64
+}
+
+func (e *Emulator) openWAN(cfg *WANConfig) error {
+	server, err := e.openDev(cfg.ServerTun)
+	if err != nil {
+		return err
+	}
+	mec, err := e.openDev(cfg.MECTun)
+	if err != nil {
+		return err
+	}
+	down := &WANDir{Name: "server_to_mec", cfg: cfg, out: e.startWriter(mec, nil), inbox: pkt.NewSPSC(inboxSize)}
+	up := &WANDir{Name: "mec_to_server", cfg: cfg, out: e.startWriter(server, nil), inbox: pkt.NewSPSC(inboxSize)}
+	e.wan = []*WANDir{down, up}
+	e.goReader(server, func(p *pkt.Packet) { down.enqueue(p, e.Now()) })
+	e.goReader(mec, func(p *pkt.Packet) { up.enqueue(p, e.Now()) })
+	return nil
+}
+
+func (w *WANDir) enqueue(p *pkt.Packet, now int64) {
+	w.Pkts.Add(1)
+	w.Bytes.Add(uint64(p.N))
+	p.Born = now
+	if !w.inbox.Push(p) {
+		w.Drops.Add(1)
+		pkt.Put(p)
+	}
+}
+
+// serve runs once per tick: rate, then delay, then hand due packets to the writer.
+func (w *WANDir) serve(now, tick int64) {
+	perTick := w.cfg.RateMbps * 1e6 / 8 * float64(tick) / 1e9
+	delay := int64(w.cfg.DelayMS * 1e6)
+	for p := w.inbox.Pop(); p != nil; p = w.inbox.Pop() {
+		if w.q.Bytes()+p.N > w.cfg.Limit {
+			w.Drops.Add(1)
+			pkt.Put(p)
+			continue
+		}
+		w.q.Push(p)
+	}
+	serveRate(&w.q, &w.credit, perTick, w.cfg.RateMbps == 0, func(p *pkt.Packet) {
+		p.Born = max(p.Born, now-tick) + delay // arrival (or start of service) + delay
+		w.delay.push(p)
+	})
+	if n := w.delay.popDue(now, w.out, nil); n > 0 {
+		w.DelivPkts.Add(uint64(n))
+		w.out.kick()
+	}
+}

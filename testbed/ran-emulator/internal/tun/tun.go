@@ -1,0 +1,153 @@
+// Package tun attaches to TUN devices, also in other network namespaces, and reads and
+// writes packets in batches through Go's poller (one wake-up drains many packets).
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+)
+
+// Device is an open TUN queue.
+type Device struct {
+	Name string
+	f    *os.File
+	rc   syscall.RawConn
+}
+
+// Open attaches to the TUN device name in the network namespace at netnsPath ("" = the
+// caller's). The testbed creates the devices (`ip tuntap add`) so that addresses and
+// routes exist before the emulator starts; a device that does not exist is created here
+// (it then lives as long as the emulator).
+func Open(netnsPath, name string) (*Device, error) {
+	var fd int
+	err := inNetns(netnsPath, func() error {
+		var err error
+		fd, err = attach(name)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tun %s (netns %q): %w", name, netnsPath, err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Device{Name: name, f: f, rc: rc}, nil
+}
+
+func attach(name string) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("TUNSETIFF: %w", err)
+	}
+	return fd, nil
+}
+
+// inNetns runs fn on a thread switched into the namespace at path. If switching back
+// fails the thread stays locked, so the runtime discards it instead of reusing it.
+func inNetns(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer unix.Close(orig)
+	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer unix.Close(target)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns %s: %w", path, err)
+	}
+	fnErr := fn()
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		return errors.Join(fnErr, fmt.Errorf("setns back: %w", err))
+	}
+	runtime.UnlockOSThread()
+	return fnErr
+}
+
+// ReadBatch waits until the device is readable, then reads packets into ps until the
+// device is drained or ps is full. It returns how many it read.
+func (d *Device) ReadBatch(ps []*pkt.Packet) (int, error) {
+	n := 0
+	var rerr error
+	err := d.rc.Read(func(fd uintptr) bool {
+		for n < len(ps) {
+			m, err := unix.Read(int(fd), ps[n].Buf())
+			if err == unix.EAGAIN {
+				return n > 0 // nothing yet: let the poller park us
+			}
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				rerr = err
+				return true
+			}
+			ps[n].N = m
+			n++
+		}
+		return true
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, rerr
+}
+
+// WriteBatch writes every packet; a packet the kernel refuses (e.g. no route) is
+// counted in the returned error count and skipped.
+func (d *Device) WriteBatch(ps []*pkt.Packet) (failed int, err error) {
+	i := 0
+	werr := d.rc.Write(func(fd uintptr) bool {
+		for i < len(ps) {
+			_, err := unix.Write(int(fd), ps[i].Bytes())
+			switch err {
+			case unix.EAGAIN:
+				return false
+			case unix.EINTR:
+				continue
+			case nil:
+			default:
+				failed++
+			}
+			i++
+		}
+		return true
+	})
+	return failed, werr
+}
+
+// Close closes the device.
+func (d *Device) Close() error { return d.f.Close() }
