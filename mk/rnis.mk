@@ -1,0 +1,27 @@
+# rnis-adapter: FlexRAN → RNIS feed (AMQP) and ETSI MEC 012 API (Go), its test source and
+# benchmark consumer. docs/rnis-adapter.md
+RNIS_BINS := build/bin/rnis-adapter build/bin/flexran-source build/bin/rnis-bench-consumer
+RNIS_GO_SRC = $(shell find rnis-adapter services/common/go -name '*.go' -not -name '*_test.go') \
+	$(wildcard rnis-adapter/internal/mec012/spec/*.yaml) go.mod go.sum
+
+BUILD_TARGETS += $(RNIS_BINS)
+TEST_TARGETS += test-rnis
+BENCH_TARGETS += bench-rnis
+
+$(RNIS_BINS): build/bin/%: $(RNIS_GO_SRC)
+	@mkdir -p build/bin
+	nice -n 10 go build -trimpath -o $@ ./rnis-adapter/cmd/$*
+
+.PHONY: test-rnis bench-rnis fuzz-rnis
+test-rnis: python rabbitmq $(RNIS_BINS) ## RNIS adapter: Go unit tests, short fuzz, integration tests on RabbitMQ
+	gofmt -l rnis-adapter | (! grep .) || (echo "gofmt: files above need formatting" && false)
+	go vet ./rnis-adapter/...
+	nice -n 10 go test ./rnis-adapter/...
+	nice -n 10 go test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./rnis-adapter/internal/flexran
+	uv run pytest -q rnis-adapter/tests
+
+fuzz-rnis: ## fuzz the FlexRAN parser for 5 minutes
+	go test -run '^$$' -fuzz FuzzParse -fuzztime 5m ./rnis-adapter/internal/flexran
+
+bench-rnis: python rabbitmq $(RNIS_BINS) ## RNIS benchmark: 64 UEs at 1 kHz → adapter → AMQP consumer (docs/results/rnis)
+	uv run python rnis-adapter/bench/bench_rnis.py --out docs/results/rnis

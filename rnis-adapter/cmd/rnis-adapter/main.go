@@ -1,0 +1,274 @@
+// Command rnis-adapter turns FlexRAN statistics into the RNIS feed (AMQP) and the ETSI MEC 012
+// Radio Network Information API. See docs/rnis-adapter.md.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"mts.invalid/suite/rnis-adapter/internal/config"
+	"mts.invalid/suite/rnis-adapter/internal/feed"
+	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/ipmap"
+	"mts.invalid/suite/rnis-adapter/internal/meas"
+	"mts.invalid/suite/rnis-adapter/internal/mec012"
+	"mts.invalid/suite/rnis-adapter/internal/mp1"
+	"mts.invalid/suite/rnis-adapter/internal/obs"
+	"mts.invalid/suite/rnis-adapter/internal/poller"
+	"mts.invalid/suite/rnis-adapter/internal/service"
+	"mts.invalid/suite/rnis-adapter/internal/state"
+)
+
+const usage = `rnis-adapter: FlexRAN statistics → RNIS feed (AMQP) and ETSI MEC 012 API
+
+Usage:
+  rnis-adapter serve [flags]        poll the RAN, publish, serve /rni/v2 (flags: serve -h)
+  rnis-adapter parse [--ip-map F] FILE
+                                    print the normalized measurements of one FlexRAN JSON
+                                    document (FILE or - for stdin) as a JSON array; exit 2 if
+                                    the document is not usable
+  rnis-adapter env                  print the settings table (Markdown)
+  rnis-adapter version
+
+Every serve flag can be set by its environment variable (RNIS_<FLAG>, e.g. RNIS_POLL_PERIOD).
+`
+
+var version = "0.1.0"
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var code int
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "serve":
+		code = serve(args)
+	case "parse":
+		code = parse(args, os.Stdin, os.Stdout, os.Stderr)
+	case "env":
+		fmt.Print(config.Markdown())
+	case "version", "--version":
+		fmt.Println("rnis-adapter", version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "rnis-adapter: unknown command %q\n\n%s", cmd, usage)
+		code = 2
+	}
+	os.Exit(code)
+}
+
+// parse prints the measurements of one document; exit 2 on an unusable document.
+func parse(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("parse", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mapFile := fs.String("ip-map", "", "JSON file mapping IMSI or <bs_id>/<rnti> to UE IPv4")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: rnis-adapter parse [--ip-map FILE] FILE|-")
+		return 2
+	}
+	var doc []byte
+	var err error
+	if name := fs.Arg(0); name == "-" {
+		doc, err = io.ReadAll(stdin)
+	} else {
+		doc, err = os.ReadFile(name)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rnis-adapter:", err)
+		return 2
+	}
+	var ips meas.Resolver
+	if *mapFile != "" {
+		m, err := ipmap.Load(*mapFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "rnis-adapter: --ip-map:", err)
+			return 2
+		}
+		ips = m
+	}
+	var p flexran.Parser
+	snaps, err := p.Parse(doc)
+	if err != nil {
+		fmt.Fprintf(stderr, "rnis-adapter: %s: %v\n", fs.Arg(0), err)
+		return 2
+	}
+	out := []byte("[")
+	n := 0
+	now := time.Now().UnixNano()
+	for i := range snaps {
+		for _, skip := range snaps[i].Skipped {
+			fmt.Fprintf(stderr, "rnis-adapter: sample %d, bs_id %d, UE entry %d skipped: %s\n", i, skip.BSID, skip.Index, skip.Reason)
+		}
+		for _, m := range meas.Normalize(&snaps[i], now, ips) {
+			if n > 0 {
+				out = append(out, ",\n "...)
+			}
+			out = m.AppendJSON(out)
+			n++
+		}
+	}
+	if n == 0 {
+		fmt.Fprintf(stderr, "rnis-adapter: %s: no UE statistics (mac_stats) in the document\n", fs.Arg(0))
+	}
+	out = append(out, "]\n"...)
+	_, _ = stdout.Write(out)
+	return 0
+}
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg, err := config.Load(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "rnis-adapter:", err)
+		return 2
+	}
+	log := newLogger(cfg.LogLevel, cfg.LogFormat)
+	if err := run(cfg, log); err != nil {
+		log.Error("rnis-adapter stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func run(cfg *config.Config, log *slog.Logger) error {
+	pcfg := poller.Config{BaseURL: strings.TrimSuffix(cfg.FlexRANURL, "/"), Path: cfg.FlexRANPath, Split: cfg.Split,
+		Period: cfg.PollPeriod, Timeout: cfg.PollTimeout, ConfigPeriod: cfg.ConfigPeriod, ReportSF: cfg.ReportSF}
+	if err := pcfg.Validate(); err != nil {
+		return err
+	}
+	var ips meas.Resolver
+	var ipm *ipmap.Map
+	if cfg.IPMapFile != "" {
+		m, err := ipmap.Load(cfg.IPMapFile)
+		if err != nil {
+			return err
+		}
+		ips, ipm = m, m
+	}
+	tokens, err := apiTokens(cfg, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	health := obs.NewHealth()
+	metrics := obs.NewMetrics(health)
+	health.Set("ran_source", false, "not polled yet", true)
+	health.Set("broker", false, "not connected yet", true)
+	tracker := state.New(cfg.DetachAfter)
+	pub := feed.New(feed.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, MaxInFlight: cfg.MaxInFlight}, metrics, log)
+	api := mec012.New(mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, Tokens: tokens},
+		tracker, metrics, log)
+	pipeline := &service.Pipeline{IPs: ips, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics}
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", health)
+	mux.Handle("GET /metrics", metrics.Handler())
+	api.Routes(mux)
+	addr := net.JoinHostPort(cfg.HTTPHost, strconv.Itoa(cfg.HTTPPort))
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.Info("rnis-adapter started", "version", version, "listen", listener.Addr().String(), "flexran", pcfg.BaseURL+pcfg.Path,
+		"poll_period", cfg.PollPeriod.String(), "exchange", cfg.Exchange)
+
+	var wg sync.WaitGroup
+	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	start(func() { pub.Run(ctx) })
+	start(func() { api.Run(ctx) })
+	start(func() {
+		poller.New(pcfg, metrics, log).Run(ctx, func(s *flexran.Snapshot, t time.Time) {
+			if ipm != nil {
+				_ = ipm.Reload() // cheap stat; a bad edit keeps the last good mapping
+			}
+			pipeline.Handle(s, t)
+		})
+	})
+	if cfg.PlatformURL != "" {
+		reg := mp1.New(mp1.Config{PlatformURL: cfg.PlatformURL, AppInstanceID: cfg.AppInstanceID,
+			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, PublicURL: cfg.PublicURL,
+			AMQPURL: cfg.AMQPURL, Exchange: cfg.Exchange}, health, log)
+		mux.Handle("POST "+reg.CallbackPath(), reg.Handler(stop))
+		start(func() { reg.Run(ctx) })
+	}
+	start(func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+	})
+	if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		stop()
+		wg.Wait()
+		return err
+	}
+	wg.Wait()
+	log.Info("rnis-adapter stopped")
+	return nil
+}
+
+// apiTokens: the configured tokens; with none and no platform, a generated one (never open).
+func apiTokens(cfg *config.Config, log *slog.Logger) ([]string, error) {
+	if len(cfg.APITokens) > 0 {
+		return cfg.APITokens, nil
+	}
+	path := filepath.Join(cfg.StateDir, "rnis-adapter.token")
+	if raw, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(raw))) > 0 {
+		return []string{strings.TrimSpace(string(raw))}, nil
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 32)
+	_, _ = rand.Read(buf)
+	token := base64.RawURLEncoding.EncodeToString(buf)
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	log.Warn("no API token configured; generated one", "token_file", path)
+	return []string{token}, nil
+}
+
+func newLogger(level, format string) *slog.Logger {
+	var l slog.Level
+	switch strings.ToUpper(level) {
+	case "DEBUG":
+		l = slog.LevelDebug
+	case "WARNING", "WARN":
+		l = slog.LevelWarn
+	case "ERROR":
+		l = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

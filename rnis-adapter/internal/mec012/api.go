@@ -1,0 +1,467 @@
+// Package mec012 serves the ETSI GS MEC 012 Radio Network Information API (v2) from the
+// adapter's latest measurements: queries (layer2_meas, rab_info, plmn_info), subscriptions
+// with HTTP POST notifications, and the extension /queries/ext/ran_meas with the raw values
+// MEC 012 has no field for. Errors are ProblemDetails.
+package mec012
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"mts.invalid/suite/rnis-adapter/internal/meas"
+	"mts.invalid/suite/rnis-adapter/internal/obs"
+	"mts.invalid/suite/rnis-adapter/internal/state"
+)
+
+// Base is the API's base path.
+const Base = "/rni/v2"
+
+// Config of the API.
+type Config struct {
+	PublicURL     string // base URL clients use; links are built from it
+	NotifyTimeout time.Duration
+	Tokens        []string
+}
+
+// Verifier accepts a bearer token. Static tokens implement it; platform-issued JWTs (MEC 011
+// OAuth2, verified against the platform's JWKS) can be added as another Verifier.
+type Verifier interface {
+	Verify(token string) bool
+}
+
+// StaticTokens accepts one of a fixed set of tokens (compared in constant time).
+type StaticTokens []string
+
+// Verify implements Verifier.
+func (s StaticTokens) Verify(token string) bool {
+	ok := 0
+	for _, t := range s {
+		ok |= subtle.ConstantTimeCompare([]byte(t), []byte(token))
+	}
+	return ok == 1 && token != ""
+}
+
+// Server is the MEC 012 API and the notifier of its subscriptions.
+type Server struct {
+	cfg      Config
+	auth     []Verifier
+	tracker  *state.Tracker
+	metrics  *obs.Metrics
+	log      *slog.Logger
+	subs     *store
+	notifier *notifier
+}
+
+// New returns the API; Routes mounts it and Run delivers notifications.
+func New(cfg Config, tracker *state.Tracker, metrics *obs.Metrics, log *slog.Logger) *Server {
+	if cfg.NotifyTimeout <= 0 {
+		cfg.NotifyTimeout = 2 * time.Second
+	}
+	s := &Server{cfg: cfg, auth: []Verifier{StaticTokens(cfg.Tokens)}, tracker: tracker, metrics: metrics, log: log,
+		subs: newStore(cfg.PublicURL + Base + "/subscriptions/")}
+	s.notifier = newNotifier(s.subs, cfg.NotifyTimeout, metrics, log)
+	return s
+}
+
+// Routes mounts the API, the OpenAPI document and /docs.
+func (s *Server) Routes(mux *http.ServeMux) {
+	doc, err := OpenAPI(s.cfg.PublicURL)
+	if err != nil {
+		panic(err) // the embedded spec is part of the binary; tests load it
+	}
+	if err := docsRoutes(mux, doc); err != nil {
+		panic(err)
+	}
+	routes := map[string]http.HandlerFunc{
+		"GET /queries/layer2_meas":               s.layer2Meas,
+		"GET /queries/rab_info":                  s.rabInfo,
+		"GET /queries/plmn_info":                 s.plmnInfo,
+		"GET /queries/ext/ran_meas":              s.extRanMeas,
+		"GET /subscriptions":                     s.listSubscriptions,
+		"POST /subscriptions":                    s.createSubscription,
+		"GET /subscriptions/{subscriptionId}":    s.getSubscription,
+		"PUT /subscriptions/{subscriptionId}":    s.putSubscription,
+		"DELETE /subscriptions/{subscriptionId}": s.deleteSubscription,
+	}
+	for pattern, h := range routes {
+		method, path, _ := strings.Cut(pattern, " ")
+		mux.Handle(method+" "+Base+path, s.authorized(h))
+	}
+	mux.Handle(Base+"/", s.authorized(func(w http.ResponseWriter, r *http.Request) {
+		problem(w, r, http.StatusNotFound, "no such resource in the RNI API: "+r.URL.Path)
+	}))
+}
+
+// Run delivers notifications and expires subscriptions until ctx ends.
+func (s *Server) Run(ctx context.Context) { s.notifier.run(ctx) }
+
+// Events implements service.EventSink.
+func (s *Server) Events(events []state.Event) { s.notifier.enqueue(events) }
+
+func (s *Server) authorized(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !s.verify(strings.TrimSpace(token)) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="rni"`)
+			problem(w, r, http.StatusUnauthorized, "a valid bearer token is required")
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (s *Server) verify(token string) bool {
+	for _, v := range s.auth {
+		if v.Verify(token) {
+			return true
+		}
+	}
+	return false
+}
+
+// problem answers with an ETSI ProblemDetails body.
+func problem(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status),
+		"status": status, "detail": detail, "instance": r.URL.Path})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// TimeStamp is MEC 012's time stamp.
+type TimeStamp struct {
+	Seconds     int64 `json:"seconds"`
+	NanoSeconds int64 `json:"nanoSeconds"`
+}
+
+func stamp(ns int64) TimeStamp { return TimeStamp{ns / 1e9, ns % 1e9} }
+
+func now() TimeStamp { return stamp(time.Now().UnixNano()) }
+
+// Plmn and Ecgi as MEC 012 defines them.
+type Plmn struct {
+	MCC string `json:"mcc"`
+	MNC string `json:"mnc"`
+}
+
+// Ecgi is the E-UTRAN cell global id.
+type Ecgi struct {
+	Plmn   Plmn   `json:"plmn"`
+	CellID string `json:"cellId"`
+}
+
+func ecgiOf(m *meas.Measurement) Ecgi {
+	return Ecgi{Plmn: Plmn{MCC: m.ECGI.MCC, MNC: m.ECGI.MNC}, CellID: m.ECGI.CellID}
+}
+
+// AssociateID identifies a UE: type 1 = UE IPv4 address.
+type AssociateID struct {
+	Type  int    `json:"type"`
+	Value string `json:"value"`
+}
+
+func associate(m *meas.Measurement) []AssociateID {
+	if !m.IPv4.IsValid() {
+		return nil
+	}
+	return []AssociateID{{Type: 1, Value: m.IPv4.String()}}
+}
+
+// filter is the common query filters: cell_id (E-UTRAN cell id as in the Ecgi, or the
+// feed's <bs_id>-<phyCellId>) and ue_ipv4_address, both comma-separated lists.
+type filter struct {
+	cells, ips, imsis []string
+	noMatch           bool // a filter on something this RNIS never has (IPv6, NAT, GTP TEID)
+}
+
+func parseFilter(r *http.Request, allowed ...string) (filter, error) {
+	var f filter
+	q := r.URL.Query()
+	for key := range q {
+		if !contains(allowed, key) {
+			return f, fmt.Errorf("unknown query parameter %q", key)
+		}
+	}
+	f.cells = splitList(q["cell_id"])
+	f.ips = splitList(q["ue_ipv4_address"])
+	f.imsis = splitList(q["imsi"])
+	for _, ip := range f.ips {
+		if a, err := netip.ParseAddr(ip); err != nil || !a.Is4() {
+			return f, fmt.Errorf("ue_ipv4_address %q is not an IPv4 address", ip)
+		}
+	}
+	for _, key := range []string{"ue_ipv6_address", "nated_ip_address", "gtp_teid"} {
+		if q.Has(key) {
+			f.noMatch = true
+		}
+	}
+	return f, nil
+}
+
+func splitList(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				out = append(out, item)
+			}
+		}
+	}
+	return out
+}
+
+func (f filter) cellMatch(m *meas.Measurement) bool {
+	if len(f.cells) == 0 {
+		return true
+	}
+	for _, c := range f.cells {
+		if strings.EqualFold(c, m.ECGI.CellID) || c == m.Cell {
+			return true
+		}
+	}
+	return false
+}
+
+func (f filter) ueMatch(m *meas.Measurement) bool {
+	if f.noMatch {
+		return false
+	}
+	if len(f.ips) > 0 && (!m.IPv4.IsValid() || !contains(f.ips, m.IPv4.String())) {
+		return false
+	}
+	return len(f.imsis) == 0 || contains(f.imsis, m.IMSI)
+}
+
+func (s *Server) matching(f filter) []meas.Measurement {
+	var out []meas.Measurement
+	for _, m := range s.tracker.Latest() {
+		if f.cellMatch(&m) && f.ueMatch(&m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+var layer2Params = []string{"app_ins_id", "cell_id", "ue_ipv4_address", "ue_ipv6_address", "nated_ip_address", "gtp_teid",
+	"dl_gbr_prb_usage_cell", "ul_gbr_prb_usage_cell", "dl_nongbr_prb_usage_cell", "ul_nongbr_prb_usage_cell",
+	"dl_total_prb_usage_cell", "ul_total_prb_usage_cell", "received_dedicated_preambles_cell",
+	"received_randomly_selected_preambles_low_range_cell", "received_randomly_selected_preambles_high_range_cell",
+	"number_of_active_ue_dl_gbr_cell", "number_of_active_ue_ul_gbr_cell", "number_of_active_ue_dl_nongbr_cell",
+	"number_of_active_ue_ul_nongbr_cell", "dl_gbr_pdr_cell", "ul_gbr_pdr_cell", "dl_nongbr_pdr_cell", "ul_nongbr_pdr_cell",
+	"dl_gbr_delay_ue", "ul_gbr_delay_ue", "dl_nongbr_delay_ue", "ul_nongbr_delay_ue", "dl_gbr_pdr_ue", "ul_gbr_pdr_ue",
+	"dl_nongbr_pdr_ue", "ul_nongbr_pdr_ue", "dl_gbr_throughput_ue", "ul_gbr_throughput_ue", "dl_nongbr_throughput_ue",
+	"ul_nongbr_throughput_ue", "dl_gbr_data_volume_ue", "ul_gbr_data_volume_ue", "dl_nongbr_data_volume_ue",
+	"ul_nongbr_data_volume_ue"}
+
+// layer2Meas maps FlexRAN values into the fields of L2Meas where they fit (docs/rnis-adapter.md):
+// cell PRB usage = ΣprbDl / dlBandwidth, active UEs = UEs with bytes queued, UE throughput =
+// tbsDl × 8 bit per 1 ms TTI (kbit/s), UE delay = RLC head-of-line delay (ms). Every bearer
+// is counted as non-GBR: FlexRAN does not tell GBR bearers apart reliably.
+func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(r, layer2Params...)
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	type cellAcc struct {
+		info   map[string]any
+		active int
+	}
+	cells := map[string]*cellAcc{}
+	var order []string
+	ueInfo := []map[string]any{}
+	for _, m := range s.tracker.Latest() {
+		if !f.cellMatch(&m) {
+			continue
+		}
+		c := cells[m.Cell]
+		if c == nil {
+			c = &cellAcc{info: map[string]any{"ecgi": ecgiOf(&m)}}
+			if m.HasPRBUsage() {
+				c.info["dl_total_prb_usage_cell"] = min(100, int(m.CellPRBUsage*100+0.5))
+				c.info["dl_nongbr_prb_usage_cell"] = c.info["dl_total_prb_usage_cell"]
+			}
+			cells[m.Cell] = c
+			order = append(order, m.Cell)
+		}
+		if m.RLCQueue.Set && m.RLCQueue.V > 0 {
+			c.active++
+		}
+		if !f.ueMatch(&m) || !m.IPv4.IsValid() {
+			continue // CellUEInfo requires an associateId: a UE without a known address has none
+		}
+		ue := map[string]any{"ecgi": ecgiOf(&m), "associateId": associate(&m)[0]}
+		if m.DLTBS.Set {
+			ue["dl_nongbr_throughput_ue"] = m.DLTBS.V * 8 * 1000 / meas.TTIMicros
+		}
+		if m.RLCHOL.Set {
+			ue["dl_nongbr_delay_ue"] = m.RLCHOL.V
+		}
+		ueInfo = append(ueInfo, ue)
+	}
+	cellInfo := []map[string]any{}
+	for _, key := range order {
+		c := cells[key]
+		c.info["number_of_active_ue_dl_nongbr_cell"] = c.active
+		cellInfo = append(cellInfo, c.info)
+	}
+	if f.noMatch || len(f.ips) > 0 {
+		cellInfo = []map[string]any{} // a UE-level query: cell figures were not asked for
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cellInfo": cellInfo, "cellUEInfo": ueInfo, "timeStamp": now()})
+}
+
+var rabParams = []string{"app_ins_id", "cell_id", "ue_ipv4_address", "ue_ipv6_address", "nated_ip_address", "gtp_teid",
+	"erab_id", "qci", "erab_mbr_dl", "erab_mbr_ul", "erab_gbr_dl", "erab_gbr_ul"}
+
+// rabInfo lists the E-RABs of the UEs, per cell.
+func (s *Server) rabInfo(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(r, rabParams...)
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	q := r.URL.Query()
+	erabID, err1 := optionalInt(q.Get("erab_id"))
+	qci, err2 := optionalInt(q.Get("qci"))
+	if err1 != nil || err2 != nil {
+		problem(w, r, http.StatusBadRequest, "erab_id and qci must be integers")
+		return
+	}
+	type cellUsers struct {
+		Ecgi   Ecgi             `json:"ecgi"`
+		UEInfo []map[string]any `json:"ueInfo"`
+	}
+	var cells []*cellUsers
+	index := map[string]*cellUsers{}
+	for _, m := range s.matching(f) {
+		var erabs []map[string]any
+		for _, e := range m.ERABs {
+			if (erabID >= 0 && e.ID != erabID) || (qci >= 0 && (!e.QCI.Set || e.QCI.V != qci)) {
+				continue
+			}
+			erab := map[string]any{"erabId": e.ID}
+			if e.QCI.Set {
+				erab["erabQosParameters"] = map[string]any{"qci": e.QCI.V}
+			}
+			erabs = append(erabs, erab)
+		}
+		if len(erabs) == 0 {
+			continue
+		}
+		c := index[m.Cell]
+		if c == nil {
+			c = &cellUsers{Ecgi: ecgiOf(&m)}
+			index[m.Cell] = c
+			cells = append(cells, c)
+		}
+		ue := map[string]any{"erabInfo": erabs}
+		if a := associate(&m); a != nil {
+			ue["associateId"] = a
+		}
+		c.UEInfo = append(c.UEInfo, ue)
+	}
+	if cells == nil {
+		cells = []*cellUsers{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"appInstanceId": appInstance(q.Get("app_ins_id")),
+		"requestId": newID(), "cellUserInfo": cells, "timeStamp": now()})
+}
+
+// plmnInfo returns, for each application instance asked about, the PLMNs of the cells.
+func (s *Server) plmnInfo(w http.ResponseWriter, r *http.Request) {
+	if _, err := parseFilter(r, "app_ins_id"); err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	apps := splitList(r.URL.Query()["app_ins_id"])
+	if len(apps) == 0 {
+		problem(w, r, http.StatusBadRequest, "app_ins_id is required (comma-separated list)")
+		return
+	}
+	var plmns []Plmn
+	for _, m := range s.tracker.Latest() {
+		p := Plmn{MCC: m.ECGI.MCC, MNC: m.ECGI.MNC}
+		if p.MCC != "" && !containsPlmn(plmns, p) {
+			plmns = append(plmns, p)
+		}
+	}
+	if len(plmns) == 0 {
+		problem(w, r, http.StatusNotFound, "no cell with a known PLMN is reported by the RAN")
+		return
+	}
+	out := make([]map[string]any, 0, len(apps))
+	for _, app := range apps {
+		out = append(out, map[string]any{"appInstanceId": app, "plmn": plmns, "timeStamp": now()})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// extRanMeas is the extension: the latest feed measurement of every matching UE.
+func (s *Server) extRanMeas(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(r, "cell_id", "ue_ipv4_address", "imsi")
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	ts, _ := json.Marshal(now())
+	b := append([]byte(`{"timeStamp":`), ts...)
+	b = append(b, `,"ueMeas":[`...)
+	for i, m := range s.matching(f) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = m.AppendJSON(b)
+	}
+	b = append(b, "]}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+func optionalInt(s string) (int64, error) {
+	if s == "" {
+		return -1, nil
+	}
+	var n int64
+	_, err := fmt.Sscanf(s, "%d", &n)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad integer")
+	}
+	return n, nil
+}
+
+func containsPlmn(list []Plmn, p Plmn) bool {
+	for _, e := range list {
+		if e == p {
+			return true
+		}
+	}
+	return false
+}
+
+func appInstance(id string) string {
+	if id == "" {
+		return "unknown"
+	}
+	return id
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

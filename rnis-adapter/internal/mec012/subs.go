@@ -1,0 +1,501 @@
+package mec012
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"mts.invalid/suite/rnis-adapter/internal/meas"
+	"mts.invalid/suite/rnis-adapter/internal/obs"
+	"mts.invalid/suite/rnis-adapter/internal/state"
+)
+
+// The subscription types this RNIS serves, with their filter attribute and event kind.
+var subscriptionTypes = map[string]struct {
+	filter, query string
+	kind          state.Kind
+}{
+	"CellChangeSubscription": {"filterCriteriaAssocHo", "cell_change", state.CellChange},
+	"RabEstSubscription":     {"filterCriteriaQci", "rab_est", state.RabEst},
+	"RabRelSubscription":     {"filterCriteriaQci", "rab_rel", state.RabRel},
+	"MeasRepUeSubscription":  {"filterCriteriaAssocTri", "meas_rep_ue", state.MeasRep},
+}
+
+// subscription is one subscription: the body as the client sent it (returned as is, plus
+// _links) and the parsed parts the notifier needs.
+type subscription struct {
+	ID       string
+	Type     string
+	Callback string
+	Body     map[string]any
+	Expiry   *TimeStamp
+	f        subFilter
+}
+
+type subFilter struct {
+	ips, cells []string
+	hoStatus   []int64
+	qci, erab  int64 // -1: any
+	triggers   []int64
+}
+
+type store struct {
+	base string // <public URL>/rni/v2/subscriptions/
+	mu   sync.RWMutex
+	subs map[string]*subscription
+}
+
+func newStore(base string) *store { return &store{base: base, subs: map[string]*subscription{}} }
+
+func (st *store) href(id string) string { return st.base + id }
+
+// parseSubscription validates a request body. Errors are for the client (400).
+func parseSubscription(raw []byte) (*subscription, error) {
+	var body map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&body); err != nil {
+		return nil, fmt.Errorf("body is not a JSON object: %v", err)
+	}
+	typ, _ := body["subscriptionType"].(string)
+	spec, ok := subscriptionTypes[typ]
+	if !ok {
+		return nil, fmt.Errorf("subscriptionType %q is not supported; supported: CellChangeSubscription, "+
+			"RabEstSubscription, RabRelSubscription, MeasRepUeSubscription", typ)
+	}
+	cb, _ := body["callbackReference"].(string)
+	if u, err := url.Parse(cb); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("callbackReference must be an absolute http or https URI")
+	}
+	if _, ok := body["websockNotifConfig"]; ok {
+		return nil, errors.New("websockNotifConfig is not supported: notifications are HTTP POSTs to callbackReference")
+	}
+	s := &subscription{Type: typ, Callback: cb, Body: body}
+	raw2, ok := body[spec.filter].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is required for %s", spec.filter, typ)
+	}
+	var err error
+	if s.f, err = parseFilterCriteria(typ, raw2); err != nil {
+		return nil, fmt.Errorf("%s: %w", spec.filter, err)
+	}
+	if typ == "CellChangeSubscription" && len(s.f.hoStatus) == 0 {
+		raw2["hoStatus"] = []any{3} // MEC 012: COMPLETED when absent, and included in the response
+		s.f.hoStatus = []int64{3}
+	}
+	if e, ok := body["expiryDeadline"]; ok {
+		ts, err := parseTimeStamp(e)
+		if err != nil {
+			return nil, fmt.Errorf("expiryDeadline: %w", err)
+		}
+		if time.Unix(ts.Seconds, ts.NanoSeconds).Before(time.Now()) {
+			return nil, errors.New("expiryDeadline is in the past")
+		}
+		body["expiryDeadline"] = ts
+		s.Expiry = &ts
+	}
+	delete(body, "_links")
+	return s, nil
+}
+
+func parseFilterCriteria(typ string, f map[string]any) (subFilter, error) {
+	out := subFilter{qci: -1, erab: -1}
+	for _, a := range list(f["associateId"]) {
+		m, _ := a.(map[string]any)
+		if num(m["type"]) != 1 {
+			return out, errors.New("associateId: only type 1 (UE IPv4 address) is supported")
+		}
+		v, _ := m["value"].(string)
+		out.ips = append(out.ips, v)
+	}
+	for _, e := range list(f["ecgi"]) {
+		m, _ := e.(map[string]any)
+		c, _ := m["cellId"].(string)
+		if c == "" {
+			return out, errors.New("ecgi: cellId is required")
+		}
+		out.cells = append(out.cells, c)
+	}
+	for _, h := range list(f["hoStatus"]) {
+		out.hoStatus = append(out.hoStatus, num(h))
+	}
+	for _, t := range list(f["trigger"]) {
+		out.triggers = append(out.triggers, num(t))
+	}
+	if typ == "RabEstSubscription" || typ == "RabRelSubscription" {
+		if out.qci = num(f["qci"]); out.qci < 0 {
+			return out, errors.New("qci is required")
+		}
+	}
+	if typ == "RabRelSubscription" {
+		if out.erab = num(f["erabId"]); out.erab < 0 {
+			return out, errors.New("erabId is required")
+		}
+	}
+	return out, nil
+}
+
+func list(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// num reads a JSON number (UseNumber) as an integer; -1 if it is none.
+func num(v any) int64 {
+	n, ok := v.(json.Number)
+	if !ok {
+		return -1
+	}
+	i, err := n.Int64()
+	if err != nil {
+		return -1
+	}
+	return i
+}
+
+func parseTimeStamp(v any) (TimeStamp, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return TimeStamp{}, errors.New("want {seconds, nanoSeconds}")
+	}
+	ns := m["nanoSeconds"]
+	if ns == nil {
+		ns = m["nanoseconds"] // the spec's own examples spell it so
+	}
+	sec, nsec := num(m["seconds"]), num(ns)
+	if sec < 0 || nsec < 0 || nsec >= 1e9 {
+		return TimeStamp{}, errors.New("want non-negative integer seconds and nanoSeconds < 1e9")
+	}
+	return TimeStamp{sec, nsec}, nil
+}
+
+// view is the subscription as the API returns it.
+func (st *store) view(s *subscription) map[string]any {
+	out := make(map[string]any, len(s.Body)+1)
+	for k, v := range s.Body {
+		out[k] = v
+	}
+	out["_links"] = map[string]any{"self": map[string]any{"href": st.href(s.ID)}}
+	return out
+}
+
+func (st *store) add(s *subscription) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s.ID = newID()
+	st.subs[s.ID] = s
+}
+
+func (st *store) get(id string) (*subscription, bool) {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	s, ok := st.subs[id]
+	return s, ok
+}
+
+func (st *store) replace(id string, s *subscription) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, ok := st.subs[id]; !ok {
+		return false
+	}
+	s.ID = id
+	st.subs[id] = s
+	return true
+}
+
+func (st *store) remove(id string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, ok := st.subs[id]
+	delete(st.subs, id)
+	return ok
+}
+
+func (st *store) all() []*subscription {
+	st.mu.RLock()
+	out := make([]*subscription, 0, len(st.subs))
+	for _, s := range st.subs {
+		out = append(out, s)
+	}
+	st.mu.RUnlock()
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}
+
+// expired removes and returns the subscriptions whose deadline has passed.
+func (st *store) expired(t time.Time) []*subscription {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []*subscription
+	for id, s := range st.subs {
+		if s.Expiry != nil && !time.Unix(s.Expiry.Seconds, s.Expiry.NanoSeconds).After(t) {
+			out = append(out, s)
+			delete(st.subs, id)
+		}
+	}
+	return out
+}
+
+func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for key := range q {
+		if key != "subscription_type" {
+			problem(w, r, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q", key))
+			return
+		}
+	}
+	want := q.Get("subscription_type")
+	links := []map[string]any{}
+	for _, sub := range s.subs.all() {
+		if want == "" || subscriptionTypes[sub.Type].query == want {
+			links = append(links, map[string]any{"href": s.subs.href(sub.ID), "subscriptionType": sub.Type})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"_links": map[string]any{
+		"self": map[string]any{"href": s.cfg.PublicURL + Base + "/subscriptions"}, "subscription": links}})
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		problem(w, r, http.StatusUnsupportedMediaType, "the body must be application/json")
+		return nil, false
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, "cannot read the body: "+err.Error())
+		return nil, false
+	}
+	return raw, true
+}
+
+func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
+	raw, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	sub, err := parseSubscription(raw)
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.subs.add(sub)
+	s.log.Info("subscription created", "id", sub.ID, "type", sub.Type, "callback", sub.Callback)
+	w.Header().Set("Location", s.subs.href(sub.ID))
+	writeJSON(w, http.StatusCreated, s.subs.view(sub))
+}
+
+func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
+	sub, ok := s.subs.get(r.PathValue("subscriptionId"))
+	if !ok {
+		problem(w, r, http.StatusNotFound, "no subscription "+r.PathValue("subscriptionId"))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.subs.view(sub))
+}
+
+func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("subscriptionId")
+	old, ok := s.subs.get(id)
+	if !ok {
+		problem(w, r, http.StatusNotFound, "no subscription "+id)
+		return
+	}
+	raw, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	sub, err := parseSubscription(raw)
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if sub.Type != old.Type {
+		problem(w, r, http.StatusUnprocessableEntity, "subscriptionType cannot change ("+old.Type+")")
+		return
+	}
+	if !s.subs.replace(id, sub) {
+		problem(w, r, http.StatusNotFound, "no subscription "+id)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.subs.view(sub))
+}
+
+func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request) {
+	if !s.subs.remove(r.PathValue("subscriptionId")) {
+		problem(w, r, http.StatusNotFound, "no subscription "+r.PathValue("subscriptionId"))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// notifier matches events to subscriptions and POSTs the notifications, in order, from one
+// goroutine; a full queue drops events (counted) rather than slow the poller down.
+type notifier struct {
+	subs    *store
+	client  *http.Client
+	metrics *obs.Metrics
+	log     *slog.Logger
+	queue   chan state.Event
+}
+
+func newNotifier(subs *store, timeout time.Duration, metrics *obs.Metrics, log *slog.Logger) *notifier {
+	return &notifier{subs: subs, client: &http.Client{Timeout: timeout}, metrics: metrics, log: log,
+		queue: make(chan state.Event, 4096)}
+}
+
+func (n *notifier) enqueue(events []state.Event) {
+	for _, e := range events {
+		select {
+		case n.queue <- e:
+		default:
+			n.metrics.Notified(string(e.Kind), false)
+		}
+	}
+}
+
+func (n *notifier) run(ctx context.Context) {
+	ticker := time.NewTicker(200 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-n.queue:
+			for _, sub := range n.subs.all() {
+				if body := notification(sub, &e); body != nil {
+					n.post(ctx, sub, body)
+				}
+			}
+		case t := <-ticker.C:
+			for _, sub := range n.subs.expired(t) {
+				n.post(ctx, sub, map[string]any{"notificationType": "ExpiryNotification",
+					"_links": map[string]any{"self": n.subs.href(sub.ID)}, "expiryDeadline": sub.Expiry,
+					"timeStamp": stamp(t.UnixNano())})
+			}
+		}
+	}
+}
+
+func (n *notifier) post(ctx context.Context, sub *subscription, body map[string]any) {
+	raw, _ := json.Marshal(body)
+	kind := body["notificationType"].(string)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Callback, bytes.NewReader(raw))
+	if err != nil {
+		n.metrics.Notified(kind, false)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.client.Do(req)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+	}
+	n.metrics.Notified(kind, err == nil)
+	if err != nil {
+		n.log.Warn("notification not delivered", "subscription", sub.ID, "type", kind, "err", err)
+	}
+}
+
+// notification builds the notification of an event for a subscription, or nil if the
+// subscription does not want it.
+func notification(sub *subscription, e *state.Event) map[string]any {
+	spec := subscriptionTypes[sub.Type]
+	if spec.kind != e.Kind {
+		return nil
+	}
+	m, f := &e.UE, sub.f
+	if len(f.ips) > 0 && (!m.IPv4.IsValid() || !contains(f.ips, m.IPv4.String())) {
+		return nil
+	}
+	inCells := func(ms ...*meas.Measurement) bool {
+		if len(f.cells) == 0 {
+			return true
+		}
+		for _, x := range ms {
+			for _, c := range f.cells {
+				if x != nil && strings.EqualFold(c, x.ECGI.CellID) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	out := map[string]any{"timeStamp": stamp(e.TimeNs)}
+	if a := associate(m); a != nil {
+		out["associateId"] = a
+	}
+	switch e.Kind {
+	case state.CellChange:
+		if !inCells(m, e.Previous) || !containsInt(f.hoStatus, 3) {
+			return nil
+		}
+		out["notificationType"] = "CellChangeNotification"
+		out["srcEcgi"] = ecgiOf(e.Previous)
+		out["trgEcgi"] = []Ecgi{ecgiOf(m)}
+		out["hoStatus"] = 3 // COMPLETED: FlexRAN statistics show handovers only once done
+	case state.RabEst, state.RabRel:
+		if !inCells(m) || !e.ERAB.QCI.Set || e.ERAB.QCI.V != f.qci || (f.erab >= 0 && e.ERAB.ID != f.erab) {
+			return nil
+		}
+		out["ecgi"] = ecgiOf(m)
+		if e.Kind == state.RabEst {
+			out["notificationType"] = "RabEstNotification"
+			out["erabId"] = e.ERAB.ID
+			out["erabQosParameters"] = map[string]any{"qci": e.ERAB.QCI.V}
+		} else {
+			out["notificationType"] = "RabRelNotification"
+			out["erabReleaseInfo"] = map[string]any{"erabId": e.ERAB.ID}
+		}
+	case state.MeasRep:
+		const notAvailable = 0 // FlexRAN does not say which event triggered the report
+		if !inCells(m) || (len(f.triggers) > 0 && !containsInt(f.triggers, notAvailable)) {
+			return nil
+		}
+		out["notificationType"] = "MeasRepUeNotification"
+		out["ecgi"] = ecgiOf(m)
+		out["rsrp"] = rsrpIndex(m.RRC.RSRP.V)
+		out["rsrq"] = rsrqIndex(m.RRC.RSRQ.V)
+		out["trigger"] = notAvailable
+		var neigh []map[string]any
+		for _, nb := range m.RRC.Neighbours {
+			if nb.RSRP.Set && nb.RSRQ.Set {
+				neigh = append(neigh, map[string]any{"rsrp": rsrpIndex(nb.RSRP.V), "rsrq": rsrqIndex(nb.RSRQ.V)})
+			}
+		}
+		if neigh != nil {
+			out["eutranNeighbourCellMeasInfo"] = neigh
+		}
+	default:
+		return nil
+	}
+	return out
+}
+
+// rsrpIndex maps RSRP in dBm to the reported value of TS 36.133 (0: < -140 dBm ... 97: >= -44).
+func rsrpIndex(dBm int64) int64 { return max(0, min(97, dBm+141)) }
+
+// rsrqIndex maps RSRQ in dB to the reported value of TS 36.133 (0: < -19.5 dB ... 34: >= -3).
+func rsrqIndex(dB int64) int64 { return max(0, min(34, 2*(dB+20))) }
+
+func containsInt(list []int64, v int64) bool {
+	for _, e := range list {
+		if e == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,301 @@
+// Package mp1 registers the RNIS on the MEC platform over Mp1 (ETSI GS MEC 011 v2):
+// confirm ready, register the service once per transport (REST_HTTP = MEC 012,
+// MB_TOPIC_BASED = the AMQP feed), subscribe to the app's termination; on shutdown or on the
+// platform's termination notification: deregister, unsubscribe, confirm termination. The
+// platform is retried with capped exponential backoff while unreachable ("platform" in
+// /healthz). It mirrors mec_common.mp1.MecAppRegistration for this Go service.
+package mp1
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"mts.invalid/suite/rnis-adapter/internal/obs"
+)
+
+const (
+	serviceMgmt = "/mec_service_mgmt/v1"
+	appSupport  = "/mec_app_support/v1"
+	// SerName is the name consumers discover the RNIS by.
+	SerName = "rnis"
+)
+
+// Config of the registration.
+type Config struct {
+	PlatformURL, AppInstanceID, ClientID, ClientSecret string
+	PublicURL                                          string // this adapter's base URL
+	AMQPURL, Exchange                                  string
+}
+
+// Registration is the app's life on the platform.
+type Registration struct {
+	cfg    Config
+	health *obs.Health
+	log    *slog.Logger
+	client *http.Client
+	secret string // path element of the termination callback: only the platform knows it
+
+	mu           sync.Mutex
+	token        string
+	tokenExpiry  time.Time
+	registered   []string // serInstanceIds
+	subscription string
+	done         bool
+}
+
+// New returns a registration; Run performs it.
+func New(cfg Config, health *obs.Health, log *slog.Logger) *Registration {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	cfg.PlatformURL = strings.TrimSuffix(cfg.PlatformURL, "/")
+	return &Registration{cfg: cfg, health: health, log: log, client: &http.Client{Timeout: 5 * time.Second},
+		secret: hex.EncodeToString(b)}
+}
+
+// CallbackPath is where the platform delivers the AppTerminationNotification.
+func (r *Registration) CallbackPath() string { return "/mec/notifications/app_termination/" + r.secret }
+
+// Handler serves the termination notification: it cleans up, then calls terminate.
+func (r *Registration) Handler(terminate func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		var body struct {
+			OperationAction string `json:"operationAction"`
+		}
+		if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&body); err != nil ||
+			(body.OperationAction != "STOPPING" && body.OperationAction != "TERMINATING") {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"title":"Bad Request","status":400,"detail":"operationAction must be STOPPING or TERMINATING"}`))
+			return
+		}
+		r.log.Info("termination requested by the platform", "operation_action", body.OperationAction)
+		w.WriteHeader(http.StatusNoContent)
+		go func() {
+			r.Stop(body.OperationAction)
+			terminate()
+		}()
+	}
+}
+
+// Run registers (retrying with backoff) and, when ctx ends, deregisters.
+func (r *Registration) Run(ctx context.Context) {
+	r.health.Set("platform", false, "registering", true)
+	backoff := 200 * time.Millisecond
+	for {
+		err := r.registerOnce(ctx)
+		if err == nil {
+			break
+		}
+		r.health.Set("platform", false, fmt.Sprintf("retrying in %v: %v", backoff, err), true)
+		r.log.Warn("platform registration failed; retrying", "err", err, "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			r.Stop("TERMINATING")
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	r.health.Set("platform", true, fmt.Sprintf("registered %d service(s)", len(r.registered)), true)
+	r.log.Info("registered on the MEC platform", "services", len(r.registered))
+	<-ctx.Done()
+	r.Stop("TERMINATING")
+}
+
+// registerOnce does the steps not done yet (each step is done once across retries).
+func (r *Registration) registerOnce(ctx context.Context) error {
+	app := "/applications/" + url.PathEscape(r.cfg.AppInstanceID)
+	if err := r.call(ctx, http.MethodPost, appSupport+app+"/confirm_ready", map[string]any{"indication": "READY"}, nil, nil); err != nil {
+		return err
+	}
+	for len(r.registered) < 2 {
+		var created struct {
+			SerInstanceID string `json:"serInstanceId"`
+		}
+		info := r.serviceInfos()[len(r.registered)]
+		if err := r.call(ctx, http.MethodPost, serviceMgmt+app+"/services", info, &created, nil); err != nil {
+			return err
+		}
+		if created.SerInstanceID == "" {
+			return errors.New("platform returned no serInstanceId")
+		}
+		r.mu.Lock()
+		r.registered = append(r.registered, created.SerInstanceID)
+		r.mu.Unlock()
+	}
+	if r.subscription == "" {
+		sub := map[string]any{"subscriptionType": "AppTerminationNotificationSubscription",
+			"callbackReference": r.cfg.PublicURL + r.CallbackPath(), "appInstanceId": r.cfg.AppInstanceID}
+		var header http.Header
+		if err := r.call(ctx, http.MethodPost, appSupport+app+"/subscriptions", sub, nil, &header); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.subscription = header.Get("Location")
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// serviceInfos are the two registrations of the RNIS (MEC 011 ServiceInfoPost).
+func (r *Registration) serviceInfos() []map[string]any {
+	category := map[string]any{"href": r.cfg.PublicURL + "/rni/v2", "id": "RNI", "name": "RNI", "version": "v2"}
+	base := func(transport map[string]any) map[string]any {
+		return map[string]any{"serName": SerName, "serCategory": category, "version": "2.1.1", "state": "ACTIVE",
+			"serializer": "JSON", "scopeOfLocality": "MEC_HOST", "consumedLocalOnly": true, "isLocal": true,
+			"transportInfo": transport}
+	}
+	return []map[string]any{
+		base(map[string]any{"id": "rnis-rest", "name": "MEC 012 RNI API", "type": "REST_HTTP", "protocol": "HTTP",
+			"version": "1.1", "endpoint": map[string]any{"uris": []string{r.cfg.PublicURL + "/rni/v2"}},
+			"security": map[string]any{}}),
+		base(map[string]any{"id": "rnis-amqp", "name": "RNIS feed (AMQP topic exchange)", "type": "MB_TOPIC_BASED",
+			"protocol": "AMQP", "version": "0.9.1", "endpoint": map[string]any{"uris": []string{publicAMQP(r.cfg.AMQPURL)}},
+			"security": map[string]any{}, "implSpecificInfo": map[string]any{"exchange": r.cfg.Exchange,
+				"exchangeType": "topic", "routingKeys": "rnis.v1.meas.<cell>.<imsi>.<ipv4>, rnis.v1.event.<kind>.<cell>.<imsi>.<ipv4>",
+				"schema": "mec_common.rnis.RnisMeasurement v1"}}),
+	}
+}
+
+// publicAMQP is the broker URL without credentials (consumers have their own).
+func publicAMQP(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	return u.String()
+}
+
+// Stop deregisters, unsubscribes and confirms termination (idempotent, best effort).
+func (r *Registration) Stop(action string) {
+	r.mu.Lock()
+	if r.done {
+		r.mu.Unlock()
+		return
+	}
+	r.done = true
+	registered, sub := r.registered, r.subscription
+	r.registered, r.subscription = nil, ""
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	app := "/applications/" + url.PathEscape(r.cfg.AppInstanceID)
+	for _, id := range registered {
+		r.quietly(r.call(ctx, http.MethodDelete, serviceMgmt+app+"/services/"+url.PathEscape(id), nil, nil, nil))
+	}
+	if sub != "" {
+		r.quietly(r.call(ctx, http.MethodDelete, strings.TrimPrefix(sub, r.cfg.PlatformURL), nil, nil, nil))
+	}
+	// 409: no termination in progress (we stop on our own), which is fine.
+	r.quietly(r.call(ctx, http.MethodPost, appSupport+app+"/confirm_termination", map[string]any{"operationAction": action}, nil, nil))
+	r.health.Set("platform", false, "terminated", false)
+}
+
+func (r *Registration) quietly(err error) {
+	var status *statusError
+	if err != nil && !(errors.As(err, &status) && (status.code == 404 || status.code == 409)) {
+		r.log.Warn("platform cleanup step failed", "err", err)
+	}
+}
+
+type statusError struct {
+	code   int
+	detail string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.detail) }
+
+// call makes an authenticated request; a 401 fetches a new token once.
+func (r *Registration) call(ctx context.Context, method, path string, body, out any, header *http.Header) error {
+	for attempt := 1; ; attempt++ {
+		token, err := r.accessToken(ctx)
+		if err != nil {
+			return err
+		}
+		var reader io.Reader
+		if body != nil {
+			raw, _ := json.Marshal(body)
+			reader = bytes.NewReader(raw)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, r.cfg.PlatformURL+path, reader)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := r.client.Do(req)
+		if err != nil {
+			return err
+		}
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized && attempt == 1 {
+			r.mu.Lock()
+			r.token = ""
+			r.mu.Unlock()
+			continue
+		}
+		if resp.StatusCode >= 400 {
+			return &statusError{resp.StatusCode, fmt.Sprintf("%s %s: %.300s", method, path, raw)}
+		}
+		if header != nil {
+			*header = resp.Header
+		}
+		if out != nil {
+			return json.Unmarshal(raw, out)
+		}
+		return nil
+	}
+}
+
+// accessToken returns a client-credentials token, renewed 30 s before it expires.
+func (r *Registration) accessToken(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.token != "" && time.Now().Before(r.tokenExpiry.Add(-30*time.Second)) {
+		return r.token, nil
+	}
+	form := url.Values{"grant_type": {"client_credentials"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.PlatformURL+"/oauth2/token", strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.SetBasicAuth(r.cfg.ClientID, r.cfg.ClientSecret)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var tok struct {
+		AccessToken string  `json:"access_token"`
+		ExpiresIn   float64 `json:"expires_in"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return "", &statusError{resp.StatusCode, fmt.Sprintf("token: %.300s", raw)}
+	}
+	if err := json.Unmarshal(raw, &tok); err != nil || tok.AccessToken == "" {
+		return "", errors.New("token endpoint returned no access_token")
+	}
+	if tok.ExpiresIn <= 0 {
+		tok.ExpiresIn = 300
+	}
+	r.token, r.tokenExpiry = tok.AccessToken, time.Now().Add(time.Duration(tok.ExpiresIn*float64(time.Second)))
+	return r.token, nil
+}

@@ -1,0 +1,290 @@
+// Package poller polls the FlexRAN northbound statistics and hands each snapshot on.
+//
+// In split mode (the default) it polls <path>/mac_stats every period and <path>/enb_config
+// (IMSI, cell bandwidth, logical channels) slowly, and at once when an unknown RNTI shows up:
+// the configuration is most of a document's bytes and rarely changes. Old controllers
+// (/stats_manager/json/all) have no split; there every poll reads the whole document.
+package poller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"mts.invalid/suite/rnis-adapter/internal/flexran"
+)
+
+// Config of a Poller.
+type Config struct {
+	BaseURL      string        // http://127.0.0.1:9999
+	Path         string        // /stats
+	Split        bool          // poll mac_stats fast and enb_config slowly
+	Period       time.Duration // 1 ms .. 10 s
+	Timeout      time.Duration // per request
+	ConfigPeriod time.Duration // enb_config refresh in split mode
+	ReportSF     int           // >0: set the controller's reporting period (ms) at start
+	MaxBackoff   time.Duration
+}
+
+// Validate checks the ranges the adapter supports.
+func (c *Config) Validate() error {
+	switch {
+	case c.Period < time.Millisecond || c.Period > 10*time.Second:
+		return fmt.Errorf("poll period %v outside 1ms..10s", c.Period)
+	case c.Timeout <= 0:
+		return errors.New("poll timeout must be positive")
+	case !strings.HasPrefix(c.BaseURL, "http://") && !strings.HasPrefix(c.BaseURL, "https://"):
+		return fmt.Errorf("FlexRAN URL %q: want http:// or https://", c.BaseURL)
+	case !strings.HasPrefix(c.Path, "/"):
+		return fmt.Errorf("FlexRAN path %q must start with /", c.Path)
+	}
+	return nil
+}
+
+// Observer receives what the poller sees.
+type Observer interface {
+	SourceUp(up bool, detail string)
+	Polled(latency time.Duration, bytes int)
+	PollFailed(reason string)
+	Skipped(reason string)
+}
+
+// Handler processes one snapshot; observed is when the response arrived.
+type Handler func(s *flexran.Snapshot, observed time.Time)
+
+// Poller polls one controller.
+type Poller struct {
+	cfg     Config
+	obs     Observer
+	log     *slog.Logger
+	client  *http.Client
+	parser  flexran.Parser
+	body    bytes.Buffer
+	configs map[int64]flexran.Station // split mode: the last enb_config per bs_id
+	lastCfg time.Time
+	confSet map[int64]bool // stations whose reporting period was set
+}
+
+// New returns a poller with a keep-alive HTTP client.
+func New(cfg Config, obs Observer, log *slog.Logger) *Poller {
+	transport := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true, // loopback/LAN: gzip costs more CPU than it saves
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 2 * time.Second
+	}
+	return &Poller{cfg: cfg, obs: obs, log: log, configs: map[int64]flexran.Station{}, confSet: map[int64]bool{},
+		client: &http.Client{Transport: transport, Timeout: cfg.Timeout}}
+}
+
+// Run polls until ctx ends. A failing source is retried with capped exponential backoff.
+func (p *Poller) Run(ctx context.Context, handle Handler) {
+	ticker := time.NewTicker(p.cfg.Period)
+	defer ticker.Stop()
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if err := p.pollOnce(ctx, handle); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			backoff = min(max(2*backoff, p.cfg.Period, 50*time.Millisecond), p.cfg.MaxBackoff)
+			p.obs.SourceUp(false, err.Error())
+			p.log.Warn("RAN source poll failed", "err", err, "retry_in", backoff.String())
+			if !sleep(ctx, backoff) {
+				return
+			}
+			continue
+		}
+		if backoff > 0 {
+			p.log.Info("RAN source back")
+		}
+		backoff = 0
+	}
+}
+
+func (p *Poller) pollOnce(ctx context.Context, handle Handler) error {
+	path := p.cfg.Path
+	if p.cfg.Split {
+		path = strings.TrimSuffix(path, "/") + "/mac_stats"
+		if time.Since(p.lastCfg) >= p.cfg.ConfigPeriod {
+			if err := p.refreshConfig(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	snaps, observed, err := p.fetch(ctx, path)
+	if err != nil {
+		return err
+	}
+	if p.cfg.Split && p.unknownUE(snaps) && time.Since(p.lastCfg) >= 100*time.Millisecond {
+		if err := p.refreshConfig(ctx); err != nil {
+			return err
+		}
+	}
+	p.obs.SourceUp(true, "polling "+p.cfg.BaseURL+path)
+	for i := range snaps {
+		s := &snaps[i]
+		for _, skip := range s.Skipped {
+			p.obs.Skipped("bad_ue")
+			p.log.Debug("UE entry skipped", "bs_id", skip.BSID, "index", skip.Index, "reason", skip.Reason)
+		}
+		if p.cfg.Split {
+			p.mergeConfig(s)
+		}
+		p.setReportPeriod(ctx, s)
+		handle(s, observed)
+	}
+	return nil
+}
+
+func (p *Poller) fetch(ctx context.Context, path string) ([]flexran.Snapshot, time.Time, error) {
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.cfg.BaseURL+path, nil)
+	if err != nil {
+		return nil, start, err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		p.obs.PollFailed("unreachable")
+		return nil, start, err
+	}
+	defer resp.Body.Close()
+	p.body.Reset()
+	_, err = p.body.ReadFrom(io.LimitReader(resp.Body, 64<<20))
+	observed := time.Now()
+	if err != nil {
+		p.obs.PollFailed("read")
+		return nil, observed, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		p.obs.PollFailed("http_status")
+		return nil, observed, fmt.Errorf("GET %s: HTTP %d: %.200s", path, resp.StatusCode, p.body.Bytes())
+	}
+	p.obs.Polled(observed.Sub(start), p.body.Len())
+	snaps, err := p.parser.Parse(p.body.Bytes())
+	if err != nil {
+		p.obs.PollFailed("parse")
+		return nil, observed, fmt.Errorf("GET %s: %w", path, err)
+	}
+	return snaps, observed, nil
+}
+
+func (p *Poller) refreshConfig(ctx context.Context) error {
+	snaps, _, err := p.fetch(ctx, strings.TrimSuffix(p.cfg.Path, "/")+"/enb_config")
+	if err != nil {
+		return err
+	}
+	p.lastCfg = time.Now()
+	configs := map[int64]flexran.Station{}
+	for _, st := range snaps[len(snaps)-1].Stations {
+		configs[st.BSID] = st
+	}
+	p.configs = configs
+	return nil
+}
+
+func (p *Poller) unknownUE(snaps []flexran.Snapshot) bool {
+	for _, s := range snaps {
+		for _, st := range s.Stations {
+			conf, ok := p.configs[st.BSID]
+			if !ok {
+				return true
+			}
+			for _, ue := range st.UEs {
+				if !hasRNTI(conf.UEConfig, ue.RNTI) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func hasRNTI(list []flexran.UEConfig, rnti int64) bool {
+	for _, c := range list {
+		if c.RNTI == rnti {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Poller) mergeConfig(s *flexran.Snapshot) {
+	for i := range s.Stations {
+		st := &s.Stations[i]
+		if conf, ok := p.configs[st.BSID]; ok {
+			st.Cells, st.UEConfig, st.LCConfig = conf.Cells, conf.UEConfig, conf.LCConfig
+		}
+	}
+}
+
+// setReportPeriod asks the controller, once per station, to report every ReportSF ms.
+func (p *Poller) setReportPeriod(ctx context.Context, s *flexran.Snapshot) {
+	if p.cfg.ReportSF <= 0 {
+		return
+	}
+	for _, st := range s.Stations {
+		if p.confSet[st.BSID] {
+			continue
+		}
+		p.confSet[st.BSID] = true
+		if err := p.postReportConf(ctx, st.BSID); err != nil {
+			p.log.Warn("could not set the controller's reporting period", "bs_id", st.BSID, "err", err)
+			continue
+		}
+		p.log.Info("controller reporting period set", "bs_id", st.BSID, "sf_ms", p.cfg.ReportSF)
+	}
+}
+
+// ReportConf is the body of POST /stats/conf/enb/:id (flexran-rtc v2 apidoc example).
+func ReportConf(sf int) string {
+	return fmt.Sprintf(`{"reports":[{"reportFrequency":"FLSRF_PERIODICAL","sf":%d,`+
+		`"cellReports":["FLCST_NOISE_INTERFERENCE"],"ueReports":["FLUST_PHR","FLUST_DL_CQI","FLUST_BSR",`+
+		`"FLUST_RLC_BS","FLUST_MAC_CE_BS","FLUST_UL_CQI","FLUST_RRC_MEASUREMENTS","FLUST_PDCP_STATS",`+
+		`"FLUST_MAC_STATS","FLUST_GTP_STATS"]}]}`, sf)
+}
+
+func (p *Poller) postReportConf(ctx context.Context, bsID int64) error {
+	url := fmt.Sprintf("%s/stats/conf/enb/%d", p.cfg.BaseURL, bsID)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(ReportConf(p.cfg.ReportSF)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,105 @@
+// Package service wires the adapter: each poll's snapshot is normalized, checked against the
+// previous poll (repeats, events), published on AMQP and passed to the MEC 012 notifier.
+package service
+
+import (
+	"encoding/json"
+	"time"
+
+	"mts.invalid/suite/rnis-adapter/internal/feed"
+	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/meas"
+	"mts.invalid/suite/rnis-adapter/internal/obs"
+	"mts.invalid/suite/rnis-adapter/internal/state"
+)
+
+// Publisher is the AMQP side (feed.Publisher).
+type Publisher interface {
+	Publish(batch []feed.Message) error
+}
+
+// EventSink receives every event (the MEC 012 notifier).
+type EventSink interface {
+	Events(events []state.Event)
+}
+
+// Pipeline processes snapshots; it is used by the poller goroutine only.
+type Pipeline struct {
+	IPs     meas.Resolver
+	Tracker *state.Tracker
+	Pub     Publisher
+	Sink    EventSink
+	Metrics *obs.Metrics
+
+	arena []byte
+	batch []feed.Message
+}
+
+// Handle processes one snapshot observed at the given time.
+func (p *Pipeline) Handle(s *flexran.Snapshot, observed time.Time) {
+	ms := meas.Normalize(s, observed.UnixNano(), p.IPs)
+	fresh, events := p.Tracker.Update(ms, observed)
+	p.arena, p.batch = p.arena[:0], p.batch[:0]
+	repeats := 0
+	for i := range ms {
+		if !fresh[i] {
+			repeats++
+			continue
+		}
+		start := len(p.arena)
+		p.arena = ms[i].AppendJSON(p.arena)
+		p.batch = append(p.batch, feed.Message{Key: ms[i].RoutingKey(), Body: p.arena[start:len(p.arena):len(p.arena)], Kind: "meas"})
+	}
+	counts := map[string]int{}
+	for _, e := range events {
+		counts[string(e.Kind)]++
+		if e.Kind.Feed() {
+			p.batch = append(p.batch, EventMessage(e))
+		}
+	}
+	if len(p.batch) > 0 && p.Pub != nil {
+		_ = p.Pub.Publish(p.batch) // failures are counted and shown in health by the publisher
+	}
+	if len(events) > 0 && p.Sink != nil {
+		p.Sink.Events(events)
+	}
+	if p.Metrics != nil {
+		p.Metrics.Poll(len(ms), repeats, p.Tracker.Count(), counts)
+	}
+}
+
+// eventBody is mec_common.rnis.RnisEvent.
+type eventBody struct {
+	SchemaVersion int     `json:"schema_version"`
+	Event         string  `json:"event"`
+	Cell          string  `json:"cell"`
+	BSID          int64   `json:"bs_id"`
+	PhyCellID     *int64  `json:"phy_cell_id"`
+	RNTI          int64   `json:"rnti"`
+	IMSI          *string `json:"imsi"`
+	UEIPv4        *string `json:"ue_ipv4"`
+	PreviousCell  *string `json:"previous_cell"`
+	TimeNs        int64   `json:"time_ns"`
+}
+
+// EventMessage is the AMQP message of an attach, detach or cell change.
+func EventMessage(e state.Event) feed.Message {
+	m := &e.UE
+	b := eventBody{SchemaVersion: meas.SchemaVersion, Event: string(e.Kind), Cell: m.Cell, BSID: m.BSID,
+		RNTI: m.RNTI, TimeNs: e.TimeNs}
+	if m.PhyCellID.Set {
+		b.PhyCellID = &m.PhyCellID.V
+	}
+	if m.IMSI != "" {
+		b.IMSI = &m.IMSI
+	}
+	if m.IPv4.IsValid() {
+		ip := m.IPv4.String()
+		b.UEIPv4 = &ip
+	}
+	if e.Previous != nil {
+		b.PreviousCell = &e.Previous.Cell
+	}
+	body, _ := json.Marshal(b) // cannot fail: plain values
+	return feed.Message{Key: meas.EventRoutingKey(string(e.Kind), m.Cell, m.IMSI, m.IPv4), Body: body, Kind: "event"}
+}
