@@ -25,6 +25,11 @@ class PepSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="PEP_", extra="ignore")
 
     http_port: Port = Field(8102, description="port of the REST API")
+    public_url: str | None = Field(
+        None,
+        description="base URL other MEC apps reach this API at (registered in Mp1); "
+        "default http://<fqdn>:<http_port>",
+    )
 
     # Listeners: a port of 0/unset turns a mode off.
     listen_host: str = Field("0.0.0.0", description="address the explicit modes listen on")
@@ -49,13 +54,18 @@ class PepSettings(ServiceSettings):
 
     # Transparent mode (nftables TPROXY in the PEP's network namespace).
     tproxy_install_rules: bool = Field(
-        True, description="install (and remove at exit) the nftables TPROXY rules"
+        True,
+        description="install (and remove at exit) the nftables TPROXY rules; false when the "
+        "MEC platform installs them from the PEP app's traffic rules",
     )
     tproxy_interfaces: CommaList = Field(
         default_factory=list, description="intercept only on these input interfaces; empty = any"
     )
     tproxy_ports: Annotated[list[int], NoDecode, BeforeValidator(_split_commas)] = Field(
         default_factory=list, description="intercept only these destination ports; empty = all"
+    )
+    tproxy_nft_table: str = Field(
+        "mts_pep", pattern=r"^[A-Za-z0-9_]{1,32}$", description="nftables table the PEP owns"
     )
     tproxy_mark: int = Field(0x50, ge=1, le=0xFFFFFFFF, description="fwmark for TPROXY routing")
     tproxy_table: int = Field(
@@ -80,6 +90,11 @@ class PepSettings(ServiceSettings):
         256 * MiB, ge=0, description="largest BUFFER_SIZE a TLV client may request (bytes)"
     )
 
+    # Relay threads: each has its own descriptor table (RLIMIT_NOFILE counts per table).
+    relay_threads: int = Field(
+        2, ge=1, le=64, description="relay threads (each holds up to RLIMIT_NOFILE/2 flows)"
+    )
+
     # Limits and timeouts.
     max_flows: int = Field(20000, ge=1, description="flows at once (all clients)")
     max_flows_per_client: int = Field(4096, ge=1, description="flows at once per client address")
@@ -94,6 +109,16 @@ class PepSettings(ServiceSettings):
     )
     tfo_queue: int = Field(
         64, ge=0, description="TCP Fast Open queue of the TLV listener; 0 = no TFO"
+    )
+    tfo_no_cookie: bool = Field(
+        False,
+        description="accept SYN data without a TFO cookie (0-RTT from the first connection; "
+        "gives up TFO's protection against spoofed SYN floods)",
+    )
+    tfo_sysctl: bool = Field(
+        True,
+        description="set the server bit of net.ipv4.tcp_fastopen in the PEP's network "
+        "namespace when the TLV mode is on (TFO is refused without it)",
     )
 
     # Backlog feed for the path manager.

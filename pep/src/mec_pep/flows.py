@@ -15,13 +15,20 @@ fixed points of its life:
    also when the handshake or the connect failed. The sockets are still open (in any TCP
    state) so final ``TCP_INFO`` can be read; the relay closes them right afterwards.
 
-Hooks run **in the relay thread**: they must be fast and must not block (no network I/O,
-no sleeping). An exception in a hook is logged and does not affect the flow.
+Hooks run **in the flow's relay thread**: they must be fast and must not block (no
+network I/O, no sleeping). An exception in a hook is logged and does not affect the flow.
 
-Other threads (REST handlers, an RNIS consumer) may touch a flow's sockets only while
-holding ``FlowTable.lock``: the relay closes sockets only under that lock, so a socket
-seen under the lock stays open until the lock is released. Hold it briefly: accepting
-and closing flows waits for it (relaying data does not).
+**Sockets belong to their relay thread.** Each relay thread has its own file-descriptor
+table (``unshare(CLONE_FILES)``: one process may hold only ``RLIMIT_NOFILE`` descriptors,
+and a flow needs two sockets, so several tables are how the PEP holds more than ~10,000
+flows). A flow's ``sock.fileno()`` is meaningful only in its relay thread: setsockopt,
+getsockopt, ioctl, or a BPF map update keyed by the fd must run there. From other threads
+(REST handlers, an RNIS consumer) use ``context.for_flows(flows, fn)``, which runs
+``fn(flow)`` in each flow's relay thread (skipping flows that closed meanwhile).
+Attributes that are plain values (``id``, ``ue``, addresses, counters) can be read from
+any thread. Descriptors an extension opens in ``create_extension`` (before the relays
+start, e.g. BPF maps) are valid in the relay threads too (same numbers); descriptors
+opened later in other threads are not.
 
 An extension is found by import: if the package ``mec_pep.ran_aware`` exists, the PEP
 calls its ``create_extension(context: PepContext) -> PepExtension`` at start and calls
@@ -34,10 +41,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mec_common.health import Health
 from mec_common.logging import get_logger
@@ -119,7 +126,7 @@ class Flow:
 
 
 class FlowTable:
-    """The live flows, by id and by UE. ``lock`` guards membership and socket lifetime."""
+    """The live flows of all relay threads, by id and by UE. ``lock`` guards membership."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -130,12 +137,12 @@ class FlowTable:
         return len(self._by_id)
 
     def add(self, flow: Flow) -> None:
-        """Called by the relay with ``lock`` held."""
+        """Called by a relay thread with ``lock`` held."""
         self._by_id[flow.id] = flow
         self._by_ue.setdefault(flow.ue, {})[flow.id] = flow
 
     def remove(self, flow: Flow) -> None:
-        """Called by the relay with ``lock`` held."""
+        """Called by a relay thread with ``lock`` held."""
         self._by_id.pop(flow.id, None)
         peers = self._by_ue.get(flow.ue)
         if peers is not None:
@@ -184,6 +191,16 @@ class PepExtension:
         """Release threads and kernel objects at shutdown."""
 
 
+class RelayAccess(Protocol):
+    def for_flows(
+        self, flows: Iterable[Flow], fn: Callable[[Flow], None], *, wait: bool = True
+    ) -> None:
+        """Run ``fn(flow)`` in each flow's relay thread; closed flows are skipped.
+
+        With ``wait`` (the default) return when all ran; exceptions are logged, not raised.
+        """
+
+
 @dataclass
 class PepContext:
     """What an extension gets at creation."""
@@ -191,6 +208,13 @@ class PepContext:
     settings: PepSettings
     health: Health
     flows: FlowTable
+    relays: RelayAccess
+
+    def for_flows(
+        self, flows: Iterable[Flow], fn: Callable[[Flow], None], *, wait: bool = True
+    ) -> None:
+        """See ``RelayAccess.for_flows``: the only way to touch flow sockets from outside."""
+        self.relays.for_flows(flows, fn, wait=wait)
 
 
 class Hooks:

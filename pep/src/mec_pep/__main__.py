@@ -1,0 +1,5 @@
+import sys
+
+from mec_pep.cli import main
+
+sys.exit(main())

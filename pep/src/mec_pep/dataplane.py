@@ -1,0 +1,140 @@
+"""The PEP's data plane: a group of relay threads sharing settings, policy and flows."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
+from typing import TypeVar
+
+from mec_common.logging import get_logger
+from mec_pep.config import PepSettings
+from mec_pep.flows import Flow, FlowTable, Hooks, Mode
+from mec_pep.policy import AccessPolicy
+from mec_pep.relay import Conn, Relay, RelayCounters, Shared, Stage
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+
+class DataPlane:
+    """Relay threads plus what they share. Safe to call from any thread."""
+
+    def __init__(
+        self, settings: PepSettings, flows: FlowTable, hooks: Hooks, threads: int = 2
+    ) -> None:
+        self.shared = Shared(settings, flows, hooks)
+        self.relays = [Relay(self.shared, i) for i in range(threads)]
+        self.addresses: dict[Mode, tuple[str, int]] = {}
+
+    @property
+    def settings(self) -> PepSettings:
+        return self.shared.settings
+
+    @property
+    def flows(self) -> FlowTable:
+        return self.shared.flows
+
+    def start(self) -> None:
+        """Start the relay threads (in the caller's network namespace) and the listeners."""
+        for relay in self.relays:
+            relay.start()
+        s = self.settings
+        for mode, port in (
+            (Mode.SOCKS5, s.socks5_port),
+            (Mode.TLV, s.tlv_port),
+            (Mode.TRANSPARENT, s.transparent_port),
+        ):
+            if port is not None:
+                self.listen(mode, port)
+
+    def stop(self) -> None:
+        for relay in self.relays:
+            relay.stop()
+
+    def listen(self, mode: Mode, port: int) -> tuple[str, int]:
+        """(Re)open ``mode``'s listener on every relay thread; port 0 picks a free one."""
+        host = "0.0.0.0" if mode is Mode.TRANSPARENT else self.settings.listen_host
+        address = self.relays[0].call(lambda: self.relays[0].open_listener(mode, host, port))
+        try:
+            for relay in self.relays[1:]:
+                relay.call(partial(relay.open_listener, mode, host, address[1]))
+        except BaseException:
+            self.unlisten(mode)
+            raise
+        self.addresses[mode] = address
+        log.info("listening", mode=str(mode), address=f"{address[0]}:{address[1]}")
+        return address
+
+    def unlisten(self, mode: Mode) -> None:
+        for relay in self.relays:
+            relay.call(partial(relay.close_listener, mode))
+        if self.addresses.pop(mode, None) is not None:
+            log.info("listener closed", mode=str(mode))
+
+    def set_policy(self, policy: AccessPolicy) -> None:
+        self.shared.policy = policy
+
+    def resize_buffers(self) -> None:
+        for relay in self.relays:
+            relay.call(relay.resize_listener_buffers)
+
+    # ---- reading state ------------------------------------------------------------------
+
+    def collect(self, fn: Callable[[Relay], T], timeout: float = 10.0) -> list[T]:
+        """``fn(relay)`` in every relay thread, concurrently; the results in relay order."""
+        futures = [relay.submit(partial(fn, relay)) for relay in self.relays]
+        return [future.result(timeout) for future in futures]
+
+    def counters(self) -> RelayCounters:
+        total = RelayCounters()
+        for relay in self.relays:
+            c = relay.counters
+            total.accepted += c.accepted
+            total.established += c.established
+            total.closed += c.closed
+            total.bytes_to_ue += c.bytes_to_ue
+            total.bytes_from_ue += c.bytes_from_ue
+            for reason, n in list(c.refused.items()):
+                total.refused[reason] = total.refused.get(reason, 0) + n
+            for reason, n in list(c.aborted.items()):
+                total.aborted[reason] = total.aborted.get(reason, 0) + n
+        return total
+
+    def pipes_in_use(self) -> int:
+        return sum(relay.pipes.in_use for relay in self.relays)
+
+    # ---- RelayAccess (the extension contract) ----------------------------------------
+
+    def for_flows(
+        self, flows: Iterable[Flow], fn: Callable[[Flow], None], *, wait: bool = True
+    ) -> None:
+        by_relay: dict[Relay, list[Conn]] = defaultdict(list)
+        for flow in flows:
+            conn = flow._relay
+            if isinstance(conn, Conn):
+                by_relay[conn.relay].append(conn)
+        for relay, conns in by_relay.items():
+            job = _apply(conns, fn)
+            if wait:
+                with contextlib.suppress(FutureTimeout, RuntimeError):
+                    relay.call(job)
+            else:
+                with contextlib.suppress(RuntimeError):
+                    relay.post(job)
+
+
+def _apply(conns: list[Conn], fn: Callable[[Flow], None]) -> Callable[[], None]:
+    def run() -> None:
+        for conn in conns:
+            if conn.stage is Stage.CLOSED:
+                continue
+            try:
+                fn(conn.flow)
+            except Exception:
+                log.exception("for_flows callback failed", flow=conn.flow.id)
+
+    return run

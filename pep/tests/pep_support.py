@@ -1,0 +1,269 @@
+"""Test helpers: a PEP process in a lab namespace, data servers, checksummed streams."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mec_pep.lab import Lab, in_netns
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+import pep_tlv  # noqa: E402
+
+TOKEN = "test-token"
+SOCKS_PORT, TLV_PORT, TPROXY_PORT = 1080, 8181, 5999
+
+# A random block of prime length repeated: shifted at every repetition, so lost,
+# duplicated or reordered chunks change the digest.
+_BLOCK = random.Random(7).randbytes(1_048_573)
+CHUNK = len(_BLOCK)
+
+
+def stream(size: int) -> Iterator[memoryview]:
+    view = memoryview(_BLOCK)
+    while size > 0:
+        n = min(size, CHUNK)
+        yield view[:n]
+        size -= n
+
+
+@functools.cache
+def expected_digest(size: int) -> str:
+    h = hashlib.sha256()
+    for chunk in stream(size):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def send_stream(sock: socket.socket, size: int) -> None:
+    for chunk in stream(size):
+        sock.sendall(chunk)
+
+
+def receive_digest(sock: socket.socket, limit: int | None = None) -> tuple[int, str]:
+    """Read to EOF (or ``limit`` bytes); returns (bytes, sha256)."""
+    h = hashlib.sha256()
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    total = 0
+    while limit is None or total < limit:
+        want = len(buf) if limit is None else min(len(buf), limit - total)
+        n = sock.recv_into(view[:want])
+        if n == 0:
+            break
+        h.update(view[:n])
+        total += n
+    return total, h.hexdigest()
+
+
+# ---- a data server in the server namespace ---------------------------------------------------
+
+# Request: 1 byte command + 8 bytes size.
+#   "U": the client uploads `size` bytes; the server answers with the 64-char hex digest.
+#   "D": the server sends `size` bytes of the stream, then closes its side.
+#   "E": echo until EOF, then close (half-close test).
+#   "R": read the request, then reset the connection (RST).
+#   "H": hold the connection open, send nothing (idle test).
+_REQUEST = struct.Struct("!cQ")
+
+
+class DataServer:
+    """Threads serving requests on one port inside the server namespace."""
+
+    def __init__(self, lab: Lab, port: int = 0) -> None:
+        self.listener = in_netns(
+            lab.server_ns, lambda: socket.create_server((lab.server_ip, port), backlog=4096)
+        )
+        self.address: tuple[str, int] = self.listener.getsockname()
+        self.held: list[socket.socket] = []
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            header = _recv_exact(conn, _REQUEST.size)
+            command, size = _REQUEST.unpack(header)
+            if command == b"U":
+                _, digest = receive_digest(conn, size)
+                conn.sendall(digest.encode())
+            elif command == b"D":
+                send_stream(conn, size)
+                conn.shutdown(socket.SHUT_WR)
+                conn.recv(1)  # wait for the client to close
+            elif command == b"E":
+                while data := conn.recv(65536):
+                    conn.sendall(data)
+                conn.shutdown(socket.SHUT_WR)
+            elif command == b"R":
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            elif command == b"H":
+                self.held.append(conn)
+                return
+        except OSError as exc:
+            self.errors.append(exc)
+        conn.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+def request(command: bytes, size: int = 0) -> bytes:
+    return _REQUEST.pack(command, size)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("EOF")
+        data += chunk
+    return data
+
+
+# ---- ways to reach the server from the client namespace -------------------------------------
+
+
+def connect_direct(lab: Lab, target: tuple[str, int], timeout: float = 10) -> socket.socket:
+    """A plain connect (intercepted by the PEP when transparent mode is on)."""
+    return in_netns(lab.client_ns, lambda: socket.create_connection(target, timeout=timeout))
+
+
+def connect_socks5(lab: Lab, target: tuple[str, int], timeout: float = 10) -> socket.socket:
+    pep = (lab.pep_client_side_ip, SOCKS_PORT)
+    sock = in_netns(lab.client_ns, lambda: socket.create_connection(pep, timeout=timeout))
+    sock.sendall(b"\x05\x01\x00")
+    assert _recv_exact(sock, 2) == b"\x05\x00"
+    sock.sendall(b"\x05\x01\x00\x01" + socket.inet_aton(target[0]) + struct.pack("!H", target[1]))
+    reply = _recv_exact(sock, 10)
+    if reply[1] != 0:
+        sock.close()
+        raise ConnectionRefusedError(f"SOCKS5 reply {reply[1]}")
+    return sock
+
+
+def connect_tlv(lab: Lab, target: tuple[str, int], timeout: float = 10) -> socket.socket:
+    pep = (lab.pep_client_side_ip, TLV_PORT)
+    return in_netns(lab.client_ns, lambda: pep_tlv.connect(target, pep, timeout=timeout))
+
+
+CONNECTORS: dict[str, Callable[[Lab, tuple[str, int]], socket.socket]] = {
+    "transparent": connect_direct,
+    "socks5": connect_socks5,
+    "tlv": connect_tlv,
+}
+
+
+# ---- the PEP as a process in the lab's PEP namespace ----------------------------------------
+
+
+class PepProcess:
+    def __init__(self, lab: Lab, state_dir: Path, **settings: Any) -> None:
+        self.lab = lab
+        env = {
+            **os.environ,
+            "PEP_API_TOKENS": TOKEN,
+            "PEP_HTTP_HOST": "127.0.0.1",
+            "PEP_STATE_DIR": str(state_dir),
+            "PEP_LOG_FORMAT": "console",
+            "PEP_ALLOWED_CLIENTS": "10.201.1.0/24",
+            "PEP_ALLOWED_DESTINATIONS": "10.201.2.0/24",
+            "PEP_SOCKS5_PORT": str(SOCKS_PORT),
+            "PEP_TLV_PORT": str(TLV_PORT),
+            "PEP_TRANSPARENT_PORT": str(TPROXY_PORT),
+            "PEP_BACKLOG_INTERVAL_MS": "0",
+        }
+        for name, value in settings.items():
+            key = f"PEP_{name.upper()}"
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = str(value)
+        self.log_path = state_dir / "pep.log"
+        self._log = self.log_path.open("wb")
+        self.proc = lab.popen(
+            lab.pep_ns,
+            [sys.executable, "-m", "mec_pep", "serve"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.port = int(env.get("PEP_HTTP_PORT", "8102"))
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"pep exited {self.proc.returncode}:\n{self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if self.get("/healthz", auth=False).status_code in (200, 503):
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"pep did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def request(self, method: str, path: str, *, auth: bool = True, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {TOKEN}"} if auth else {}
+        url = f"http://127.0.0.1:{self.port}{path}"
+        return in_netns(
+            self.lab.pep_ns,
+            lambda: httpx.request(method, url, headers=headers, timeout=30, **kw),
+        )
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return self.request("GET", path, **kw)
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {what}")
