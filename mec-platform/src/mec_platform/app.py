@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from fastapi import FastAPI
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 
-from mec_common.api import create_app
+from mec_common.api import PROBLEM_JSON, create_app
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_platform import __version__
@@ -93,6 +96,7 @@ def build_platform(settings: PlatformSettings) -> Platform:
         token_verifier=authority.verifier,
     )
     app.state.registry, app.state.manager = registry, manager
+    _absolute_problem_instances(app, base)
     for router in (service_mgmt_router(), app_support_router(), pkgm_router(), lcm_router(),
                    oauth_router(authority)):  # fmt: skip
         app.include_router(router)
@@ -101,6 +105,31 @@ def build_platform(settings: PlatformSettings) -> Platform:
     threading.Thread(target=_liveness_loop, args=(registry, settings.liveness_check_s, stop),
                      name="liveness", daemon=True).start()  # fmt: skip
     return Platform(app, db, authority, registry, manager, notifier, admin_secret, stop)
+
+
+def _absolute_problem_instances(app: FastAPI, base_url: str) -> None:
+    """MEC 011 types ProblemDetails.instance as an absolute URI; make it one."""
+
+    def absolute(handler: Any) -> Any:
+        async def wrapped(request: Request, exc: Exception) -> Response:
+            response: Response = await handler(request, exc)
+            if response.media_type == PROBLEM_JSON:
+                body = orjson.loads(bytes(response.body))
+                raw_path = request.scope.get("raw_path") or request.url.path.encode()
+                body["instance"] = base_url + raw_path.decode("ascii", "replace")
+                return JSONResponse(body, response.status_code, media_type=PROBLEM_JSON,
+                                    headers=_extra_headers(response))  # fmt: skip
+            return response
+
+        return wrapped
+
+    for exc_class, handler in list(app.exception_handlers.items()):
+        app.exception_handlers[exc_class] = absolute(handler)
+
+
+def _extra_headers(response: Response) -> dict[str, str]:
+    skip = {"content-length", "content-type"}
+    return {k: v for k, v in response.headers.items() if k not in skip}
 
 
 def _liveness_loop(registry: Registry, period: float, stop: threading.Event) -> None:

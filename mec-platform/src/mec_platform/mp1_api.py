@@ -218,15 +218,16 @@ def app_support_router() -> APIRouter:
 
     @r.post(app_path + "/confirm_ready", status_code=204, summary="The app is ready")
     def confirm_ready(reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
-                      body: AppReadyConfirmation) -> Response:  # fmt: skip
+                      body: AppReadyConfirmation | None = None) -> Response:  # fmt: skip
         reg.confirm_ready(who, appInstanceId)
         return Response(status_code=204)
 
     @r.post(app_path + "/confirm_termination", status_code=204,
             summary="The app has finished its termination work")  # fmt: skip
     def confirm_termination(reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
-                            body: AppTerminationConfirmation) -> Response:  # fmt: skip
-        reg.confirm_termination(who, appInstanceId, body.operation_action)
+                            body: AppTerminationConfirmation | None = None  # the spec: optional
+                            ) -> Response:  # fmt: skip
+        reg.confirm_termination(who, appInstanceId, body.operation_action if body else None)
         return Response(status_code=204)
 
     @r.get("/timing/timing_caps", summary="Timing capabilities")

@@ -373,12 +373,14 @@ class Registry:
                 raise ProblemError(409, "the application instance is being terminated")
             app.ready = True
 
-    def confirm_termination(self, principal: Principal, app_instance_id: str, action: str) -> None:
+    def confirm_termination(
+        self, principal: Principal, app_instance_id: str, action: str | None
+    ) -> None:
         with self.db.session() as s:
             app = self.app_for(s, principal, app_instance_id)
             if app.termination_pending is None:
                 raise ProblemError(409, "no termination of this application is in progress")
-            if app.termination_pending != action:
+            if action is not None and app.termination_pending != action:
                 raise ProblemError(409, f"the platform asked for {app.termination_pending}, "
                                    f"not {action}")  # fmt: skip
         event = self.termination_confirmed.get(app_instance_id)
