@@ -88,8 +88,14 @@ def up(
     name: str = "mts",
     emulator_bin: Path = DEFAULT_EMULATOR,
     log: Any = print,
+    mec_here: bool = False,
 ) -> Topology:
-    """Build topology name from a scenario file and start the emulator in it."""
+    """Build topology name from a scenario file and start the emulator in it.
+
+    mec_here: the current network namespace is the MEC host (e.g. the namespace that the
+    containers of docker-compose.yml share) and gets the name <name>-mec; the services in
+    it are then on the MEC itself, so there is no management link to it.
+    """
     check_name(name)
     scenario = Scenario.load(scenario_path)
     if not emulator_bin.is_file():
@@ -99,7 +105,7 @@ def up(
             raise TestbedError(f"topology {name!r} exists: `testbed down --name {name}` first")
         slot = _free_mgmt_slot()
         try:
-            topo = _build(scenario, scenario_path, name, slot, emulator_bin, log)
+            topo = _build(scenario, scenario_path, name, slot, emulator_bin, log, mec_here)
         except BaseException:
             _teardown(name)
             raise
@@ -107,15 +113,24 @@ def up(
 
 
 def _build(
-    scenario: Scenario, path: Path, name: str, slot: int, emulator_bin: Path, log: Any
+    scenario: Scenario,
+    path: Path,
+    name: str,
+    slot: int,
+    emulator_bin: Path,
+    log: Any,
+    mec_here: bool = False,
 ) -> Topology:
     n_ues = sum(g.count for g in scenario.ues)
     names = ns_names(name, n_ues)
     log(f"testbed {name}: {len(scenario.cells)} cell(s), {n_ues} UE(s), namespaces {name}-*")
-    for ns in names.values():
-        netns.add_namespace(ns)
+    for role, ns in names.items():
+        if role == "mec" and mec_here:
+            netns.attach_current(ns)
+        else:
+            netns.add_namespace(ns)
     srv, mec, ran = names["server"], names["mec"], names["ran"]
-    mgmt = _mgmt_links(name, slot, mec, ran)
+    mgmt = _mgmt_links(name, slot, mec, ran, mec_here)
     _wan(srv, mec)
     _backhaul(mec, ran)
     ues = _ues(scenario, name, ran)
@@ -172,10 +187,14 @@ def _build(
     return topo
 
 
-def _mgmt_links(name: str, slot: int, mec: str, ran: str) -> dict[str, str]:
+def _mgmt_links(name: str, slot: int, mec: str, ran: str, mec_here: bool) -> dict[str, str]:
     """veth pairs root <-> MEC and root <-> RAN (the management network)."""
     out: dict[str, str] = {}
+    if mec_here:  # root is the MEC
+        out["mec_host"] = out["mec_peer"] = "127.0.0.1"
     for role, ns, octet in (("mec", mec, 2 * slot), ("ran", ran, 2 * slot + 1)):
+        if role == "mec" and mec_here:
+            continue
         root_if = f"{name}-m{role[0]}"
         ip("link", "add", root_if, "type", "veth", "peer", "name", "mgmt0", "netns", ns)
         ip("addr", "add", f"10.99.{octet}.1/24", "dev", root_if)
@@ -356,7 +375,11 @@ def _teardown(name: str, log: Any = None) -> bool:
             pass
     for ns in leftovers(name):
         found = True
-        netns.delete_namespace(ns)  # stops the processes inside, then the links go with it
+        if netns.is_current(ns):  # up --mec-here: drop the name and our links, keep the rest
+            ip("link", "delete", "wan0", check=False)
+            ip("netns", "delete", ns, check=False)
+        else:
+            netns.delete_namespace(ns)  # stops the processes inside, then the links go with it
     for dev in (f"{name}-mm", f"{name}-mr"):
         if Path(f"/sys/class/net/{dev}").exists():
             found = True

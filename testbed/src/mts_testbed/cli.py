@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument(
         "--emulator", type=Path, default=builder.DEFAULT_EMULATOR, help="ran-emulator binary"
     )
+    p_up.add_argument(
+        "--mec-here",
+        action="store_true",
+        help="the current network namespace is the MEC host (named <name>-mec), e.g. the one "
+        "the containers of docker-compose.yml share; default: a new namespace",
+    )
     p_down = sub.add_parser("down", help="remove a topology (idempotent, also after a crash)")
     p_down.add_argument("--name", default="mts")
     p_status = sub.add_parser("status", help="list topologies, or show one with live counters")
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            builder.up(args.config, args.name, args.emulator)
+            builder.up(args.config, args.name, args.emulator, mec_here=args.mec_here)
         elif args.command == "down":
             builder.down(args.name)
         else:

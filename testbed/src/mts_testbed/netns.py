@@ -44,6 +44,20 @@ def add_namespace(ns: str) -> None:
     ip("link", "set", "lo", "up", ns=ns)
 
 
+def attach_current(ns: str) -> None:
+    """Give the current network namespace the name ns (`ip netns attach`)."""
+    ip("netns", "attach", ns, str(os.getpid()))
+
+
+def is_current(ns: str) -> bool:
+    """Whether named namespace ns is the one this process runs in."""
+    try:
+        named, own = (NETNS_DIR / ns).stat(), Path("/proc/self/ns/net").stat()
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (own.st_dev, own.st_ino)
+
+
 def sysctl(ns: str, key: str, value: str) -> None:
     run(*ns_exec_argv(ns, ["sysctl", "-q", "-w", f"{key}={value}"]))
 
