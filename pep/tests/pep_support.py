@@ -198,6 +198,7 @@ class PepProcess:
             "PEP_TLV_PORT": str(TLV_PORT),
             "PEP_TRANSPARENT_PORT": str(TPROXY_PORT),
             "PEP_BACKLOG_INTERVAL_MS": "0",
+            "PEP_RAN_AWARE": "false",  # MELD/RAPID have their own tests (pep/tests/ran_aware)
         }
         for name, value in settings.items():
             key = f"PEP_{name.upper()}"

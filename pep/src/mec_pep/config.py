@@ -90,6 +90,10 @@ class PepSettings(ServiceSettings):
         256 * MiB, ge=0, description="largest BUFFER_SIZE a TLV client may request (bytes)"
     )
 
+    ran_aware: bool = Field(
+        True, description="load the MELD/RAPID extension (mec_pep.ran_aware) if installed"
+    )
+
     # Relay threads: each has its own descriptor table (RLIMIT_NOFILE counts per table).
     relay_threads: int = Field(
         2, ge=1, le=64, description="relay threads (each holds up to RLIMIT_NOFILE/2 flows)"

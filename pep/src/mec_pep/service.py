@@ -111,17 +111,20 @@ class PepService:
         self.registration.start()
 
     def _load_extensions(self) -> list[PepExtension]:
+        """The RAN-aware extension if installed and enabled; a broken one is reported, and
+        the PEP runs as a plain split-TCP proxy rather than not at all."""
         if self._given_extensions is not None:
             return list(self._given_extensions)
-        if importlib.util.find_spec(EXTENSION_MODULE) is None:
-            log.info("no RAN-aware extension installed", module=EXTENSION_MODULE)
+        if not self.settings.ran_aware or importlib.util.find_spec(EXTENSION_MODULE) is None:
+            log.info("running without the RAN-aware extension", module=EXTENSION_MODULE)
             return []
-        module = importlib.import_module(EXTENSION_MODULE)
-        factory = getattr(module, "create_extension", None)
-        if factory is None:
-            log.warning("extension module has no create_extension()", module=EXTENSION_MODULE)
+        try:
+            module = importlib.import_module(EXTENSION_MODULE)
+            extension: PepExtension = module.create_extension(self.context)
+        except Exception as exc:
+            log.exception("RAN-aware extension failed to load; running without it")
+            self.health.set("ran_aware", False, f"failed to load: {exc}", required=False)
             return []
-        extension: PepExtension = factory(self.context)
         log.info("extension loaded", extension=extension.name)
         return [extension]
 
