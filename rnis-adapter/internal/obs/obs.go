@@ -135,6 +135,14 @@ func NewMetrics(health *Health) *Metrics {
 		m.brokerUp, m.sourceUp, m.notifications} {
 		f(c)
 	}
+	// Show every series from the start, at zero.
+	m.parseErrors.WithLabelValues("bad_ue")
+	for _, r := range []string{"unreachable", "http_status", "read", "parse"} {
+		m.pollFailures.WithLabelValues(r)
+	}
+	for _, r := range []string{"broker_down", "backpressure"} {
+		m.dropped.WithLabelValues(r)
+	}
 	return m
 }
 

@@ -1,0 +1,117 @@
+"""The AMQP feed on the real RabbitMQ: routing keys, bodies (validated against
+mec_common.rnis), bindings by UE address and by cell, events, skipped repeats."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from rnis_helpers import Adapter, Consumer, FlexranSource, wait_for
+
+from mec_common import rnis
+
+
+def test_measurements_have_the_contract_keys_and_bodies(
+    adapter: Adapter, shared_amqp: str, exchange: str
+) -> None:
+    consumer = Consumer(shared_amqp, exchange, [rnis.bind_all("meas")])
+    messages = consumer.collect(1.5)
+    consumer.close()
+    assert len(messages) > 20, "a 10 ms poll of 4 UEs gives hundreds of messages in 1.5 s"
+    fields = set(rnis.RnisMeasurement.model_fields)
+    keys = Counter()
+    for key, body, props in messages:
+        assert set(body) == fields, "the Go output has exactly the schema's fields"
+        m = rnis.RnisMeasurement.model_validate(body)
+        assert key == m.routing_key()
+        assert props.content_type == "application/json"
+        assert props.headers == {"schema": rnis.SCHEMA_VERSION, "type": "meas"}
+        assert props.delivery_mode in (None, 1), "measurements are not persistent"
+        assert m.imsi is not None and m.imsi.startswith("20893")
+        assert m.ue_ipv4 is not None and m.cell_prbs == 25 and m.cell_ues == 2
+        assert m.source_time_ns is not None and m.observed_ns >= m.source_time_ns
+        assert m.cell_best_cqi_tbs_bytes == 2292
+        keys[key] += 1
+    assert len(keys) == 4, f"one key per UE: {sorted(keys)}"
+
+
+def test_bind_by_ue_address_and_by_cell(adapter: Adapter, shared_amqp: str, exchange: str) -> None:
+    by_ip = Consumer(shared_amqp, exchange, [rnis.bind_ue_ip("10.30.2.4")])
+    by_cell = Consumer(shared_amqp, exchange, [rnis.bind_cell("10000-0")])
+    ip_msgs, cell_msgs = by_ip.collect(1.0), by_cell.collect(0.5)
+    by_ip.close()
+    by_cell.close()
+    assert ip_msgs and {str(b["ue_ipv4"]) for _, b, _ in ip_msgs} == {"10.30.2.4"}
+    assert cell_msgs and {b["cell"] for _, b, _ in cell_msgs} == {"10000-0"}
+    assert {b["rnti"] for _, b, _ in cell_msgs} == {1000, 1001}
+
+
+def test_attach_detach_and_cell_change_events(
+    adapter: Adapter, source: FlexranSource, shared_amqp: str, exchange: str
+) -> None:
+    consumer = Consumer(shared_amqp, exchange, [rnis.bind_all("event")])
+    source.control("move", ue=0, cell=1)
+    moved = consumer.collect(1.0)
+    source.control("detach", ue=1)
+    detached = consumer.collect(1.0)
+    source.control("attach", ue=1)
+    attached = consumer.collect(1.0)
+    consumer.close()
+    for key, body, props in moved + detached + attached:
+        e = rnis.RnisEvent.model_validate(body)
+        assert key == e.routing_key() and props.headers["type"] == "event"
+    assert [b["event"] for _, b, _ in moved] == ["cell_change"], "a move is not detach + attach"
+    change = moved[0][1]
+    assert change["previous_cell"] == "10000-0" and change["cell"] == "10001-1"
+    assert change["rnti"] == 1001, "UE 0 got a new C-RNTI in cell 1"
+    assert change["imsi"] == "208930000000001" and change["ue_ipv4"] == "10.30.2.1"
+    assert [(b["event"], b["rnti"], b["cell"]) for _, b, _ in detached] == [
+        ("detach", 1001, "10000-0")
+    ]
+    assert [(b["event"], b["rnti"]) for _, b, _ in attached] == [("attach", 1001)]
+    assert attached[0][0] == "rnis.v1.event.attach.10000-0.208930000000002.10_30_1_2"
+
+
+def test_detach_after_the_grace_period(
+    adapter: Adapter, source: FlexranSource, shared_amqp: str, exchange: str
+) -> None:
+    consumer = Consumer(shared_amqp, exchange, [rnis.bind_all("event")])
+    source.control("detach", ue=3)
+    events = consumer.collect(1.5)
+    consumer.close()
+    detaches = [b for _, b, _ in events if b["event"] == "detach"]
+    assert [d["rnti"] for d in detaches] == [1003]
+    assert detaches[0]["cell"] == "10001-1" and detaches[0]["ue_ipv4"] == "10.30.2.4"
+
+
+def test_exact_repeats_are_not_published(tmp_path: Path, shared_amqp: str, exchange: str) -> None:
+    slow = FlexranSource(tmp_path, ues=1, cells=1, refresh="200ms")
+    a = Adapter(tmp_path, slow.url, exchange).start()
+    try:
+        consumer = Consumer(shared_amqp, exchange, [rnis.bind_all("meas")])
+        messages = consumer.collect(2.0)
+        consumer.close()
+        metrics = a.get("/metrics", token=None).text
+    finally:
+        a.stop()
+        slow.proc.stop()
+    # 10 ms polls for 2 s = ~200 polls; the source changes 10 times, so ~10 messages.
+    assert 5 <= len(messages) <= 16, len(messages)
+    frames = [b["sfn_sf"] for _, b, _ in messages]
+    assert len(set(frames)) == len(frames), "no frame published twice"
+    repeats = next(line for line in metrics.splitlines() if line.startswith("rnis_repeats_skip"))
+    assert float(repeats.split()[-1]) > 50
+
+
+def test_health_and_metrics(adapter: Adapter) -> None:
+    health = wait_for(lambda: adapter.health()["status"] == "ok" and adapter.health(), 5, "ok")
+    assert health["checks"]["broker"]["ok"] and health["checks"]["ran_source"]["ok"]
+    metrics = adapter.get("/metrics", token=None).text
+    for name in (
+        "rnis_poll_latency_seconds_bucket",
+        "rnis_amqp_confirm_latency_seconds_bucket",
+        "rnis_parse_errors_total",
+        "rnis_ues 4",
+        "rnis_amqp_published_total",
+    ):
+        assert name in metrics, name
