@@ -128,12 +128,17 @@ func (s *Server) verify(token string) bool {
 	return false
 }
 
-// problem answers with an ETSI ProblemDetails body.
+// problem answers with an ETSI ProblemDetails body; instance is the absolute request URI
+// (MEC 012 declares it format: uri).
 func problem(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status),
-		"status": status, "detail": detail, "instance": r.URL.Path})
+		"status": status, "detail": detail, "instance": scheme + "://" + r.Host + r.URL.Path})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
