@@ -103,6 +103,7 @@ func (t *Tracker) arrivals(events []Event, arrived []ueKey, present map[ueKey]bo
 		u := t.ues[k]
 		if old, ok := t.leftCell(u.m, present); ok {
 			prev := t.ues[old].m
+			events = handedOver(events, k, t.ues[old].erabs)
 			delete(t.ues, old)
 			events = append(events, Event{Kind: CellChange, UE: u.m, Previous: &prev, TimeNs: now.UnixNano()})
 			continue
@@ -110,6 +111,19 @@ func (t *Tracker) arrivals(events []Event, arrived []ueKey, present map[ueKey]bo
 		events = append(events, Event{Kind: Attach, UE: u.m, TimeNs: now.UnixNano()})
 	}
 	return events
+}
+
+// handedOver drops the rab_est events of a UE that arrived by handover with those bearers:
+// its E-RABs moved with it, none was established.
+func handedOver(events []Event, k ueKey, erabs []meas.ERAB) []Event {
+	out := events[:0]
+	for _, e := range events {
+		if e.Kind == RabEst && e.UE.BSID == k.bs && e.UE.RNTI == k.rnti && hasERAB(erabs, e.ERAB.ID) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 func (t *Tracker) leftCell(m meas.Measurement, present map[ueKey]bool) (ueKey, bool) {
