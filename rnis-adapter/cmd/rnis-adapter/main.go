@@ -155,7 +155,7 @@ func serve(args []string) int {
 }
 
 func run(cfg *config.Config, log *slog.Logger) error {
-	pcfg := poller.Config{BaseURL: strings.TrimSuffix(cfg.FlexRANURL, "/"), Path: cfg.FlexRANPath, Split: cfg.Split,
+	pcfg := poller.Config{BaseURL: strings.TrimSuffix(cfg.FlexRANURL, "/"), Path: cfg.FlexRANPath, Token: cfg.FlexRANToken, Split: cfg.Split,
 		Period: cfg.PollPeriod, Timeout: cfg.PollTimeout, ConfigPeriod: cfg.ConfigPeriod, ReportSF: cfg.ReportSF}
 	if err := pcfg.Validate(); err != nil {
 		return err

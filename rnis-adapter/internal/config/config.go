@@ -25,6 +25,7 @@ type Config struct {
 	MaxInFlight       int
 
 	FlexRANURL, FlexRANPath string
+	FlexRANToken            string
 	Split                   bool
 	PollPeriod, PollTimeout time.Duration
 	ConfigPeriod            time.Duration
@@ -57,6 +58,7 @@ func (c *Config) settings() []setting {
 		{"AMQP_EXCHANGE", "rnis", "topic exchange of the feed (durable)", str(&c.Exchange)},
 		{"AMQP_MAX_IN_FLIGHT", "65536", "unconfirmed messages before new ones are dropped", integer(&c.MaxInFlight)},
 		{"FLEXRAN_URL", "http://127.0.0.1:9999", "FlexRAN controller (or RAN emulator) northbound base URL", str(&c.FlexRANURL)},
+		{"FLEXRAN_TOKEN", "", "bearer token sent to the RAN source (the RAN emulator's; a FlexRAN controller needs none)", str(&c.FlexRANToken)},
 		{"FLEXRAN_PATH", "/stats", "statistics path: /stats, or /stats_manager/json/all for 2017 builds", str(&c.FlexRANPath)},
 		{"FLEXRAN_SPLIT", "true", "poll <path>/mac_stats every period and <path>/enb_config slowly (false: the whole document every poll)", boolean(&c.Split)},
 		{"POLL_PERIOD", "8ms", "poll period, 1ms..10s", duration(&c.PollPeriod)},

@@ -25,6 +25,7 @@ import (
 type Config struct {
 	BaseURL      string        // http://127.0.0.1:9999
 	Path         string        // /stats
+	Token        string        // bearer token of the source, if it wants one
 	Split        bool          // poll mac_stats fast and enb_config slowly
 	Period       time.Duration // 1 ms .. 10 s
 	Timeout      time.Duration // per request
@@ -158,6 +159,7 @@ func (p *Poller) fetch(ctx context.Context, path string) ([]flexran.Snapshot, ti
 	if err != nil {
 		return nil, start, err
 	}
+	p.authorize(req)
 	resp, err := p.client.Do(req)
 	if err != nil {
 		p.obs.PollFailed("unreachable")
@@ -259,6 +261,13 @@ func ReportConf(sf int) string {
 		`"FLUST_MAC_STATS","FLUST_GTP_STATS"]}]}`, sf)
 }
 
+// authorize adds the source's bearer token, if one is configured.
+func (p *Poller) authorize(req *http.Request) {
+	if p.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.cfg.Token)
+	}
+}
+
 func (p *Poller) postReportConf(ctx context.Context, bsID int64) error {
 	url := fmt.Sprintf("%s/stats/conf/enb/%d", p.cfg.BaseURL, bsID)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(ReportConf(p.cfg.ReportSF)))
@@ -266,6 +275,7 @@ func (p *Poller) postReportConf(ctx context.Context, bsID int64) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	p.authorize(req)
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return err

@@ -134,7 +134,8 @@ def _build(
     _wan(srv, mec)
     _backhaul(mec, ran)
     ues = _ues(scenario, name, ran)
-    token = secrets.token_urlsafe(24)
+    # A given token lets other services (the RNIS adapter) poll the emulator's API.
+    token = os.environ.get("TESTBED_EMULATOR_TOKEN") or secrets.token_urlsafe(24)
     emu_cfg = _emulator_config(scenario, names, ues)
     cfg_path = RUN_DIR / f"{name}.emulator.json"
     cfg_path.write_text(json.dumps(emu_cfg, indent=2))
