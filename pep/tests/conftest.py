@@ -16,9 +16,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pep_support import DataServer, PepProcess  # noqa: E402
+from pep_support import DataServer, PepProcess
 
-from mec_pep.lab import Lab  # noqa: E402
+from mec_pep.lab import Lab
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import httpx
 from mec_pep.lab import Lab, in_netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
-import pep_tlv  # noqa: E402
+import pep_tlv
 
 TOKEN = "test-token"
 SOCKS_PORT, TLV_PORT, TPROXY_PORT = 1080, 8181, 5999
@@ -91,6 +91,7 @@ class DataServer:
         )
         self.address: tuple[str, int] = self.listener.getsockname()
         self.held: list[socket.socket] = []
+        self.peers: list[tuple[str, int]] = []  # client addresses as the server saw them
         self.errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
@@ -98,9 +99,10 @@ class DataServer:
     def _accept(self) -> None:
         while True:
             try:
-                conn, _ = self.listener.accept()
+                conn, peer = self.listener.accept()
             except OSError:
                 return
+            self.peers.append(peer)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -234,6 +236,7 @@ class PepProcess:
 
     def request(self, method: str, path: str, *, auth: bool = True, **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {TOKEN}"} if auth else {}
+        headers |= kw.pop("headers", {})
         url = f"http://127.0.0.1:{self.port}{path}"
         return in_netns(
             self.lab.pep_ns,

@@ -1,6 +1,6 @@
 """An epoll echo server holding any number of connections (scale tests and the benchmark).
 
-    python echo_server.py HOST PORT    prints "ready" once listening
+python echo_server.py HOST PORT    prints "ready" once listening
 """
 
 import selectors

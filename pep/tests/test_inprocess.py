@@ -1,0 +1,197 @@
+"""The data plane in this process (relay threads inside the lab's PEP namespace):
+extension hooks, ``for_flows``, mounted routers, and the AMQP backlog feed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from fastapi import APIRouter
+from fastapi.testclient import TestClient
+from pep_support import TOKEN, DataServer, _recv_exact, request, wait_for
+
+from mec_common.amqp import AmqpConsumer, AmqpPublisher
+from mec_common.auth import TokenVerifier
+from mec_pep.api import build_app
+from mec_pep.backlog import BacklogFeed, routing_key
+from mec_pep.config import PepSettings
+from mec_pep.dataplane import DataPlane
+from mec_pep.flows import Flow, FlowTable, Hooks, PepExtension
+from mec_pep.lab import Lab, in_netns
+from mec_pep.service import PepService
+
+pytestmark = pytest.mark.netns
+
+SOCKS = 11080
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+
+class Recorder(PepExtension):
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+
+    def on_ran_leg_ready(self, flow: Flow) -> None:
+        assert flow.wan is None
+        flow.ran.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
+        self.events.append(("ran", flow.id))
+
+    def on_wan_leg_ready(self, flow: Flow) -> None:
+        assert flow.wan is not None and flow.established_at is None
+        self.events.append(("wan", flow.id))
+
+    def on_flow_established(self, flow: Flow) -> None:
+        self.events.append(("established", flow.id))
+        raise RuntimeError("a broken hook must not hurt the flow")
+
+    def on_flow_closed(self, flow: Flow) -> None:
+        self.events.append(("closed", flow.id))
+
+    def router(self) -> APIRouter:
+        router = APIRouter()
+
+        @router.get("/ping")
+        def ping() -> dict[str, str]:
+            return {"pong": "yes"}
+
+        return router
+
+
+def settings(**extra: Any) -> PepSettings:
+    return PepSettings(
+        socks5_port=SOCKS,
+        allowed_clients="10.201.1.0/24",
+        allowed_destinations="10.201.2.0/24",
+        backlog_interval_ms=0,
+        ran_aware=False,
+        **extra,
+    )
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def dataplane(lab: Lab, recorder: Recorder) -> Iterator[DataPlane]:
+    dp = DataPlane(settings(), FlowTable(), Hooks([recorder]), threads=2)
+    in_netns(lab.pep_ns, dp.start)  # the relay threads inherit the namespace
+    try:
+        yield dp
+    finally:
+        dp.stop()
+
+
+def socks_connect(lab: Lab, target: tuple[str, int]) -> socket.socket:
+    address = (lab.pep_client_side_ip, SOCKS)
+    sock = in_netns(lab.client_ns, lambda: socket.create_connection(address, timeout=10))
+    target_bytes = socket.inet_aton(target[0]) + target[1].to_bytes(2, "big")
+    sock.sendall(b"\x05\x01\x00" + b"\x05\x01\x00\x01" + target_bytes)  # pipelined
+    assert _recv_exact(sock, 12)[3] == 0
+    return sock
+
+
+def test_hooks_run_in_order_and_for_flows_reaches_the_sockets(
+    lab: Lab, dataplane: DataPlane, recorder: Recorder, server: DataServer
+) -> None:
+    with socks_connect(lab, server.address) as sock:
+        sock.sendall(request(b"E") + b"hi")
+        assert sock.recv(2) == b"hi"  # despite the failing on_flow_established
+        (flow,) = list(dataplane.flows)
+        seen: dict[str, Any] = {}
+
+        def read(f: Flow) -> None:
+            assert f.wan is not None
+            seen["ran"] = f.ran.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+            seen["thread"] = threading.current_thread().name
+
+        dataplane.for_flows([flow], read)
+        assert seen["ran"].rstrip(b"\0") == b"reno"
+        assert seen["thread"].startswith("pep-relay-")
+    wait_for(lambda: ("closed", flow.id) in recorder.events, what="on_flow_closed")
+    assert recorder.events == [(e, flow.id) for e in ("ran", "wan", "established", "closed")]
+    dataplane.for_flows([flow], lambda f: pytest.fail("closed flows are skipped"))
+
+
+def test_sockets_are_invisible_outside_the_relay_threads(
+    lab: Lab, dataplane: DataPlane, server: DataServer
+) -> None:
+    """Each relay thread owns its descriptor table: a flow's fd means nothing elsewhere."""
+    with socks_connect(lab, server.address):
+        (flow,) = list(dataplane.flows)
+        fd, owner = flow.ran.fileno(), flow._relay.relay
+        inside = owner.call(lambda: _describe(fd))
+        assert inside.startswith("socket:[")
+        assert _describe(fd) != inside
+
+
+def _describe(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/thread-self/fd/{fd}")
+    except OSError:
+        return "-"
+
+
+def test_extension_router_is_mounted_with_auth(recorder: Recorder) -> None:
+    service = PepService(settings(), extensions=[recorder])
+    service.hooks.extensions[:] = [recorder]
+    client = TestClient(build_app(service, TokenVerifier([TOKEN])))
+    assert client.get("/pep/v1/recorder/ping").status_code == 401
+    response = client.get("/pep/v1/recorder/ping", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.json() == {"pong": "yes"}
+
+
+@pytest.fixture
+def exchange() -> Iterator[str]:
+    if subprocess.run(["rabbitmqctl", "-q", "status"], capture_output=True).returncode != 0:
+        pytest.fail("RabbitMQ is not running: start it with `make rabbitmq`")
+    name = f"test-pep-{uuid.uuid4().hex[:10]}"
+    yield name
+    resource = f'rabbit_misc:r(<<"/">>, exchange, <<"{name}">>)'
+    erlang = f'rabbit_exchange:delete({resource}, false, <<"test">>).'
+    subprocess.run(["rabbitmqctl", "-q", "eval", erlang], capture_output=True)
+
+
+def test_backlog_toward_the_ue_is_published(
+    lab: Lab, dataplane: DataPlane, server: DataServer, exchange: str
+) -> None:
+    messages: list[dict[str, Any]] = []
+    consumer = AmqpConsumer(
+        AMQP_URL, exchange, [routing_key(lab.client_ip)],
+        lambda key, body, headers: messages.append(orjson.loads(body)),
+    )  # fmt: skip
+    publisher = AmqpPublisher(AMQP_URL, exchange)
+    feed = BacklogFeed(dataplane, publisher, interval=0.02)
+    consumer.start()
+    publisher.start()
+    assert consumer.connected.wait(10) and publisher.connected.wait(10)
+    feed.start()
+    try:
+        sock = socks_connect(lab, server.address)
+        sock.sendall(request(b"D", 32 << 20))  # and do not read: the PEP holds the rest
+        wait_for(
+            lambda: any(m["backlog_bytes"] > 8 << 20 for m in messages),
+            timeout=20,
+            what="a backlog message",
+        )
+        big = next(m for m in messages if m["backlog_bytes"] > 8 << 20)
+        assert big["ue"] == lab.client_ip and big["flows"] == 1 and big["schema"] == 1
+        assert 0 <= big["unsent_bytes"] <= big["backlog_bytes"]
+        received = 0
+        while received < 32 << 20:  # drain: the backlog falls to zero and is announced
+            received += len(sock.recv(1 << 20))
+        wait_for(lambda: messages[-1]["backlog_bytes"] == 0, timeout=10, what="drained")
+        sock.close()
+    finally:
+        feed.stop()
+        publisher.close()
+        consumer.close()

@@ -1,0 +1,112 @@
+"""Timeouts and connection limits (a PEP with short timeouts and a small per-client limit)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+from pep_support import (
+    TLV_PORT,
+    DataServer,
+    PepProcess,
+    connect_direct,
+    connect_tlv,
+    request,
+    wait_for,
+)
+
+from mec_pep.lab import Lab, in_netns
+
+pytestmark = pytest.mark.netns
+
+PER_CLIENT = 5
+
+
+@pytest.fixture(scope="module")
+def pep(start_pep: Callable[..., PepProcess]) -> PepProcess:
+    return start_pep(
+        handshake_timeout=1,
+        idle_timeout=2,
+        half_open_timeout=2,
+        max_flows_per_client=PER_CLIENT,
+    )
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """True if the PEP ends the connection (FIN or RST) within ``seconds``."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def _refused(pep: PepProcess, reason: str) -> int:
+    return int(pep.get("/pep/v1/stats").json()["refused"].get(reason, 0))
+
+
+def _aborted(pep: PepProcess, reason: str) -> int:
+    return int(pep.get("/pep/v1/stats").json()["aborted"].get(reason, 0))
+
+
+def test_silent_client_is_closed_after_the_handshake_timeout(lab: Lab, pep: PepProcess) -> None:
+    before = _refused(pep, "handshake timeout")
+    address = (lab.pep_client_side_ip, TLV_PORT)
+    with in_netns(lab.client_ns, lambda: socket.create_connection(address, timeout=5)) as sock:
+        started = time.monotonic()
+        assert _closed_within(sock, 5)
+        assert 0.9 < time.monotonic() - started < 3.5
+    assert _refused(pep, "handshake timeout") == before + 1
+
+
+def test_idle_flow_is_reset_after_the_idle_timeout(
+    lab: Lab, pep: PepProcess, server: DataServer
+) -> None:
+    before = _aborted(pep, "idle timeout")
+    with connect_tlv(lab, server.address) as sock:
+        sock.sendall(request(b"E") + b"hi")
+        assert sock.recv(2) == b"hi"
+        started = time.monotonic()
+        with pytest.raises(ConnectionResetError):
+            sock.settimeout(6)
+            sock.recv(1)
+        assert 1.9 < time.monotonic() - started < 4.5
+    assert _aborted(pep, "idle timeout") == before + 1
+
+
+def test_half_open_flow_is_reset_after_its_timeout(
+    lab: Lab, pep: PepProcess, server: DataServer
+) -> None:
+    before = _aborted(pep, "half-open timeout")
+    with connect_direct(lab, server.address) as sock:
+        sock.sendall(request(b"H"))  # the server holds and never closes
+        sock.shutdown(socket.SHUT_WR)
+        with pytest.raises(ConnectionResetError):
+            sock.settimeout(6)
+            sock.recv(1)
+    assert _aborted(pep, "half-open timeout") == before + 1
+
+
+def test_per_client_flow_limit(lab: Lab, pep: PepProcess, server: DataServer) -> None:
+    wait_for(lambda: pep.get("/pep/v1/stats").json()["flows"] == 0, what="no flows left")
+    held = [connect_tlv(lab, server.address) for _ in range(PER_CLIENT)]
+    try:
+        for sock in held:
+            sock.sendall(request(b"E") + b"x")
+            assert sock.recv(1) == b"x"
+        before = _refused(pep, "per-client flow limit")
+        extra = connect_tlv(lab, server.address)
+        assert _closed_within(extra, 5)
+        extra.close()
+        assert _refused(pep, "per-client flow limit") == before + 1
+    finally:
+        for sock in held:
+            sock.close()
+    wait_for(lambda: pep.get("/pep/v1/stats").json()["flows"] == 0, what="flows closed")
+    with connect_tlv(lab, server.address) as sock:  # room again
+        sock.sendall(request(b"E") + b"y")
+        assert sock.recv(1) == b"y"
