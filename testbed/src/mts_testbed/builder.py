@@ -25,8 +25,8 @@ from mts_testbed.topology import (
     CellInfo,
     Emulator,
     Host,
-    Path_,
     Topology,
+    UEPath,
 )
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")
@@ -146,7 +146,9 @@ def _build(
         name=name,
         scenario=str(path.resolve()),
         server=Host(ns=srv, addresses={"wan0": SERVER_IP}),
-        mec=Host(ns=mec, addresses={"wan0": MEC_WAN_IP, "ran0": MEC_BH_IP, "mgmt0": mgmt["mec_peer"]}),
+        mec=Host(
+            ns=mec, addresses={"wan0": MEC_WAN_IP, "ran0": MEC_BH_IP, "mgmt0": mgmt["mec_peer"]}
+        ),
         ran=Host(ns=ran, addresses={"bh0": RAN_BH_IP, "mgmt0": mgmt["ran_peer"]}),
         mgmt=mgmt,
         emulator=Emulator(
@@ -247,7 +249,7 @@ def _ues(scenario: Scenario, name: str, ran: str) -> list[UE]:
             for k, att in enumerate(group.cells):
                 c = cell_index[att.bs_id]
                 cell = scenario.cells[c]
-                path = Path_(
+                path = UEPath(
                     bs_id=att.bs_id,
                     cell=f"{cell.bs_id}-{cell.phy_cell_id}",
                     rnti=17920 + 256 * c + n,
@@ -258,7 +260,17 @@ def _ues(scenario: Scenario, name: str, ran: str) -> list[UE]:
                 _tun(ns, path.ifname)
                 ip("addr", "add", f"{path.ip}/32", "dev", path.ifname, ns=ns)
                 ip("route", "add", "default", "dev", path.ifname, "table", str(path.table), ns=ns)
-                ip("rule", "add", "from", path.ip, "table", str(path.table), "prio", str(1000 + c), ns=ns)
+                ip(
+                    "rule",
+                    "add",
+                    "from",
+                    path.ip,
+                    "table",
+                    str(path.table),
+                    "prio",
+                    str(1000 + c),
+                    ns=ns,
+                )
                 if k == 0:
                     ip("route", "add", "default", "dev", path.ifname, "src", path.ip, ns=ns)
                 paths.append(path)

@@ -33,7 +33,9 @@ class RlcConfig(Strict):
 
 
 class Cell(Strict):
-    bs_id: int = Field(ge=1000, description="FlexRAN base station id (>= 1000: below is an agent id)")
+    bs_id: int = Field(
+        ge=1000, description="FlexRAN base station id (>= 1000: below is an agent id)"
+    )
     phy_cell_id: int = 0
     rat: Literal["lte", "nr"] = "lte"
     numerology: int = Field(0, ge=0, le=3)

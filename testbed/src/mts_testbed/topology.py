@@ -45,7 +45,7 @@ class CellInfo(BaseModel):
     subnet: str
 
 
-class Path_(BaseModel):
+class UEPath(BaseModel):
     """One UE path: its bearer on one cell."""
 
     bs_id: int
@@ -61,7 +61,7 @@ class UE(BaseModel):
     index: int
     ns: str
     imsi: str
-    paths: list[Path_]
+    paths: list[UEPath]
 
 
 class Topology(BaseModel):

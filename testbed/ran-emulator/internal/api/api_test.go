@@ -179,10 +179,10 @@ func TestStatsValues(t *testing.T) {
 		MacStats []struct {
 			BSID int `json:"bs_id"`
 			UEs  []struct {
-				RNTI   int            `json:"rnti"`
-				IP     string         `json:"ueIpv4"`
-				Stats  map[string]any `json:"mac_stats"`
-				HARQ   []string       `json:"harq"`
+				RNTI  int            `json:"rnti"`
+				IP    string         `json:"ueIpv4"`
+				Stats map[string]any `json:"mac_stats"`
+				HARQ  []string       `json:"harq"`
 			} `json:"ue_mac_stats"`
 		} `json:"mac_stats"`
 	}

@@ -170,7 +170,9 @@ type BearerState struct {
 	RNTI       uint16         `json:"rnti"`
 	IP         string         `json:"ip"`
 	Channel    ChannelState   `json:"channel"`
-	QueueBytes int            `json:"queue_bytes"`
+	QueueBytes int            `json:"queue_bytes"` // RLC queue at the end of TTI queue_tti
+	QueueTTI   int64          `json:"queue_tti"`
+	InboxBytes int            `json:"inbox_bytes"` // read from the TUN, not yet in the RLC queue
 	Counters   map[string]any `json:"counters"`
 }
 
@@ -189,7 +191,7 @@ func bearerState(b *ran.Bearer) BearerState {
 	last := b.Channel().Last()
 	c := &b.C
 	return BearerState{UE: b.UE.Cfg.Name, IMSI: b.UE.Cfg.IMSI, BSID: b.Cell.Cfg.BSID, RNTI: b.Cfg.RNTI,
-		IP: b.Cfg.IP.String(), QueueBytes: b.QueueBytes(),
+		IP: b.Cfg.IP.String(), QueueBytes: b.QueueBytes(), QueueTTI: b.QueueTTI(), InboxBytes: b.InboxBytes(),
 		Channel: ChannelState{Model: b.Cfg.Channel.Model, CQI: last.CQI, BLER: last.BLER, Loss: last.Loss,
 			CapacityMbps: last.CapacityMbps, LoS: last.LoS, Blocked: b.Channel().Blocked()},
 		Counters: map[string]any{

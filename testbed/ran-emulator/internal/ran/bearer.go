@@ -78,6 +78,7 @@ type Bearer struct {
 	// rlcHeld is what the RLC holds outside the queue (segmented SDU, AM retransmissions),
 	// published by the TTI thread for the ground-truth API.
 	rlcHeld        atomic.Int64
+	heldTTI        atomic.Int64
 	lastArrivalTTI atomic.Int64
 	writer         *writer
 }
@@ -149,7 +150,7 @@ func (b *Bearer) drainULInbox() {
 	}
 }
 
-// backlog is the RLC buffer in bytes (what FlexRAN reports as txQueueSize).
+// backlog is the RLC buffer in bytes, without the inbox.
 func (b *Bearer) backlog(now int64) int {
 	n := b.queue.Bytes()
 	if b.cur != nil {
@@ -260,13 +261,21 @@ func (b *Bearer) release(due int64, loss float64) {
 	}
 }
 
-// QueueBytes is the ground truth of the RLC buffer: what the RLC held at the end of the
-// last TTI plus what arrived since. Safe from any goroutine.
-func (b *Bearer) QueueBytes() int {
-	return int(b.rlcHeld.Load()) + b.inbox.Bytes()
-}
+// QueueBytes is the ground truth of the RLC buffer at the end of the last TTI (see
+// QueueTTI): every byte that reached the base station and is not sent yet, including
+// packets read but not yet taken into the queue. Safe from any goroutine.
+func (b *Bearer) QueueBytes() int { return int(b.rlcHeld.Load()) }
+
+// QueueTTI is the TTI at whose end QueueBytes was taken.
+func (b *Bearer) QueueTTI() int64 { return b.heldTTI.Load() }
+
+// InboxBytes is what the reader handed over and the TTI thread has not taken in yet.
+func (b *Bearer) InboxBytes() int { return b.inbox.Bytes() }
 
 // Channel is the bearer's live channel.
 func (b *Bearer) Channel() *Channel { return b.ch }
 
-func (b *Bearer) publishHeld(now int64) { b.rlcHeld.Store(int64(b.backlog(now))) }
+func (b *Bearer) publishHeld(now, tti int64) {
+	b.rlcHeld.Store(int64(b.backlog(now) + b.inbox.Bytes()))
+	b.heldTTI.Store(tti)
+}

@@ -111,7 +111,7 @@ func (c *Cell) runTTI(start int64) {
 	c.PRBUsedLast.Store(int64(used))
 	for _, b := range c.bearers {
 		b.updateAverage(c.Cfg.PFWindow)
-		b.publishHeld(start)
+		b.publishHeld(start, tti)
 		b.release(start+int64(b.Cfg.DelayMS*1e6), b.mac.radio.Loss)
 	}
 	c.maybeSnapshot(tti, start)

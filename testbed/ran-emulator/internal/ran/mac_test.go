@@ -16,7 +16,7 @@ func TestSaturatedThroughputIsTBS(t *testing.T) {
 		want, _ := threegpp.LTETBSBytesForCQI(cqi, 25)
 		delivered := 0
 		for tti := int64(0); tti < 1000; tti++ {
-			for b.QueueBytes() < 200_000 {
+			for b.QueueBytes()+b.InboxBytes() < 200_000 {
 				e.Inject(udp(1, 1500, 0, 1), tti*ms)
 			}
 			e.Step(tti * ms)
@@ -143,7 +143,7 @@ func saturate(e *Emulator, ttis int64) []int {
 	for tti := int64(0); tti < ttis; tti++ {
 		for i, ue := range e.UEs {
 			b := ue.Bearers[0]
-			for b.QueueBytes() < 100_000 {
+			for b.QueueBytes()+b.InboxBytes() < 100_000 {
 				e.Inject(udp(byte(i+1), 1500, 0, 1), tti*ms)
 			}
 		}

@@ -164,7 +164,7 @@ func (c *Cell) maybeSnapshot(tti int64, start int64) {
 
 func (b *Bearer) snapshot(s *BearerSnapshot, now int64) {
 	m := &b.mac
-	s.QueueBytes = b.backlog(now)
+	s.QueueBytes = b.backlog(now) + b.inbox.Bytes() // FlexRAN's txQueueSize
 	if born := b.oldestBorn(); born != 0 {
 		s.HOLms = int((now - born) / 1e6)
 	}

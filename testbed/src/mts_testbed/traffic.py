@@ -1,0 +1,81 @@
+"""Small UDP probe for tests and experiments: timestamped, numbered datagrams.
+
+    python -m mts_testbed.traffic send DST PORT --rate PPS --count N [--size BYTES]
+    python -m mts_testbed.traffic sink BIND PORT --count N --timeout S   (prints JSON)
+
+The sink reports which sequence numbers arrived and each one-way delay (sender and
+receiver share the machine's clock, namespaces or not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+import time
+
+HEADER = struct.Struct("!QQ")  # sequence number, send time (ns, CLOCK_REALTIME)
+
+
+def send(dst: str, port: int, rate: float, count: int, size: int) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    payload = bytearray(max(size - 28, HEADER.size))  # size is the IP packet size
+    start = time.monotonic()
+    for seq in range(count):
+        pause = start + seq / rate - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        HEADER.pack_into(payload, 0, seq, time.time_ns())
+        sock.sendto(payload, (dst, port))
+
+
+def sink(bind: str, port: int, count: int, timeout: float) -> dict[str, object]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.bind((bind, port))
+    print("ready", file=sys.stderr, flush=True)
+    sock.settimeout(timeout)
+    seqs: list[int] = []
+    delays_ms: list[float] = []
+    try:
+        while len(seqs) < count:
+            data = sock.recv(65535)
+            now = time.time_ns()
+            seq, sent = HEADER.unpack_from(data)
+            seqs.append(seq)
+            delays_ms.append((now - sent) / 1e6)
+    except TimeoutError:
+        pass
+    return {"received": len(seqs), "unique": len(set(seqs)), "seqs": seqs, "delays_ms": delays_ms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mts_testbed.traffic", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("send", help="send numbered, timestamped datagrams at a fixed rate")
+    s.add_argument("dst")
+    s.add_argument("port", type=int)
+    s.add_argument("--rate", type=float, required=True, help="datagrams per second")
+    s.add_argument("--count", type=int, required=True)
+    s.add_argument("--size", type=int, default=200, help="IP packet size in bytes")
+    k = sub.add_parser("sink", help="receive datagrams, print arrivals and one-way delays as JSON")
+    k.add_argument("bind")
+    k.add_argument("port", type=int)
+    k.add_argument("--count", type=int, required=True, help="stop after this many")
+    k.add_argument(
+        "--timeout", type=float, default=2.0, help="stop after this long without data (s)"
+    )
+    args = parser.parse_args(argv)
+    if args.cmd == "send":
+        send(args.dst, args.port, args.rate, args.count, args.size)
+    else:
+        print(json.dumps(sink(args.bind, args.port, args.count, args.timeout)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

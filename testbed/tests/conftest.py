@@ -1,0 +1,75 @@
+"""Fixtures for tests on real namespaces: a private topology per test module."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from mts_testbed import builder
+from mts_testbed.topology import Topology
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("testbed tests need root (network namespaces); run `make test` as root")
+    if not builder.DEFAULT_EMULATOR.is_file():
+        subprocess.run(["make", "-C", str(REPO), "build/bin/ran-emulator"], check=True)
+    for tool in ("ip", "iperf3"):
+        if not shutil.which(tool):
+            pytest.fail(f"{tool} is missing: `make system` installs it")
+
+
+def unique_name() -> str:
+    return "t" + secrets.token_hex(4)
+
+
+@pytest.fixture(scope="module")
+def make_topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[dict], Topology]]:
+    """Bring up topologies from scenario dicts; every one is torn down at the end."""
+    require_root()
+    names: list[str] = []
+
+    def make(scenario: dict) -> Topology:
+        path = tmp_path_factory.mktemp("scenario") / "scenario.yaml"
+        path.write_text(yaml.safe_dump(scenario))
+        name = unique_name()
+        names.append(name)
+        return builder.up(path, name, log=lambda _: None)
+
+    yield make
+    for name in names:
+        builder.down(name, log=None)
+
+
+class Api:
+    """The emulator's API from the root namespace (management link)."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.client = httpx.Client(
+            base_url=topo.emulator.url,
+            headers={"Authorization": f"Bearer {topo.emulator.token}"},
+            timeout=5.0,
+        )
+
+    def get(self, path: str) -> dict:
+        r = self.client.get(path)
+        r.raise_for_status()
+        return r.json()
+
+    def bearer(self, ue: str = "ue1", bs: int = 10000) -> dict:
+        return self.get(f"/emulator/v1/ues/{ue}/cells/{bs}")
+
+    def channel(self, ue: str = "ue1", bs: int = 10000, **change: object) -> dict:
+        r = self.client.patch(f"/emulator/v1/ues/{ue}/cells/{bs}/channel", json=change)
+        r.raise_for_status()
+        return r.json()
