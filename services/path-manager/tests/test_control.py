@@ -66,7 +66,10 @@ class ScriptedPredictor:
         return self.script.pop(0) if self.script else self.default
 
 
-def make(mode=Mode.FPT_R, default=prediction(0.999, 0.5), **settings):
+QUIET = prediction(0.999, 0.5)  # neither ADD nor REMOVE
+
+
+def make(mode=Mode.FPT_R, default=QUIET, **settings):
     loop = EventLoop()
     plant = FakePlant(loop)
     predictor = ScriptedPredictor(loop, default)
@@ -126,7 +129,7 @@ def test_reactive_ignored_without_a_path_to_add():
 
 
 def test_pure_predictive_ignores_the_queue():
-    loop, plant, _, control = make(mode=Mode.CDF)
+    _, plant, _, control = make(mode=Mode.CDF)
     control.on_queue(10_000.0)
     assert plant.changes == []
 
@@ -146,7 +149,7 @@ def test_prediction_discarded_when_a_reactive_change_happens_meanwhile():
 
 
 def test_add_and_remove_rules():
-    loop, plant, predictor, control = make(mode=Mode.CDF, default=prediction(0.98, 0.0))
+    loop, plant, predictor, _ = make(mode=Mode.CDF, default=prediction(0.98, 0.0))
     run(loop, 0.16)
     assert plant.changes == [(0.15, Action.ADD, "p3")]
     predictor.default = prediction(1.0, 0.995)
@@ -167,7 +170,7 @@ def test_remove_safety_veto():
 
 
 def test_no_safety_check_above_its_bound():
-    loop, plant, predictor, control = make(
+    loop, plant, predictor, _ = make(
         mode=Mode.FPT, default=prediction(1.0, 0.999), safety_max_paths=1
     )
     plant.active = [True, True, False, False]
@@ -177,7 +180,7 @@ def test_no_safety_check_above_its_bound():
 
 
 def test_never_removes_the_last_path():
-    loop, plant, predictor, control = make(mode=Mode.FPT, default=prediction(1.0, 1.0))
+    loop, plant, _, control = make(mode=Mode.FPT, default=prediction(1.0, 1.0))
     run(loop, 0.5)
     assert plant.changes == []
     assert "last path" in control.log[-1].reason

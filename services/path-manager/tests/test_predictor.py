@@ -74,7 +74,7 @@ def test_single_change_integrates_exactly():
     # One NLoS path that may turn LoS once: P_H(CDF) has a closed form.
     lam = 2.0
     path = PathState(capacity_los=20_000, capacity_nlos=0.0, to_los=lam, to_nlos=0.0, in_los=False)
-    arrival, h = 10_000.0, 0.2
+    arrival = 10_000.0  # H = 0.2 s
     # Level: +10000/s until the change at τ, then -10000/s: X(H) = 10000 (2τ - H) if > 0.
     # X(H) <= 500  <=>  τ <= (500/10000 + H) / 2 = 0.125 s.
     expected = 1 - math.exp(-lam * 0.125)
