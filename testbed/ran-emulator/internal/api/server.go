@@ -29,8 +29,8 @@ type Server struct {
 }
 
 // Tokens returns the static bearer tokens from a comma-separated list; with none, it
-// generates one, logs it once and writes it to stateDir/ran-emulator.token (0600):
-// the API never runs open.
+// reuses stateDir/ran-emulator.token, or generates one, logs it once and writes it there
+// (0600): the API never runs open.
 func Tokens(list, stateDir string, log *slog.Logger) ([]string, error) {
 	var out []string
 	for _, t := range strings.Split(list, ",") {
@@ -41,6 +41,11 @@ func Tokens(list, stateDir string, log *slog.Logger) ([]string, error) {
 	if len(out) > 0 {
 		return out, nil
 	}
+	path := filepath.Join(stateDir, "ran-emulator.token")
+	if saved, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(saved))) >= 16 {
+		log.Info("no EMU_API_TOKENS given: using the saved API token", "file", path)
+		return []string{strings.TrimSpace(string(saved))}, nil
+	}
 	raw := make([]byte, 24)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, err
@@ -49,7 +54,6 @@ func Tokens(list, stateDir string, log *slog.Logger) ([]string, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(stateDir, "ran-emulator.token")
 	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
 		return nil, err
 	}
