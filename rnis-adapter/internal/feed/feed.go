@@ -45,6 +45,7 @@ type Config struct {
 	URL         string
 	Exchange    string
 	MaxInFlight int           // unconfirmed messages before new ones are dropped
+	MaxLag      time.Duration // oldest unconfirmed message older than this: drop new ones
 	MaxBackoff  time.Duration // reconnect backoff cap
 }
 
@@ -54,13 +55,14 @@ type Publisher struct {
 	obs Observer
 	log *slog.Logger
 
-	mu       sync.Mutex // guards ch, conn, cork and the sent-time ring
-	conn     *amqp.Connection
-	ch       *amqp.Channel
-	cork     *corkConn
-	sentAt   []int64 // publish time by delivery tag (ring)
-	nextTag  uint64
-	inFlight atomic.Int64
+	mu        sync.Mutex // guards ch, conn, cork and the sent-time ring
+	conn      *amqp.Connection
+	ch        *amqp.Channel
+	cork      *corkConn
+	sentAt    []int64 // publish time by delivery tag (ring)
+	nextTag   uint64
+	confirmed uint64 // highest delivery tag confirmed (confirms arrive in order)
+	inFlight  atomic.Int64
 }
 
 // New returns a publisher; call Run to connect.
@@ -70,6 +72,9 @@ func New(cfg Config, obs Observer, log *slog.Logger) *Publisher {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 2 * time.Second
+	}
+	if cfg.MaxLag <= 0 {
+		cfg.MaxLag = 200 * time.Millisecond
 	}
 	return &Publisher{cfg: cfg, obs: obs, log: log, sentAt: make([]int64, ringSize(cfg.MaxInFlight))}
 }
@@ -151,7 +156,7 @@ func (p *Publisher) connect() (<-chan *amqp.Error, error) {
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, p.cfg.MaxInFlight))
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	p.mu.Lock()
-	p.conn, p.ch, p.cork, p.nextTag = conn, ch, cork, 1
+	p.conn, p.ch, p.cork, p.nextTag, p.confirmed = conn, ch, cork, 1, 0
 	p.inFlight.Store(0)
 	p.mu.Unlock()
 	go p.countConfirms(confirms)
@@ -169,13 +174,17 @@ func (p *Publisher) countConfirms(confirms <-chan amqp.Confirmation) {
 	for c := range confirms {
 		p.mu.Lock()
 		sent := p.sentAt[c.DeliveryTag&uint64(len(p.sentAt)-1)]
+		p.confirmed = max(p.confirmed, c.DeliveryTag)
 		p.mu.Unlock()
 		p.inFlight.Add(-1)
 		p.obs.Confirmed(time.Duration(time.Now().UnixNano()-sent), c.Ack)
 	}
 }
 
-var errNotConnected = errors.New("broker not connected")
+var (
+	errNotConnected = errors.New("broker not connected")
+	errBehind       = errors.New("broker behind: batch dropped")
+)
 
 // Publish sends a batch (one poll's messages) without waiting for confirms. Messages that
 // cannot go out now are dropped and counted.
@@ -185,6 +194,15 @@ func (p *Publisher) Publish(batch []Message) error {
 	if p.ch == nil {
 		p.obs.Dropped("broker_down", len(batch))
 		return errNotConnected
+	}
+	now := time.Now()
+	if oldest := p.confirmed + 1; oldest < p.nextTag {
+		if lag := now.UnixNano() - p.sentAt[oldest&uint64(len(p.sentAt)-1)]; lag > p.cfg.MaxLag.Nanoseconds() {
+			// The broker is behind: what we would send now would arrive stale. Measurements
+			// are only useful fresh, so skip this batch rather than queue it.
+			p.obs.Dropped("backpressure", len(batch))
+			return errBehind
+		}
 	}
 	room := p.cfg.MaxInFlight - int(p.inFlight.Load())
 	if room < len(batch) {
@@ -197,7 +215,6 @@ func (p *Publisher) Publish(batch []Message) error {
 			p.log.Warn("broker write failed", "err", err)
 		}
 	}()
-	now := time.Now()
 	for i, m := range batch {
 		err := p.ch.Publish(p.cfg.Exchange, m.Key, false, false, amqp.Publishing{
 			ContentType: "application/json",

@@ -15,10 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"time"
-
-	"github.com/valyala/fastjson"
 )
 
 // Int is an optional integer: Set is false when the source did not report it.
@@ -123,450 +120,656 @@ type Neighbour struct {
 // ErrNotStats means the document is not FlexRAN statistics.
 var ErrNotStats = errors.New("not FlexRAN statistics: expected an object with eNB_config and/or mac_stats, or an array of such objects")
 
-// Parser parses documents; reuse one per goroutine to avoid allocations.
-type Parser struct {
-	p fastjson.Parser
-}
+// UEIPField is the extension field of the RAN emulator (testbed/ran-emulator) that carries a
+// UE's IPv4 address, in ueConfig[] and beside mac_stats in ue_mac_stats[]. FlexRAN has none.
+const UEIPField = "ueIpv4"
+
+// Parser parses documents. It keeps no state today; reuse one anyway (the API allows it).
+type Parser struct{}
 
 // Parse reads one document: an object (one sample) or an array of samples.
 func (ps *Parser) Parse(doc []byte) ([]Snapshot, error) {
-	root, err := ps.p.ParseBytes(doc)
-	if err != nil {
-		return nil, fmt.Errorf("invalid JSON: %w", err)
-	}
-	switch root.Type() {
-	case fastjson.TypeObject:
-		s, err := parseSample(root)
-		if err != nil {
-			return nil, err
+	s := &scanner{b: doc}
+	var out []Snapshot
+	var err error
+	switch s.kind() {
+	case 'o':
+		var snap Snapshot
+		if snap, err = parseSample(s); err == nil {
+			out = append(out, snap)
 		}
-		return []Snapshot{s}, nil
-	case fastjson.TypeArray:
-		items := root.GetArray()
-		if len(items) == 0 {
-			return nil, fmt.Errorf("%w (empty array)", ErrNotStats)
-		}
-		out := make([]Snapshot, 0, len(items))
-		for i, item := range items {
-			s, err := parseSample(item)
+	case 'a':
+		err = s.array(func(i int) error {
+			snap, err := parseSample(s)
 			if err != nil {
-				return nil, fmt.Errorf("sample %d: %w", i, err)
+				return fmt.Errorf("sample %d: %w", i, err)
 			}
-			out = append(out, s)
+			out = append(out, snap)
+			return nil
+		})
+		if err == nil && len(out) == 0 {
+			err = fmt.Errorf("%w (empty array)", ErrNotStats)
 		}
-		return out, nil
+	case 0:
+		if s.next() == 0 {
+			return nil, fmt.Errorf("invalid JSON: %w", errEnd)
+		}
+		return nil, fmt.Errorf("invalid JSON: %w", s.syntax("a value"))
+	default:
+		return nil, ErrNotStats
 	}
-	return nil, ErrNotStats
+	if err == nil {
+		err = s.end()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
-func parseSample(v *fastjson.Value) (Snapshot, error) {
-	var s Snapshot
-	if v.Type() != fastjson.TypeObject {
-		return s, ErrNotStats
-	}
-	configs, stats := v.Get("eNB_config"), v.Get("mac_stats")
-	if configs == nil && stats == nil {
-		return s, ErrNotStats
-	}
-	if err := s.parseTime(v); err != nil {
-		return s, err
-	}
-	if err := s.parseConfigs(configs); err != nil {
-		return s, err
-	}
-	if err := s.parseStats(stats); err != nil {
-		return s, err
-	}
-	return s, nil
+// stationStats is one mac_stats entry before it is joined with its configuration.
+type stationStats struct {
+	bs, agent Int
+	ues       []UEStats
+	skipped   []Skip
 }
 
-func (s *Snapshot) parseTime(v *fastjson.Value) error {
-	if dt := v.Get("date_time"); dt != nil {
-		b, err := dt.StringBytes()
-		if err != nil {
-			return fmt.Errorf("date_time: %w", err)
-		}
-		t, err := time.Parse("2006-01-02T15:04:05.999999999", string(b))
-		if err != nil {
-			return fmt.Errorf("date_time %q: %w", b, err)
-		}
-		s.Time = t
+func parseSample(s *scanner) (Snapshot, error) {
+	var snap Snapshot
+	if s.kind() != 'o' {
+		return snap, errors.Join(ErrNotStats, s.skip())
 	}
-	ns, err := intOf(v, "date_time_ns")
+	var configs []Station
+	var stats []stationStats
+	var hasConfig, hasStats bool
+	err := s.object(func(key []byte) error {
+		switch string(key) {
+		case "date_time":
+			return snap.readTime(s)
+		case "date_time_ns":
+			ns, err := s.int(key)
+			snap.TimeNs = ns.V
+			return err
+		case "eNB_config":
+			hasConfig = true
+			return nullOr(s, func() error {
+				return s.array(func(i int) error {
+					st, err := parseStation(s, i)
+					configs = append(configs, st)
+					return prefix(fmt.Sprintf("eNB_config[%d]", i), err)
+				})
+			})
+		case "mac_stats":
+			hasStats = true
+			return nullOr(s, func() error {
+				return s.array(func(i int) error {
+					st, err := parseStationStats(s)
+					stats = append(stats, st)
+					return prefix(fmt.Sprintf("mac_stats[%d]", i), err)
+				})
+			})
+		}
+		return s.skip()
+	})
+	if err != nil {
+		return snap, err
+	}
+	if !hasConfig && !hasStats {
+		return snap, ErrNotStats
+	}
+	snap.Stations = configs
+	for i, st := range stats {
+		snap.join(st, i)
+	}
+	return snap, nil
+}
+
+func prefix(where string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// nullOr runs read unless the value is null.
+func nullOr(s *scanner, read func() error) error {
+	if s.kind() == 'l' && s.b[s.i] == 'n' {
+		return s.skip()
+	}
+	return read()
+}
+
+func (snap *Snapshot) readTime(s *scanner) error {
+	b, ok, err := s.text()
 	if err != nil {
 		return err
 	}
-	s.TimeNs = ns.V
-	return nil
-}
-
-func (s *Snapshot) parseConfigs(configs *fastjson.Value) error {
-	if configs == nil || configs.Type() == fastjson.TypeNull {
-		return nil
+	if !ok {
+		return errors.New("date_time is not a string")
 	}
-	items, err := configs.Array()
+	t, err := time.Parse("2006-01-02T15:04:05.999999999", string(b))
 	if err != nil {
-		return fmt.Errorf("eNB_config: %w", err)
+		return fmt.Errorf("date_time %q: %w", b, err)
 	}
-	for i, item := range items {
-		st, err := parseStation(item, i)
-		if err != nil {
-			return fmt.Errorf("eNB_config[%d]: %w", i, err)
-		}
-		s.Stations = append(s.Stations, st)
-	}
+	snap.Time = t
 	return nil
 }
 
 // parseStation reads one eNB_config entry. Its id is bs_id (v2), else eNB.eNBId, else the
 // position (2017 format, where mac_stats[i].agent_id matches eNB_config[i]).
-func parseStation(v *fastjson.Value, index int) (Station, error) {
-	var st Station
-	id, err := firstInt(v, []string{"bs_id"}, []string{"eNB", "eNBId"})
-	if err != nil {
-		return st, err
-	}
-	st.BSID = int64(index)
-	if id.Set {
-		st.BSID = id.V
-	}
-	for _, c := range v.GetArray("eNB", "cellConfig") {
-		cell, err := parseCell(c)
-		if err != nil {
-			return st, fmt.Errorf("cellConfig: %w", err)
+func parseStation(s *scanner, index int) (Station, error) {
+	st := Station{BSID: int64(index)}
+	var bs, enbID Int
+	err := s.object(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "bs_id":
+			bs, err = s.int(key)
+		case "eNB":
+			err = s.object(func(key []byte) error {
+				switch string(key) {
+				case "eNBId":
+					var err error
+					enbID, err = s.int(key)
+					return err
+				case "cellConfig":
+					return s.array(func(int) error {
+						c, err := parseCell(s)
+						st.Cells = append(st.Cells, c)
+						return prefix("cellConfig", err)
+					})
+				}
+				return s.skip()
+			})
+		case "UE":
+			err = s.object(func(key []byte) error {
+				if string(key) != "ueConfig" {
+					return s.skip()
+				}
+				return s.array(func(int) error {
+					uc, ok, err := parseUEConfig(s)
+					if ok { // an unreadable ueConfig only costs that UE its IMSI and address
+						st.UEConfig = append(st.UEConfig, uc)
+					}
+					return err
+				})
+			})
+		case "LC":
+			err = s.object(func(key []byte) error {
+				if string(key) != "lcUeConfig" {
+					return s.skip()
+				}
+				return s.array(func(int) error {
+					lc, ok, err := parseLCConfig(s)
+					if ok {
+						st.LCConfig = append(st.LCConfig, lc)
+					}
+					return err
+				})
+			})
+		default:
+			err = s.skip()
 		}
-		st.Cells = append(st.Cells, cell)
+		return err
+	})
+	switch {
+	case bs.Set:
+		st.BSID = bs.V
+	case enbID.Set:
+		st.BSID = enbID.V
 	}
-	for _, u := range v.GetArray("UE", "ueConfig") {
-		if uc, err := parseUEConfig(u); err == nil {
-			st.UEConfig = append(st.UEConfig, uc)
-		} // an unreadable ueConfig only costs that UE its IMSI and address
-	}
-	for _, l := range v.GetArray("LC", "lcUeConfig") {
-		if lc, err := parseLCConfig(l); err == nil {
-			st.LCConfig = append(st.LCConfig, lc)
-		}
-	}
-	return st, nil
+	return st, err
 }
 
-func parseCell(v *fastjson.Value) (Cell, error) {
+func parseCell(s *scanner) (Cell, error) {
 	var c Cell
-	var err error
-	if c.PhyCellID, err = firstInt(v, []string{"phyCellId"}, []string{"cellId"}); err != nil {
-		return c, err
-	}
-	if c.CarrierIndex, err = intOf(v, "carrierIndex"); err != nil {
-		return c, err
-	}
-	if c.DLBandwidth, err = intOf(v, "dlBandwidth"); err != nil {
-		return c, err
-	}
-	for _, p := range v.GetArray("plmnId") {
-		mcc, err1 := intOf(p, "mcc")
-		mnc, err2 := intOf(p, "mnc")
-		length, err3 := intOf(p, "mncLength")
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return c, fmt.Errorf("plmnId: %w", err)
+	var cellID Int
+	err := s.object(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "phyCellId":
+			c.PhyCellID, err = s.int(key)
+		case "cellId":
+			cellID, err = s.int(key)
+		case "carrierIndex":
+			c.CarrierIndex, err = s.int(key)
+		case "dlBandwidth":
+			c.DLBandwidth, err = s.int(key)
+		case "plmnId":
+			err = s.array(func(int) error {
+				var mcc, mnc, length Int
+				err := s.object(func(key []byte) error {
+					var err error
+					switch string(key) {
+					case "mcc":
+						mcc, err = s.int(key)
+					case "mnc":
+						mnc, err = s.int(key)
+					case "mncLength":
+						length, err = s.int(key)
+					default:
+						err = s.skip()
+					}
+					return err
+				})
+				if mcc.Set && mnc.Set {
+					c.PLMNs = append(c.PLMNs, PLMN{MCC: mcc.V, MNC: mnc.V, MNCLength: length.V})
+				}
+				return err
+			})
+		default:
+			err = s.skip()
 		}
-		if mcc.Set && mnc.Set {
-			c.PLMNs = append(c.PLMNs, PLMN{MCC: mcc.V, MNC: mnc.V, MNCLength: length.V})
-		}
+		return err
+	})
+	if !c.PhyCellID.Set {
+		c.PhyCellID = cellID
 	}
-	return c, nil
+	return c, err
 }
 
-func parseUEConfig(v *fastjson.Value) (UEConfig, error) {
+// typeErrors collects the first type error of an entry while the scan goes on; syntax
+// errors stop the scan.
+type typeErrors struct{ first error }
+
+func (t *typeErrors) int(s *scanner, key []byte, dst *Int) error {
+	v, err := s.int(key)
+	if _, ok := err.(*errType); ok {
+		if t.first == nil {
+			t.first = err
+		}
+		return nil
+	}
+	*dst = v
+	return err
+}
+
+func parseUEConfig(s *scanner) (UEConfig, bool, error) {
 	var uc UEConfig
-	rnti, err := intOf(v, "rnti")
-	if err != nil || !rnti.Set {
-		return uc, fmt.Errorf("ueConfig without a readable rnti")
+	var rnti Int
+	var bad typeErrors
+	if s.kind() != 'o' {
+		return uc, false, s.skip()
 	}
-	uc.RNTI = rnti.V
-	if imsi := v.Get("imsi"); imsi != nil {
-		uc.IMSI = digits(imsi)
-	}
-	uc.IPv4 = ueIPv4(v)
-	uc.PCellCarrier, _ = intOf(v, "pcellCarrierIndex")
-	return uc, nil
-}
-
-// UEIPField is the extension field of the RAN emulator (testbed/ran-emulator) that carries a
-// UE's IPv4 address, in ueConfig[] and beside mac_stats in ue_mac_stats[]. FlexRAN has none.
-const UEIPField = "ueIpv4"
-
-func ueIPv4(v *fastjson.Value) netip.Addr {
-	if ip := v.GetStringBytes(UEIPField); ip != nil {
-		if a, err := netip.ParseAddr(string(ip)); err == nil && a.Is4() {
-			return a
+	err := s.object(func(key []byte) error {
+		switch string(key) {
+		case "rnti":
+			return bad.int(s, key, &rnti)
+		case "imsi":
+			uc.IMSI = digits(s)
+			return nil
+		case UEIPField:
+			uc.IPv4 = readIPv4(s)
+			return nil
+		case "pcellCarrierIndex":
+			return bad.int(s, key, &uc.PCellCarrier)
 		}
-	}
-	return netip.Addr{}
+		return s.skip()
+	})
+	uc.RNTI = rnti.V
+	return uc, err == nil && rnti.Set && bad.first == nil, err
 }
 
-// digits returns an IMSI written as a string or a number; "0" or garbage is unknown ("").
-func digits(v *fastjson.Value) string {
-	var s string
-	switch v.Type() {
-	case fastjson.TypeString:
-		s = string(v.GetStringBytes())
-	case fastjson.TypeNumber:
-		s = v.String()
+// digits reads an IMSI written as a string or a number; "0" or garbage is unknown ("").
+func digits(s *scanner) string {
+	var raw []byte
+	switch s.kind() {
+	case 's':
+		raw, _ = s.str()
+	case 'n':
+		raw, _ = s.number()
+	default:
+		_ = s.skip()
 	}
-	if s == "" || s == "0" || len(s) > 15 {
+	if len(raw) == 0 || len(raw) > 15 || string(raw) == "0" {
 		return ""
 	}
-	for _, c := range s {
+	for _, c := range raw {
 		if c < '0' || c > '9' {
 			return ""
 		}
 	}
-	return s
+	return string(raw)
 }
 
-func parseLCConfig(v *fastjson.Value) (LCConfig, error) {
+func readIPv4(s *scanner) netip.Addr {
+	b, ok, _ := s.text()
+	if !ok {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(string(b))
+	if err != nil || !a.Is4() {
+		return netip.Addr{}
+	}
+	return a
+}
+
+func parseLCConfig(s *scanner) (LCConfig, bool, error) {
 	var lc LCConfig
-	rnti, err := intOf(v, "rnti")
-	if err != nil || !rnti.Set {
-		return lc, fmt.Errorf("lcUeConfig without a readable rnti")
+	var rnti Int
+	var bad typeErrors
+	if s.kind() != 'o' {
+		return lc, false, s.skip()
 	}
+	err := s.object(func(key []byte) error {
+		switch string(key) {
+		case "rnti":
+			return bad.int(s, key, &rnti)
+		case "lcConfig":
+			return s.array(func(int) error {
+				var ch LogicalChannel
+				var chBad typeErrors
+				err := s.object(func(key []byte) error {
+					switch string(key) {
+					case "lcid":
+						return chBad.int(s, key, &ch.LCID)
+					case "qci":
+						return chBad.int(s, key, &ch.QCI)
+					}
+					return s.skip()
+				})
+				if chBad.first == nil && ch.LCID.Set {
+					lc.Channels = append(lc.Channels, ch)
+				}
+				return err
+			})
+		}
+		return s.skip()
+	})
 	lc.RNTI = rnti.V
-	for _, c := range v.GetArray("lcConfig") {
-		lcid, err1 := intOf(c, "lcid")
-		qci, err2 := intOf(c, "qci")
-		if err1 == nil && err2 == nil && lcid.Set {
-			lc.Channels = append(lc.Channels, LogicalChannel{LCID: lcid, QCI: qci})
-		}
-	}
-	return lc, nil
+	return lc, err == nil && rnti.Set && bad.first == nil, err
 }
 
-func (s *Snapshot) parseStats(stats *fastjson.Value) error {
-	if stats == nil || stats.Type() == fastjson.TypeNull {
-		return nil
-	}
-	items, err := stats.Array()
-	if err != nil {
-		return fmt.Errorf("mac_stats: %w", err)
-	}
-	for i, item := range items {
-		if err := s.parseStationStats(item, i); err != nil {
-			return fmt.Errorf("mac_stats[%d]: %w", i, err)
-		}
-	}
-	return nil
-}
-
-func (s *Snapshot) parseStationStats(v *fastjson.Value, index int) error {
-	bs, err := intOf(v, "bs_id")
-	if err != nil {
-		return err
-	}
-	st := s.station(bs, index, v)
+func parseStationStats(s *scanner) (stationStats, error) {
+	var st stationStats
 	seen := make(map[int64]bool)
-	for j, u := range v.GetArray("ue_mac_stats") {
-		ue, err := parseUEStats(u)
-		switch {
-		case err != nil:
-			s.Skipped = append(s.Skipped, Skip{BSID: st.BSID, Index: j, Reason: err.Error()})
-		case seen[ue.RNTI]:
-			s.Skipped = append(s.Skipped, Skip{BSID: st.BSID, Index: j, Reason: fmt.Sprintf("rnti %d listed twice", ue.RNTI)})
-		default:
-			seen[ue.RNTI] = true
-			st.UEs = append(st.UEs, ue)
+	err := s.object(func(key []byte) error {
+		switch string(key) {
+		case "bs_id":
+			v, err := s.int(key)
+			st.bs = v
+			return err
+		case "agent_id":
+			v, err := s.int(key)
+			st.agent = v
+			return err
+		case "ue_mac_stats":
+			return s.array(func(j int) error {
+				ue, reason, err := parseUEStats(s)
+				switch {
+				case err != nil:
+					return err
+				case reason != "":
+					st.skipped = append(st.skipped, Skip{Index: j, Reason: reason})
+				case seen[ue.RNTI]:
+					st.skipped = append(st.skipped, Skip{Index: j, Reason: fmt.Sprintf("rnti %d listed twice", ue.RNTI)})
+				default:
+					seen[ue.RNTI] = true
+					st.ues = append(st.ues, ue)
+				}
+				return nil
+			})
 		}
-	}
-	return nil
+		return s.skip()
+	})
+	return st, err
 }
 
-// station finds the eNB_config entry of a mac_stats entry (by bs_id, or by position in the
-// 2017 format) or adds one without configuration.
-func (s *Snapshot) station(bs Int, index int, v *fastjson.Value) *Station {
+// join attaches a mac_stats entry to its eNB_config entry (by bs_id, or by position in the
+// 2017 format) or to a new station without configuration.
+func (snap *Snapshot) join(st stationStats, index int) {
+	bs := st.bs
+	var target *Station
 	if !bs.Set { // 2017 format: agent_id, and eNB_config[i] belongs to mac_stats[i]
-		s.Legacy = true
-		agent, _ := intOf(v, "agent_id")
-		if index < len(s.Stations) {
-			st := &s.Stations[index]
-			if agent.Set {
-				st.BSID = agent.V
-			}
-			return st
-		}
+		snap.Legacy = true
 		bs = Some(int64(index))
-		if agent.Set {
-			bs = agent
+		if st.agent.Set {
+			bs = st.agent
+		}
+		if index < len(snap.Stations) {
+			target = &snap.Stations[index]
+			target.BSID = bs.V
 		}
 	}
-	for i := range s.Stations {
-		if s.Stations[i].BSID == bs.V {
-			return &s.Stations[i]
+	for i := range snap.Stations {
+		if target == nil && snap.Stations[i].BSID == bs.V {
+			target = &snap.Stations[i]
 		}
 	}
-	s.Stations = append(s.Stations, Station{BSID: bs.V})
-	return &s.Stations[len(s.Stations)-1]
+	if target == nil {
+		snap.Stations = append(snap.Stations, Station{BSID: bs.V})
+		target = &snap.Stations[len(snap.Stations)-1]
+	}
+	target.UEs = append(target.UEs, st.ues...)
+	for _, sk := range st.skipped {
+		sk.BSID = target.BSID
+		snap.Skipped = append(snap.Skipped, sk)
+	}
 }
 
-func parseUEStats(v *fastjson.Value) (UEStats, error) {
-	var ue UEStats
-	if v.Type() != fastjson.TypeObject {
-		return ue, errors.New("entry is not an object")
+// parseUEStats reads one ue_mac_stats entry. A non-empty reason means the entry is unusable
+// (skipped); err is a syntax error of the document.
+func parseUEStats(s *scanner) (ue UEStats, reason string, err error) {
+	if s.kind() != 'o' {
+		return ue, "entry is not an object", s.skip()
 	}
-	rnti, err := intOf(v, "rnti")
-	if err != nil {
-		return ue, err
-	}
-	m := v.Get("mac_stats")
-	if m == nil || m.Type() != fastjson.TypeObject {
-		return ue, errors.New("no mac_stats object")
-	}
-	if !rnti.Set { // the 2017 format has rnti only beside mac_stats; v2 has it in both
-		if rnti, err = intOf(m, "rnti"); err != nil || !rnti.Set {
-			return ue, errors.New("no rnti")
+	var rnti, innerRNTI Int
+	var bad typeErrors
+	hasStats := false
+	err = s.object(func(key []byte) error {
+		switch string(key) {
+		case "rnti":
+			return bad.int(s, key, &rnti)
+		case "mac_stats":
+			if s.kind() != 'o' {
+				return s.skip()
+			}
+			hasStats = true
+			return ue.readMacStats(s, &bad, &innerRNTI)
+		case "harq":
+			if s.kind() != 'a' {
+				bad.first = errors.Join(bad.first, errors.New("harq is not an array"))
+				return s.skip()
+			}
+			n := 0
+			err := s.array(func(int) error { n++; return s.skip() })
+			ue.HARQProcesses = Some(int64(n))
+			return err
+		case UEIPField:
+			ue.IPv4 = readIPv4(s)
+			return nil
 		}
+		return s.skip()
+	})
+	switch {
+	case err != nil:
+		return ue, "", err
+	case !hasStats:
+		return ue, "no mac_stats object", nil
+	case !rnti.Set: // the 2017 format has rnti only beside mac_stats; v2 has it in both
+		rnti = innerRNTI
 	}
-	if rnti.V < 0 || rnti.V > 65535 {
-		return ue, fmt.Errorf("rnti %d outside 0..65535", rnti.V)
+	switch {
+	case !rnti.Set:
+		return ue, "no rnti", nil
+	case rnti.V < 0 || rnti.V > 65535:
+		return ue, fmt.Sprintf("rnti %d outside 0..65535", rnti.V), nil
 	}
 	ue.RNTI = rnti.V
-	ue.IPv4 = ueIPv4(v)
-	r := reader{}
-	ue.PHR = r.int(m, "phr")
-	ue.SFNSF = r.int(m, "dlCqiReport", "sfnSn")
-	ue.WBCQI = r.wbCQI(m)
-	if ms := m.Get("macStats"); ms != nil {
-		ue.TBSDL = r.int(ms, "tbsDl")
-		ue.PRBDL = r.int(ms, "prbDl")
-		ue.MCS1DL = r.int(ms, "mcs1Dl")
-		ue.HARQRound = r.int(ms, "harqRound")
+	if bad.first != nil {
+		return ue, fmt.Sprintf("rnti %d: %v", ue.RNTI, bad.first), nil
 	}
-	if h := v.Get("harq"); h != nil {
-		if arr, err := h.Array(); err == nil {
-			ue.HARQProcesses = Some(int64(len(arr)))
-		} else {
-			r.fail(fmt.Errorf("harq: %w", err))
+	if msg := ue.outOfRange(); msg != "" {
+		return ue, msg, nil
+	}
+	return ue, "", nil
+}
+
+func (ue *UEStats) readMacStats(s *scanner, bad *typeErrors, rnti *Int) error {
+	return s.object(func(key []byte) error {
+		switch string(key) {
+		case "rnti":
+			return bad.int(s, key, rnti)
+		case "phr":
+			return bad.int(s, key, &ue.PHR)
+		case "dlCqiReport":
+			return ue.readCQI(s, bad)
+		case "macStats":
+			return s.object(func(key []byte) error {
+				switch string(key) {
+				case "tbsDl":
+					return bad.int(s, key, &ue.TBSDL)
+				case "prbDl":
+					return bad.int(s, key, &ue.PRBDL)
+				case "mcs1Dl":
+					return bad.int(s, key, &ue.MCS1DL)
+				case "harqRound":
+					return bad.int(s, key, &ue.HARQRound)
+				}
+				return s.skip()
+			})
+		case "rlcReport":
+			return s.array(func(int) error {
+				var q RLCReport
+				err := s.object(func(key []byte) error {
+					switch string(key) {
+					case "lcId":
+						return bad.int(s, key, &q.LCID)
+					case "txQueueSize":
+						return bad.int(s, key, &q.TxQueue)
+					case "txQueueHolDelay":
+						return bad.int(s, key, &q.TxHOL)
+					case "retransmissionQueueSize":
+						return bad.int(s, key, &q.RetxQueue)
+					}
+					return s.skip()
+				})
+				ue.RLC = append(ue.RLC, q)
+				return err
+			})
+		case "rrcMeasurements":
+			return ue.readRRC(s, bad)
+		case "gtpStats":
+			return s.array(func(int) error {
+				var id Int
+				err := s.object(func(key []byte) error {
+					if string(key) == "eRabId" {
+						return bad.int(s, key, &id)
+					}
+					return s.skip()
+				})
+				if id.Set {
+					ue.ERABs = append(ue.ERABs, id.V)
+				}
+				return err
+			})
 		}
-	}
-	for _, rep := range m.GetArray("rlcReport") {
-		ue.RLC = append(ue.RLC, RLCReport{
-			LCID:      r.int(rep, "lcId"),
-			TxQueue:   r.int(rep, "txQueueSize"),
-			TxHOL:     r.int(rep, "txQueueHolDelay"),
-			RetxQueue: r.int(rep, "retransmissionQueueSize"),
-		})
-	}
-	ue.RRC = r.rrc(m.Get("rrcMeasurements"))
-	for _, g := range m.GetArray("gtpStats") {
-		if id := r.int(g, "eRabId"); id.Set {
-			ue.ERABs = append(ue.ERABs, id.V)
+		return s.skip()
+	})
+}
+
+// readCQI takes the wideband CQI of the primary cell's P10 report (servCellIndex 0 or absent).
+func (ue *UEStats) readCQI(s *scanner, bad *typeErrors) error {
+	return s.object(func(key []byte) error {
+		switch string(key) {
+		case "sfnSn":
+			return bad.int(s, key, &ue.SFNSF)
+		case "csiReport":
+			return s.array(func(int) error {
+				var cell, cqi Int
+				err := s.object(func(key []byte) error {
+					switch string(key) {
+					case "servCellIndex":
+						return bad.int(s, key, &cell)
+					case "p10csi":
+						return s.object(func(key []byte) error {
+							if string(key) == "wbCqi" {
+								return bad.int(s, key, &cqi)
+							}
+							return s.skip()
+						})
+					}
+					return s.skip()
+				})
+				if cqi.Set && (!cell.Set || cell.V == 0) && !ue.WBCQI.Set {
+					ue.WBCQI = cqi
+				}
+				return err
+			})
 		}
-	}
-	if r.err != nil {
-		return ue, fmt.Errorf("rnti %d: %w", ue.RNTI, r.err)
-	}
-	return ue, r.checkRanges(&ue)
+		return s.skip()
+	})
 }
 
-// reader keeps the first error so that a UE's fields read in a straight line.
-type reader struct{ err error }
-
-func (r *reader) fail(err error) {
-	if r.err == nil {
-		r.err = err
-	}
-}
-
-func (r *reader) int(v *fastjson.Value, keys ...string) Int {
-	n, err := intOf(v, keys...)
-	if err != nil {
-		r.fail(err)
-	}
-	return n
-}
-
-// wbCQI takes the wideband CQI of the primary cell's P10 report (servCellIndex 0 or absent).
-func (r *reader) wbCQI(m *fastjson.Value) Int {
-	for _, csi := range m.GetArray("dlCqiReport", "csiReport") {
-		if idx := r.int(csi, "servCellIndex"); idx.Set && idx.V != 0 {
-			continue
+func (ue *UEStats) readRRC(s *scanner, bad *typeErrors) error {
+	m := &ue.RRC
+	return s.object(func(key []byte) error {
+		switch string(key) {
+		case "measid":
+			return bad.int(s, key, &m.MeasID)
+		case "pcellRsrp":
+			return bad.int(s, key, &m.RSRP)
+		case "pcellRsrq":
+			return bad.int(s, key, &m.RSRQ)
+		case "neighMeas":
+			return s.object(func(key []byte) error {
+				if string(key) != "eutraMeas" {
+					return s.skip()
+				}
+				return s.array(func(int) error {
+					var n Neighbour
+					err := s.object(func(key []byte) error {
+						switch string(key) {
+						case "physCellId":
+							return bad.int(s, key, &n.PhyCellID)
+						case "measResult":
+							return s.object(func(key []byte) error {
+								switch string(key) {
+								case "rsrp":
+									return bad.int(s, key, &n.RSRP)
+								case "rsrq":
+									return bad.int(s, key, &n.RSRQ)
+								}
+								return s.skip()
+							})
+						}
+						return s.skip()
+					})
+					m.Neighbours = append(m.Neighbours, n)
+					return err
+				})
+			})
 		}
-		if cqi := r.int(csi, "p10csi", "wbCqi"); cqi.Set {
-			return cqi
-		}
-	}
-	return Int{}
+		return s.skip()
+	})
 }
 
-func (r *reader) rrc(v *fastjson.Value) RRCMeas {
-	var m RRCMeas
-	if v == nil {
-		return m
-	}
-	m.MeasID, m.RSRP, m.RSRQ = r.int(v, "measid"), r.int(v, "pcellRsrp"), r.int(v, "pcellRsrq")
-	for _, n := range v.GetArray("neighMeas", "eutraMeas") {
-		m.Neighbours = append(m.Neighbours, Neighbour{
-			PhyCellID: r.int(n, "physCellId"),
-			RSRP:      r.int(n, "measResult", "rsrp"),
-			RSRQ:      r.int(n, "measResult", "rsrq"),
-		})
-	}
-	return m
-}
-
-// checkRanges rejects values no eNB can report (a corrupted or hostile source).
-func (r *reader) checkRanges(ue *UEStats) error {
-	check := func(name string, v Int, lo, hi int64) error {
+// outOfRange rejects values no eNB can report (a corrupted or hostile source).
+func (ue *UEStats) outOfRange() string {
+	check := func(name string, v Int, lo, hi int64) string {
 		if v.Set && (v.V < lo || v.V > hi) {
-			return fmt.Errorf("rnti %d: %s %d outside %d..%d", ue.RNTI, name, v.V, lo, hi)
+			return fmt.Sprintf("rnti %d: %s %d outside %d..%d", ue.RNTI, name, v.V, lo, hi)
 		}
-		return nil
+		return ""
 	}
-	errs := []error{
+	for _, msg := range []string{
 		check("wbCqi", ue.WBCQI, 0, 15),
 		check("mcs1Dl", ue.MCS1DL, 0, 31),
 		check("prbDl", ue.PRBDL, 0, 275),
 		check("tbsDl", ue.TBSDL, 0, 1<<24),
 		check("sfnSn", ue.SFNSF, 0, 0xffff),
+	} {
+		if msg != "" {
+			return msg
+		}
 	}
 	for _, q := range ue.RLC {
-		errs = append(errs, check("lcId", q.LCID, 0, 32), check("txQueueSize", q.TxQueue, 0, 1<<40),
-			check("txQueueHolDelay", q.TxHOL, 0, 1<<32))
-	}
-	return errors.Join(errs...)
-}
-
-// intOf reads an integer at a key path: a JSON number, or a string of digits (protobuf-JSON
-// renders 64-bit values as strings). Absent or null gives an unset Int; anything else is an error.
-func intOf(v *fastjson.Value, keys ...string) (Int, error) {
-	f := v.Get(keys...)
-	if f == nil {
-		return Int{}, nil
-	}
-	switch f.Type() {
-	case fastjson.TypeNull:
-		return Int{}, nil
-	case fastjson.TypeNumber:
-		n, err := f.Int64()
-		if err != nil {
-			return Int{}, fmt.Errorf("%v: %w", keys, err)
-		}
-		return Some(n), nil
-	case fastjson.TypeString:
-		n, err := strconv.ParseInt(string(f.GetStringBytes()), 10, 64)
-		if err != nil {
-			return Int{}, fmt.Errorf("%v: %q is not an integer", keys, f.GetStringBytes())
-		}
-		return Some(n), nil
-	}
-	return Int{}, fmt.Errorf("%v: %s is not an integer", keys, f.Type())
-}
-
-// firstInt returns the first key path that is present.
-func firstInt(v *fastjson.Value, paths ...[]string) (Int, error) {
-	for _, p := range paths {
-		n, err := intOf(v, p...)
-		if err != nil || n.Set {
-			return n, err
+		for _, msg := range []string{check("lcId", q.LCID, 0, 32), check("txQueueSize", q.TxQueue, 0, 1<<40),
+			check("txQueueHolDelay", q.TxHOL, 0, 1<<32)} {
+			if msg != "" {
+				return msg
+			}
 		}
 	}
-	return Int{}, nil
+	return ""
 }

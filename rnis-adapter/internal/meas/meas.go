@@ -96,6 +96,11 @@ func sourceTime(s *flexran.Snapshot) Int {
 
 func appendStation(out []Measurement, st *flexran.Station, sourceNs Int, observedNs int64, ips Resolver) []Measurement {
 	first := len(out)
+	type cellNames struct {
+		key  string
+		ecgi ECGI
+	}
+	names := map[*flexran.Cell]cellNames{} // formatted once per cell, not per UE
 	for j := range st.UEs {
 		ue := &st.UEs[j]
 		conf := ueConfig(st, ue.RNTI)
@@ -109,8 +114,12 @@ func appendStation(out []Measurement, st *flexran.Station, sourceNs Int, observe
 		if cell != nil {
 			m.PhyCellID, m.CellPRBs = cell.PhyCellID, cell.DLBandwidth
 		}
-		m.Cell = CellKey(st.BSID, m.PhyCellID)
-		m.ECGI = makeECGI(st.BSID, cell, cellIndex)
+		n, ok := names[cell]
+		if !ok {
+			n = cellNames{CellKey(st.BSID, m.PhyCellID), makeECGI(st.BSID, cell, cellIndex)}
+			names[cell] = n
+		}
+		m.Cell, m.ECGI = n.key, n.ecgi
 		if !m.IPv4.IsValid() {
 			m.IPv4 = ue.IPv4
 		}
