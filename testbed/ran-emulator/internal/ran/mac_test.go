@@ -270,3 +270,50 @@ func TestChannelOverrideValidation(t *testing.T) {
 		t.Errorf("a rejected change changed the CQI to %d", got)
 	}
 }
+
+// An NR cell of numerology 1 has 0.5 ms slots and the TS 38.214 TBS.
+func TestNRNumerology(t *testing.T) {
+	e := testEmu(t, `{"dl_tun":{"name":"x"},"cells":[{"bs_id":20000,"rat":"nr","numerology":1,"prb":51}],
+	 "ues":[{"name":"ue1","imsi":"1","bearers":[{"bs_id":20000,"rnti":100,"ip":"10.30.0.1","tun":{"name":"a"},"channel":{"cqi":15}}]}]}`)
+	if e.TickNs() != 500_000 {
+		t.Fatalf("tick %d ns, want 500 µs", e.TickNs())
+	}
+	b := e.UEs[0].Bearers[0]
+	bits, _ := threegpp.NRTBSBits(51, threegpp.CQIToMCS(15), threegpp.DefaultNR)
+	delivered := 0
+	for slot := int64(0); slot < 2000; slot++ {
+		now := slot * 500_000
+		for b.QueueBytes()+b.InboxBytes() < 100_000 {
+			e.Inject(udp(1, 1500, 0, 1), now)
+		}
+		e.Step(now)
+		for _, p := range b.Delivered(now) {
+			delivered += p.N
+		}
+	}
+	if got, want := float64(delivered)/2000, float64(bits/8); math.Abs(got-want) > 1 {
+		t.Errorf("%.1f bytes per slot, want TBS %.0f", got, want)
+	}
+}
+
+// The bearer's queue discipline is the configured one: CoDel drops at the head of an
+// overloaded RLC queue, FIFO only when the buffer is full.
+func TestQueueDisciplineInTheBearer(t *testing.T) {
+	for _, disc := range []string{"fifo", "codel", "fq_codel"} {
+		e := testEmu(t, fmt.Sprintf(`{"dl_tun":{"name":"x"},"cells":[{"bs_id":1000,"prb":25}],
+		 "ues":[{"name":"ue1","imsi":"1","bearers":[{"bs_id":1000,"rnti":100,"ip":"10.30.0.1","tun":{"name":"a"},
+		 "queue":{"discipline":%q},"channel":{"cqi":9}}]}]}`, disc))
+		b := e.UEs[0].Bearers[0]
+		for tti := int64(0); tti < 2000; tti++ {
+			if tti%10 < 8 { // 1200 B/ms offered on a 967 B/ms link
+				e.Inject(udp(1, 1500, 0, uint16(tti%3)), tti*ms)
+			}
+			e.Step(tti * ms)
+			b.Delivered(tti * ms)
+		}
+		aqmDrops := b.C.DLAQMDropPkts.Load()
+		if (disc == "fifo") != (aqmDrops == 0) {
+			t.Errorf("%s: %d AQM drops", disc, aqmDrops)
+		}
+	}
+}

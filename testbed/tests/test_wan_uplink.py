@@ -1,0 +1,97 @@
+"""The WAN delay stage and the uplink rate, measured through real namespaces."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from mts_testbed.topology import Topology
+
+pytestmark = pytest.mark.netns
+
+WAN_MS, DL_MS, UL_MS, UL_MBPS = 10.0, 4.0, 6.0, 2.0
+SCENARIO = {
+    "wan": {"delay_ms": WAN_MS},
+    "cells": [{"bs_id": 10000, "prb": 25}],
+    "ues": [
+        {
+            "cells": [
+                {
+                    "bs_id": 10000,
+                    "delay_ms": DL_MS,
+                    "ul_delay_ms": UL_MS,
+                    "ul_rate_mbps": UL_MBPS,
+                    "channel": {"cqi": 15},
+                }
+            ]
+        }
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def topo(make_topology) -> Topology:
+    return make_topology(SCENARIO)
+
+
+def test_round_trip_is_the_sum_of_the_delays(topo: Topology) -> None:
+    """Server -> UE -> server: 2 x WAN + RAN DL + RAN UL, plus at most a tick per stage."""
+    out = topo.exec(topo.server.ns, "ping", "-c", "40", "-i", "0.0537", topo.ues[0].paths[0].ip)
+    rtts = [float(x.split("=")[1]) for x in out.stdout.split() if x.startswith("time=")]
+    configured = 2 * WAN_MS + DL_MS + UL_MS
+    median = statistics.median(rtts)
+    print(f"RTT median {median:.2f} ms, min {min(rtts):.2f} ms; configured {configured} ms")
+    assert len(rtts) == 40
+    assert configured <= min(rtts)
+    assert median <= configured + 5  # TTI alignment + four stages on a 1 ms tick
+
+
+def test_uplink_rate(topo: Topology) -> None:
+    """A UE sending 4 Mbit/s through a 2 Mbit/s uplink gets 2 Mbit/s to the server."""
+    server = topo.popen(
+        topo.server.ns,
+        "iperf3",
+        "-s",
+        "-1",
+        "-p",
+        "5600",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.3)
+    client = topo.popen(
+        topo.ues[0].ns,
+        "iperf3",
+        "-c",
+        topo.server.addresses["wan0"],
+        "-p",
+        "5600",
+        "-u",
+        "-b",
+        f"{2 * UL_MBPS}M",
+        "-l",
+        "1000",
+        "-t",
+        "5",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def rx() -> int:
+        return int(
+            topo.exec(topo.server.ns, "cat", "/sys/class/net/wan0/statistics/rx_bytes").stdout
+        )
+
+    try:
+        time.sleep(2)
+        b0, t0 = rx(), time.monotonic()
+        time.sleep(2.5)
+        rate = (rx() - b0) * 8 / (time.monotonic() - t0) / 1e6
+    finally:
+        client.wait(15)
+        server.wait(15)
+    print(f"uplink {rate:.3f} Mbit/s (configured {UL_MBPS})")
+    assert abs(rate - UL_MBPS) / UL_MBPS < 0.03
