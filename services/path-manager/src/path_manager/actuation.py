@@ -115,9 +115,9 @@ class MptcpActuator:
                 self._apply(event.token, event.local, event.remote, backup=wanted_backup)
         elif event.kind == "sub_closed":
             with self._lock:
-                conn = self._connections.get(event.token)
-                if conn is not None:
-                    conn.subflows.pop(event.remote, None)
+                closing = self._connections.get(event.token)
+                if closing is not None:
+                    closing.subflows.pop(event.remote, None)
 
     def _report(self, ok: bool, detail: str) -> None:
         if self._health is not None:

@@ -51,7 +51,7 @@ def random_scenario(n: int, rng: np.random.Generator) -> Scenario:
     return Scenario(paths, mean_capacity * rng.uniform(0.4, 1.2), rng.uniform(0, 800))
 
 
-def timing(repeat: int, sizes: range, rng: np.random.Generator) -> dict[int, dict[str, float]]:
+def timing(repeat: int, sizes: range, rng: np.random.Generator) -> dict[int, dict[str, Any]]:
     out = {}
     for n in sizes:
         scenarios = [random_scenario(n, rng) for _ in range(repeat)]
@@ -142,7 +142,7 @@ def run_bench(repeat: int, scenarios: int, mc_samples: int, out_dir: Path) -> di
     return result
 
 
-def _plot(times: dict[int, dict[str, float]], path: Path) -> None:
+def _plot(times: dict[int, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

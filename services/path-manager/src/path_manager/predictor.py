@@ -318,7 +318,8 @@ def _share_at_most(g: Array) -> Array:
     a, b = g[..., :-1], g[..., 1:]
     below = np.maximum(-a, 0.0) + np.maximum(-b, 0.0)
     span = np.abs(a) + np.abs(b)
-    return np.divide(below, span, out=np.ones_like(span), where=span > 0)
+    share: Array = np.divide(below, span, out=np.ones_like(span), where=span > 0)
+    return share
 
 
 @cache

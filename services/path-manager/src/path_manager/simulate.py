@@ -15,6 +15,7 @@ the cumulative arrival and departure curves (FIFO), with partial loss when the b
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -365,11 +366,11 @@ def _schedule_channel(proxy: FluidProxy, loop: EventLoop) -> None:
     for i, times in enumerate(channel.toggles):
         for t in times:
             if t < setup.duration:
-                loop.call_at(t, lambda i=i: proxy.toggle(i))
+                loop.call_at(t, functools.partial(proxy.toggle, i))
     for step in range(1, channel.fading.shape[0]):
         t = step * setup.fading_step
         if t < setup.duration:
-            loop.call_at(t, lambda step=step: proxy.set_fading(channel.fading[step]))
+            loop.call_at(t, functools.partial(proxy.set_fading, channel.fading[step]))
 
 
 def _result(

@@ -1,0 +1,446 @@
+"""The path manager service: RNIS + PEP backlog in, control per UE, MPTCP out, REST /pm/v1.
+
+Inputs (AMQP, ``mec_common.amqp.AmqpConsumer``):
+- the RNIS feed (exchange from Mp1 discovery when a platform is configured, else
+  ``PM_RNIS_EXCHANGE``), bound per path address: ``rnis.v1.meas.*.*.<path ip>``;
+- the PEP's per-UE backlog (exchange ``PM_PEP_EXCHANGE``, key ``pep.v1.backlog.<ue ip>``,
+  published every few ms while the PEP holds bytes for the UE): the queue, and the reactive
+  trigger on every sample.
+
+Output: ``MptcpActuator`` in the PEP's namespace (``PM_MPTCP_NETNS``), or nothing with
+``PM_ACTUATION=none`` (decisions are still made and logged: a dry run).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address
+from typing import Any, Literal
+
+import orjson
+from fastapi import FastAPI
+from prometheus_client import Counter, Gauge, Histogram
+from pydantic import Field, ValidationError
+from pydantic_settings import SettingsConfigDict
+
+from mec_common.amqp import AmqpConsumer
+from mec_common.api import create_app, serve
+from mec_common.auth import TokenVerifier, ensure_static_token
+from mec_common.config import Port, ServiceSettings
+from mec_common.health import Health
+from mec_common.logging import configure_logging, get_logger
+from mec_common.rnis import EXCHANGE as RNIS_EXCHANGE
+from mec_common.rnis import RnisMeasurement, bind_ue_ip
+from path_manager.control import (
+    Action,
+    ControlSettings,
+    Decision,
+    Mode,
+    Observation,
+    PathControl,
+    PathView,
+)
+from path_manager.radio import PathRadio, RadioSettings
+
+log = get_logger(__name__)
+
+DECISIONS = Counter("pm_decisions_total", "Control decisions", ["ue", "trigger", "action"])
+PREDICTION = Histogram(
+    "pm_prediction_seconds",
+    "Wall time of a control's predictions",
+    buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2, 0.1),
+)
+ACTIVE = Gauge("pm_active_paths", "Active paths per UE", ["ue"])
+QUEUE = Gauge("pm_queue_packets", "PEP backlog toward the UE (packets)", ["ue"])
+
+
+class PmSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="PM_", extra="ignore")
+
+    http_port: Port = Field(8103, description="port of the REST API")
+    rnis_exchange: str = Field(RNIS_EXCHANGE, description="RNIS AMQP exchange (if no Mp1)")
+    pep_exchange: str = Field("pep", description="exchange of the PEP's per-UE backlog")
+    ues: str = Field(
+        "",
+        description='UEs at start, JSON: {"<ue ip>": ["<path ip>", ...]} (REST can add more)',
+    )
+    actuation: Literal["mptcp", "none"] = Field(
+        "mptcp", description="mptcp: switch subflows; none: decide and log only"
+    )
+    mptcp_netns: str | None = Field(None, description="network namespace of the PEP (MPTCP)")
+    mode: Mode = Field(Mode.FPT_R, description="reactive, cdf, fpt, cdf+r or fpt+r")
+    period: float = Field(0.150, description="predictive control period (s)")
+    horizon: float = Field(0.200, description="prediction horizon (s)")
+    q_high: float = Field(500.0, description="Q_HT (packets)")
+    q_low: float = Field(250.0, description="Q_LT (packets)")
+    p_high_bound: float = Field(0.99, description="ADD if P_H is below")
+    p_low_bound: float = Field(0.99, description="REMOVE if P_L is above")
+    reactive_guard: float = Field(0.050, description="T_R (s)")
+    safety_max_paths: int = Field(5, description="remove-safety re-prediction up to this many")
+    packet_bytes: int = Field(1500, description="bytes per packet (queue unit)")
+    los_cqi: int = Field(10, description="CQI at or above: LoS")
+    nlos_cqi: int = Field(6, description="CQI at or below: NLoS")
+    stale_after: float = Field(0.5, description="s without RNIS data: priors, last state")
+
+    def control(self) -> ControlSettings:
+        return ControlSettings(
+            mode=self.mode, period=self.period, horizon=self.horizon, q_high=self.q_high,
+            q_low=self.q_low, p_high_bound=self.p_high_bound, p_low_bound=self.p_low_bound,
+            reactive_guard=self.reactive_guard, safety_max_paths=self.safety_max_paths,
+        )  # fmt: skip
+
+    def radio(self) -> RadioSettings:
+        return RadioSettings(
+            los_cqi=self.los_cqi, nlos_cqi=self.nlos_cqi, stale_after=self.stale_after,
+            packet_bytes=self.packet_bytes,
+        )  # fmt: skip
+
+
+class RealTimeScheduler:
+    """``call_at`` on the monotonic clock, run by one thread; never early."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="pm-timers", daemon=True)
+        self._thread.start()
+
+    def __call__(self) -> float:
+        return time.monotonic()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (when, next(self._seq), callback))
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(2.0)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(timeout)
+                if self._stop:
+                    return
+                _, _, callback = heapq.heappop(self._heap)
+            try:
+                callback()
+            except Exception:
+                log.exception("timer callback failed")
+
+
+@dataclass
+class Ue:
+    """One UE: its paths, the last backlog and the arrival-rate estimate."""
+
+    id: IPv4Address
+    paths: dict[IPv4Address, PathRadio]
+    active: dict[IPv4Address, bool]
+    control: PathControl | None = None
+    backlog_bytes: float = 0.0
+    backlog_at: float | None = None
+    arrival_pps: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class PathManager:
+    """All UEs, their controls, the feeds and the actuator."""
+
+    def __init__(self, settings: PmSettings, health: Health) -> None:
+        self.settings = settings
+        self.health = health
+        self.control_settings = settings.control()
+        self.radio = settings.radio()
+        self.clock = RealTimeScheduler()
+        self.ues: dict[IPv4Address, Ue] = {}
+        self._lock = threading.Lock()
+        self.actuator: Any = None
+        if settings.actuation == "mptcp":
+            from path_manager.actuation import MptcpActuator
+
+            self.actuator = MptcpActuator(settings.mptcp_netns, health)
+            self.actuator.start()
+        rnis_url, rnis_exchange = _rnis_endpoint(settings)
+        self.rnis = AmqpConsumer(
+            rnis_url, rnis_exchange, [], self._on_rnis,
+            health=health, health_name="rnis_feed", name="pm-rnis",
+        )  # fmt: skip
+        self.backlog = AmqpConsumer(
+            settings.amqp_url, settings.pep_exchange, [], self._on_backlog,
+            health=health, health_name="pep_backlog", name="pm-backlog",
+        )  # fmt: skip
+
+    def start(self) -> None:
+        self.rnis.start()
+        self.backlog.start()
+        for ue, paths in (json.loads(self.settings.ues) if self.settings.ues else {}).items():
+            self.put_ue(IPv4Address(ue), [IPv4Address(p) for p in paths])
+
+    def close(self) -> None:
+        for ue in list(self.ues.values()):
+            if ue.control:
+                ue.control.stop()
+        self.clock.close()
+        self.rnis.close()
+        self.backlog.close()
+        if self.actuator is not None:
+            self.actuator.close()
+
+    # -- UEs ----------------------------------------------------------------------------
+    def put_ue(self, ue_id: IPv4Address, paths: list[IPv4Address]) -> Ue:
+        """Create or replace a UE; its first path starts active, the others inactive."""
+        self.delete_ue(ue_id)
+        ue = Ue(
+            ue_id,
+            {p: PathRadio(str(p)) for p in paths},
+            {p: i == 0 for i, p in enumerate(paths)},
+        )
+        plant = _UePlant(self, ue)
+        ue.control = PathControl(
+            self.control_settings, plant, self.clock, self.clock,
+            on_decision=lambda d: self._on_decision(ue, d),
+        )  # fmt: skip
+        with self._lock:
+            self.ues[ue_id] = ue
+        for p in paths:
+            self.rnis.bind(bind_ue_ip(p))
+            self._actuate(p, ue.active[p])
+        self.backlog.bind(_backlog_key(ue_id))
+        ACTIVE.labels(str(ue_id)).set(1)
+        ue.control.start()
+        return ue
+
+    def delete_ue(self, ue_id: IPv4Address) -> bool:
+        with self._lock:
+            ue = self.ues.pop(ue_id, None)
+        if ue is None:
+            return False
+        if ue.control:
+            ue.control.stop()
+        for p in ue.paths:
+            self.rnis.unbind(bind_ue_ip(p))
+        self.backlog.unbind(_backlog_key(ue_id))
+        return True
+
+    def update_control(self, **changes: Any) -> ControlSettings:
+        """Validate once, then apply to every UE (ValueError changes nothing)."""
+        from dataclasses import replace
+
+        new = replace(self.control_settings, **changes)
+        new.validate()
+        self.control_settings = new
+        for ue in list(self.ues.values()):
+            if ue.control:
+                ue.control.update(**changes)
+        return new
+
+    # -- feeds --------------------------------------------------------------------------
+    def _on_rnis(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
+        try:
+            m = RnisMeasurement.model_validate_json(body)
+        except ValidationError:
+            return  # not a measurement (events share the exchange); never fatal
+        if m.ue_ipv4 is None:
+            return
+        now = time.monotonic()
+        for ue in list(self.ues.values()):
+            path = ue.paths.get(m.ue_ipv4)
+            if path is not None:
+                with ue._lock:
+                    path.update(m, now, self.radio)
+
+    def _on_backlog(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
+        try:
+            msg = orjson.loads(body)
+            ue = self.ues.get(IPv4Address(msg["ue"]))
+            backlog = float(msg["backlog_bytes"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if ue is None or ue.control is None:
+            return
+        now = time.monotonic()
+        with ue._lock:
+            self._estimate_arrival(ue, backlog, now)
+            ue.backlog_bytes, ue.backlog_at = backlog, now
+        packets = backlog / self.settings.packet_bytes
+        QUEUE.labels(str(ue.id)).set(packets)
+        ue.control.on_queue(packets)
+
+    def _estimate_arrival(self, ue: Ue, backlog: float, now: float) -> None:
+        """Arrivals = backlog growth + what the active paths served (EWMA, packets/s).
+
+        While the backlog is non-zero the active paths are busy, so they serve at their
+        current capacity; the backlog message does not carry the bytes received.
+        """
+        if ue.backlog_at is None or now <= ue.backlog_at:
+            return
+        dt = now - ue.backlog_at
+        growth = (backlog - ue.backlog_bytes) / self.settings.packet_bytes / dt
+        served = sum(
+            _current_pps(ue.paths[p], now, self.radio) for p, on in ue.active.items() if on
+        )
+        sample = max(growth + (served if ue.backlog_bytes > 0 else 0.0), 0.0)
+        alpha = min(dt / 0.05, 1.0)  # ~50 ms memory
+        ue.arrival_pps = (1 - alpha) * ue.arrival_pps + alpha * sample
+
+    # -- plant --------------------------------------------------------------------------
+    def _actuate(self, path: IPv4Address, active: bool) -> None:
+        if self.actuator is not None:
+            self.actuator.set_active(path, active)
+
+    def _on_decision(self, ue: Ue, d: Decision) -> None:
+        DECISIONS.labels(str(ue.id), d.trigger.value, d.action.value).inc()
+        if d.prediction_ms is not None:
+            PREDICTION.observe(d.prediction_ms / 1e3)
+        if d.action is not Action.NONE:
+            log.info("path change", ue=str(ue.id), action=d.action.value, path=d.path,
+                     trigger=d.trigger.value, reason=d.reason)  # fmt: skip
+
+
+class _UePlant:
+    """``Plant`` of one UE: observation from the feeds, changes through the actuator."""
+
+    def __init__(self, manager: PathManager, ue: Ue) -> None:
+        self.manager, self.ue = manager, ue
+
+    def observe(self) -> Observation:
+        now = time.monotonic()
+        s = self.manager.radio
+        views = []
+        with self.ue._lock:
+            for ip, radio in self.ue.paths.items():
+                state = radio.model(now, s)
+                if state is not None:
+                    views.append(PathView(str(ip), state, self.ue.active[ip]))
+            queue = self.ue.backlog_bytes / self.manager.settings.packet_bytes
+            arrival = self.ue.arrival_pps
+        return Observation(queue=queue, arrival_rate=arrival, paths=views)
+
+    def change(self, action: Action, path_id: str) -> None:
+        ip = IPv4Address(path_id)
+        active = action is Action.ADD
+        with self.ue._lock:
+            self.ue.active[ip] = active
+            count = sum(self.ue.active.values())
+        self.manager._actuate(ip, active)
+        ACTIVE.labels(str(self.ue.id)).set(count)
+        assert self.ue.control is not None
+        self.ue.control.change_done()  # the netlink call returns once the kernel applied it
+
+
+def _current_pps(path: PathRadio, now: float, s: RadioSettings) -> float:
+    state = path.model(now, s)
+    if state is None:
+        return 0.0
+    return state.capacity_los if state.in_los else state.capacity_nlos
+
+
+def _rnis_endpoint(settings: PmSettings) -> tuple[str, str]:
+    """The RNIS AMQP feed from Mp1 discovery when a platform is configured, else settings."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from mec_common.mp1 import Mp1Client
+
+    client = Mp1Client.from_settings(settings)
+    if client is None:
+        return settings.amqp_url, settings.rnis_exchange
+    try:
+        transport = client.find_transport("rnis", "MB_TOPIC_BASED")
+    except Exception as exc:  # the platform may not be up yet: the setting is the fallback
+        log.warning("rnis discovery failed; using the configured feed", error=str(exc))
+        return settings.amqp_url, settings.rnis_exchange
+    finally:
+        client.close()
+    uris = (transport or {}).get("endpoint", {}).get("uris") or []
+    exchange = (transport or {}).get("implSpecificInfo", {}).get("exchange")
+    if not uris or not exchange:
+        return settings.amqp_url, settings.rnis_exchange
+    found, ours = urlsplit(str(uris[0])), urlsplit(settings.amqp_url)
+    netloc = found.netloc
+    if ours.username and "@" not in netloc:  # keep our broker credentials
+        netloc = ours.netloc.split("@")[0] + "@" + netloc
+    log.info("rnis feed discovered through Mp1", exchange=exchange)
+    return urlunsplit(found._replace(netloc=netloc)), str(exchange)
+
+
+def _backlog_key(ue: IPv4Address) -> str:
+    return "pep.v1.backlog." + str(ue).replace(".", "_")
+
+
+def build_app(settings: PmSettings) -> tuple[FastAPI, PathManager]:
+    from path_manager.api import router
+
+    health = Health()
+    tokens = ensure_static_token(settings.api_tokens, settings.state_dir, "path-manager")
+    manager = PathManager(settings, health)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        manager.start()
+        registration = _register(settings, health)
+        try:
+            yield
+        finally:
+            if registration is not None:
+                registration.stop()
+            manager.close()
+
+    app = create_app(
+        title="Path manager",
+        version="1.0.0",
+        description="Predictive multipath control over Linux MPTCP (reactive, CDF, FPT and "
+        "hybrids), fed by RNIS. See docs/path-manager.md.",
+        settings=settings,
+        health=health,
+        token_verifier=TokenVerifier(tokens),
+        lifespan=lifespan,
+    )
+    app.state.manager = manager
+    app.include_router(router)
+    return app, manager
+
+
+def _register(settings: PmSettings, health: Health) -> Any:
+    """Register /pm/v1 as a MEC service when a platform is configured."""
+    from mec_common.mp1 import MecAppRegistration, Mp1Client
+
+    client = Mp1Client.from_settings(settings)
+    if client is None:
+        return None
+    host = settings.http_host if settings.http_host != "0.0.0.0" else "127.0.0.1"
+    service = {
+        "serName": "path-manager",
+        "version": "v1",
+        "state": "ACTIVE",
+        "serializer": "JSON",
+        "transportInfo": {
+            "id": "pm-rest", "name": "REST", "type": "REST_HTTP", "protocol": "HTTP",
+            "version": "1.1",
+            "endpoint": {"uris": [f"http://{host}:{settings.http_port}/pm/v1"]},
+            "security": {},
+        },
+    }  # fmt: skip
+    registration = MecAppRegistration(client, [service], health=health)
+    registration.start()
+    return registration
+
+
+def run_service() -> None:
+    settings = PmSettings()
+    configure_logging(settings.log_level, settings.log_format)
+    app, _ = build_app(settings)
+    serve(app, settings)

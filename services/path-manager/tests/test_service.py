@@ -1,0 +1,124 @@
+"""The service end to end on the real RabbitMQ: RNIS + PEP backlog in, REST out.
+
+Actuation is off here (``PM_ACTUATION=none``): test_mptcp.py covers the kernel side.
+"""
+
+import subprocess
+import time
+import uuid
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from mec_common.amqp import AmqpPublisher
+from mec_common.rnis import RnisMeasurement
+from path_manager.service import PmSettings, build_app
+
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+TOKEN = "test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+UE, PATHS = "10.30.1.7", ["10.30.1.7", "10.30.2.7", "10.30.3.7"]
+
+
+@pytest.fixture
+def service(tmp_path):
+    if subprocess.run(["rabbitmqctl", "-q", "status"], capture_output=True).returncode != 0:
+        pytest.fail("RabbitMQ is not running: start it with `make rabbitmq`")
+    suffix = uuid.uuid4().hex[:8]
+    settings = PmSettings(
+        api_tokens=[TOKEN], amqp_url=AMQP_URL, rnis_exchange=f"test-rnis-{suffix}",
+        pep_exchange=f"test-pep-{suffix}", actuation="none", state_dir=tmp_path, mode="fpt+r",
+    )  # fmt: skip
+    app, manager = build_app(settings)
+    rnis = AmqpPublisher(AMQP_URL, settings.rnis_exchange)
+    pep = AmqpPublisher(AMQP_URL, settings.pep_exchange)
+    rnis.start()
+    pep.start()
+    with TestClient(app) as client:
+        assert manager.rnis.connected.wait(10) and manager.backlog.connected.wait(10)
+        yield client, manager, rnis, pep
+    rnis.close()
+    pep.close()
+    for exchange in (settings.rnis_exchange, settings.pep_exchange):
+        subprocess.run(["rabbitmqctl", "-q", "eval", "rabbit_exchange:delete(rabbit_misc:r("
+                        f'<<"/">>, exchange, <<"{exchange}">>), false, <<"test">>).'],
+                       capture_output=True)  # fmt: skip
+
+
+def measurement(path: str, cqi: int, capacity_bps: int) -> bytes:
+    m = RnisMeasurement(
+        cell=f"10000-{PATHS.index(path)}", bs_id=10000, rnti=70, ue_ipv4=path, wb_cqi=cqi,
+        cqi_capacity_bps=capacity_bps, observed_ns=time.time_ns(), cell_ues=1,
+    )  # fmt: skip
+    return m.model_dump_json().encode()
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_auth_and_problem_details(service):
+    client, *_ = service
+    assert client.get("/pm/v1/ues").status_code == 401
+    r = client.get("/pm/v1/ues/10.9.9.9", headers=AUTH)
+    assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"
+    r = client.put("/pm/v1/ues/not-an-ip", json={"paths": PATHS}, headers=AUTH)
+    assert r.status_code == 400
+    r = client.put("/pm/v1/ues/10.30.1.7", json={"paths": []}, headers=AUTH)
+    assert r.status_code == 400
+    assert client.get("/healthz").status_code in (200, 503)
+    assert "pm_decisions_total" in client.get("/metrics").text
+
+
+def test_control_settings_at_run_time(service):
+    client, manager, *_ = service
+    r = client.put("/pm/v1/control", json={"mode": "cdf", "q_high": 400}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["mode"] == "cdf" and r.json()["q_high"] == 400
+    bad = client.put("/pm/v1/control", json={"reactive_guard": 0.5}, headers=AUTH)
+    assert bad.status_code == 400 and "T_R" in bad.json()["detail"]
+    assert client.get("/pm/v1/control", headers=AUTH).json()["reactive_guard"] == 0.05
+    assert manager.control_settings.mode.value == "cdf"
+
+
+def test_feeds_drive_paths_and_decisions(service):
+    client, manager, rnis, pep = service
+    r = client.put(f"/pm/v1/ues/{UE}", json={"paths": PATHS}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["active_paths"] == [PATHS[0]]
+    # Radio: path 0 in NLoS (CQI 3, 100 Mbit/s), paths 1-2 in LoS (CQI 14, 900 Mbit/s).
+    for _ in range(5):
+        rnis.publish("rnis.v1.meas.10000-0.-." + PATHS[0].replace(".", "_"),
+                     measurement(PATHS[0], 3, 100_000_000))  # fmt: skip
+        for p in PATHS[1:]:
+            rnis.publish("rnis.v1.meas.x.-." + p.replace(".", "_"), measurement(p, 14, 900_000_000))
+        time.sleep(0.02)
+    assert wait_until(lambda: all(p.samples >= 5 for p in manager.ues[
+        __import__("ipaddress").IPv4Address(UE)].paths.values()))  # fmt: skip
+    paths = client.get(f"/pm/v1/ues/{UE}/paths", headers=AUTH).json()
+    by_ip = {p["path"]: p for p in paths}
+    assert by_ip[PATHS[0]]["in_los"] is False and by_ip[PATHS[1]]["in_los"] is True
+    assert by_ip[PATHS[1]]["capacity_los_bps"] == pytest.approx(900e6)
+    # The PEP's backlog for the UE grows past Q_HT: a reactive ADD (fpt+r) follows at once.
+    key = "pep.v1.backlog." + UE.replace(".", "_")
+    for backlog in (100_000, 400_000, 800_000, 1_200_000):
+        pep.publish(key, orjson.dumps({"schema": 1, "ue": UE, "backlog_bytes": backlog}))
+        time.sleep(0.01)
+    assert wait_until(lambda: len(client.get(f"/pm/v1/ues/{UE}", headers=AUTH)
+                                  .json()["active_paths"]) >= 2)  # fmt: skip
+    decisions = client.get(f"/pm/v1/ues/{UE}/decisions?changes_only=true", headers=AUTH).json()
+    first = decisions[0]
+    assert first["trigger"] == "reactive" and first["action"] == "add"
+    assert first["path"] in PATHS[1:] and "Q_HT" in first["reason"]
+    # Predictive controls run every 150 ms and log their probabilities.
+    assert wait_until(lambda: client.get("/pm/v1/prediction-stats", headers=AUTH)
+                      .json()["prediction_ms"]["count"] >= 2)  # fmt: skip
+    stats = client.get("/pm/v1/prediction-stats", headers=AUTH).json()
+    assert stats["control_interval_ms"]["min"] >= 150.0
+    log = client.get(f"/pm/v1/ues/{UE}/decisions", headers=AUTH).json()
+    assert any(d["trigger"] == "predictive" and d["p_high"] is not None for d in log)
+    assert client.delete(f"/pm/v1/ues/{UE}", headers=AUTH).status_code == 204
