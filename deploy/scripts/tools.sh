@@ -12,6 +12,7 @@ set -euo pipefail
 
 COMPOSE_VERSION=v2.29.7
 HELM_VERSION=v3.16.3
+HELM_KUBE_MINOR=31  # helm v3.16 is built with client-go v0.31
 KUBE_VERSION=v1.31.4
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
@@ -44,8 +45,14 @@ compose() {
 }
 
 helm() {
+    # The Kubernetes version helm assumes without a cluster (helm template, lint): that of
+    # its client-go, as helm's own Makefile sets it.
+    local k8s="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1"
+    k8s+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_KUBE_MINOR"
+    k8s+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1"
+    k8s+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_KUBE_MINOR"
     go_install helm.sh/helm/v3/cmd/helm "$HELM_VERSION" helm \
-        "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+        "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION $k8s"
 }
 
 kube() {

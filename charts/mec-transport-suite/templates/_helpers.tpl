@@ -1,0 +1,115 @@
+{{/* Names: <release>-<component>, at most 63 characters. */}}
+{{- define "mts.fullname" -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "mts.name" -}}
+{{- printf "%s-%s" (include "mts.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "mts.selectorLabels" -}}
+app.kubernetes.io/name: mec-transport-suite
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "mts.labels" -}}
+{{ include "mts.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: mec-transport-suite
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- end -}}
+
+{{- define "mts.image" -}}
+{{- $img := .root.Values.image -}}
+{{- printf "%s/%s:%s" $img.registry .values.repository (default .root.Chart.AppVersion $img.tag) -}}
+{{- end -}}
+
+{{- define "mts.secretName" -}}
+{{- default (printf "%s-credentials" (include "mts.fullname" .)) .Values.credentials.existingSecret -}}
+{{- end -}}
+
+{{- define "mts.amqpHost" -}}
+{{- default (include "mts.name" (dict "root" . "component" "rabbitmq")) .Values.amqp.host -}}
+{{- end -}}
+
+{{- define "mts.platformUrl" -}}
+{{- printf "http://%s:%v" (include "mts.name" (dict "root" . "component" "platform")) .Values.platform.service.port -}}
+{{- end -}}
+
+{{/*
+The container environment of a service: credentials from the Secret first (so that later
+values can refer to them as $(VAR)), then the chart's wiring, the service's env map and the
+platform's mec.env; a name set in the service's env map overrides the chart's wiring.
+Arguments: root, values (the service's values), prefix (e.g. "PEP_"), wiring (a dict).
+*/}}
+{{- define "mts.env" -}}
+{{- $secret := include "mts.secretName" .root -}}
+- name: MTS_AMQP_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ $secret }}, key: amqp-password}}
+- name: {{ .prefix }}API_TOKENS
+  valueFrom: {secretKeyRef: {name: {{ $secret }}, key: api-token}}
+{{- $amqp := .root.Values.amqp }}
+{{- $vhost := $amqp.vhost | urlquery }}
+{{- $env := dict
+  (printf "%sAMQP_URL" .prefix) (printf "amqp://%s:$(MTS_AMQP_PASSWORD)@%s:%v/%s" $amqp.user (include "mts.amqpHost" .root) $amqp.port $vhost)
+  (printf "%sLOG_FORMAT" .prefix) "json"
+  (printf "%sSTATE_DIR" .prefix) "/var/lib/mts"
+}}
+{{- $env = merge $env .wiring }}
+{{- range $k, $v := .values.env }}
+{{- $_ := set $env $k $v }}
+{{- end }}
+{{- range $k, $v := .root.Values.mec.env }}
+{{- $_ := set $env $k $v }}
+{{- end }}
+{{- range $k := keys $env | sortAlpha }}
+- name: {{ $k }}
+  value: {{ get $env $k | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Probes on the service's HTTP port: ready = /healthz answers 200 (dependencies up);
+alive = the port accepts connections. A lost broker or RAN source makes a pod unready,
+never restarts it (the service retries with backoff by itself). */}}
+{{- define "mts.probes" -}}
+startupProbe:
+  tcpSocket: {port: http}
+  periodSeconds: 2
+  failureThreshold: 60
+readinessProbe:
+  httpGet: {path: /healthz, port: http}
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 2
+livenessProbe:
+  tcpSocket: {port: http}
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 6
+{{- end -}}
+
+{{/* Scheduling of a pod: the service's own keys, else the chart-wide ones. */}}
+{{- define "mts.scheduling" -}}
+{{- with (default .root.Values.nodeSelector .values.nodeSelector) }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (default .root.Values.tolerations .values.tolerations) }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (default .root.Values.affinity .values.affinity) }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* An unprivileged container: non-root, no capabilities, read-only root filesystem. */}}
+{{- define "mts.restrictedSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: [ALL]}
+{{- end -}}
