@@ -18,7 +18,7 @@ from mec_platform.mp1_api import Caller
 from mec_platform.security import Authority
 
 
-def admin(who: Caller) -> Principal:
+async def admin(who: Caller) -> Principal:
     if not who.is_admin:
         raise ProblemError(403, "the platform manager APIs need admin credentials")
     return who
@@ -27,7 +27,7 @@ def admin(who: Caller) -> Principal:
 Admin = Annotated[Principal, Depends(admin)]
 
 
-def manager(request: Request) -> Manager:
+async def manager(request: Request) -> Manager:
     m: Manager = request.app.state.manager
     return m
 

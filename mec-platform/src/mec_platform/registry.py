@@ -63,6 +63,12 @@ class Registry:
         self._callback_networks = callback_networks
         self._cache: dict[tuple[Any, ...], bytes] = {}
         self._cache_lock = threading.Lock()
+        # serInstanceId -> (app instance, ServiceInfo JSON), in registration order: discovery
+        # reads this, never the database; every write below keeps it in step.
+        self._services: dict[str, tuple[str, dict[str, Any]]] = {}
+        with db.session() as s:
+            for row in s.scalars(select(Service).order_by(Service.created)):
+                self._services[row.id] = (row.app_instance_id, self.service_json(row))
         # app instance -> event set by confirm_termination (waited for by the lifecycle)
         self.termination_confirmed: dict[str, threading.Event] = {}
         self.on_rules_changed: Callable[[str], None] = lambda _app: None
@@ -94,30 +100,26 @@ class Registry:
         items = sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in query.items())
         return (app_instance_id, *items)
 
-    def discover_cached(self, app_instance_id: str | None, query: dict[str, Any]) -> bytes:
-        """A cached discovery answer; KeyError if there is none."""
-        with self._cache_lock:
-            return self._cache[self._cache_key(app_instance_id, query)]
-
     def discover(self, app_instance_id: str | None, query: dict[str, Any]) -> bytes:
-        """Discovery with the spec's filters, as JSON bytes (cached until the next write)."""
+        """Discovery with the spec's filters, as JSON bytes (cached until the next write).
+
+        Served from memory (no database, no thread hop), so the event loop answers it.
+        """
         key = self._cache_key(app_instance_id, query)
+        with self._cache_lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         given = [f for f in DISCOVERY_FILTERS if query.get(f)]
         if len(given) > 1:
             raise ProblemError(
                 400, "either ser_instance_id or ser_name or ser_category_id or none of them "
                 f"shall be present (got {', '.join(given)})",
             )  # fmt: skip
-        with self.db.session() as s:
-            stmt = select(Service).order_by(Service.created)
-            if app_instance_id is not None:
-                stmt = stmt.where(Service.app_instance_id == app_instance_id)
-            if query.get("ser_instance_id"):
-                stmt = stmt.where(Service.id.in_(query["ser_instance_id"]))
-            if query.get("ser_name"):
-                stmt = stmt.where(Service.ser_name.in_(query["ser_name"]))
-            found = [self.service_json(row) for row in s.scalars(stmt)]
-        found = [svc for svc in found if _matches(svc, query)]
+        with self._cache_lock:
+            services = list(self._services.values())
+        found = [svc for app, svc in services
+                 if app_instance_id in (None, app) and _matches(svc, query)]  # fmt: skip
         body = orjson.dumps(found)
         with self._cache_lock:
             if len(self._cache) >= 10_000:  # bounded: arbitrary queries cannot grow it forever
@@ -125,8 +127,15 @@ class Registry:
             self._cache[key] = body
         return body
 
-    def _invalidate(self) -> None:
+    def _reindex(
+        self, put: list[tuple[str, dict[str, Any]]], drop: list[str] | None = None
+    ) -> None:
+        """Apply a committed write to the discovery index; cached answers are dropped."""
         with self._cache_lock:
+            for app, body in put:
+                self._services[body["serInstanceId"]] = (app, body)
+            for ser_id in drop or []:
+                self._services.pop(ser_id, None)
             self._cache.clear()
 
     def get_service(self, service_id: str, app_instance_id: str | None = None) -> dict[str, Any]:
@@ -161,7 +170,7 @@ class Registry:
             s.add(row)
             s.flush()
             created = self.service_json(row)
-        self._invalidate()
+        self._reindex([(app_instance_id, created)])
         self._notify_availability(created, "ADDED")
         return created
 
@@ -182,7 +191,7 @@ class Registry:
             row.info, row.state, row.ser_name = info, str(new.state), new.ser_name
             row.liveness_interval, row.last_heartbeat = interval, time.time()
             updated = self.service_json(row)
-        self._invalidate()
+        self._reindex([(app_instance_id, updated)])
         self._notify_availability(updated, change)
         return updated
 
@@ -194,7 +203,7 @@ class Registry:
                 raise ProblemError(404, f"service {service_id} does not exist")
             removed = self.service_json(row)
             s.delete(row)
-        self._invalidate()
+        self._reindex([], [service_id])
         self._notify_availability(removed, "REMOVED")
 
     def remove_app_resources(self, app_instance_id: str) -> None:
@@ -209,7 +218,7 @@ class Registry:
                 for item in s.scalars(select(model).where(
                         model.app_instance_id == app_instance_id)):  # fmt: skip
                     s.delete(item)
-        self._invalidate()
+        self._reindex([], [svc["serInstanceId"] for svc in removed])
         for service in removed:
             self._notify_availability(service, "REMOVED")
 
@@ -227,10 +236,10 @@ class Registry:
             row.last_heartbeat = time.time()
             revived = row.state != "ACTIVE"
             row.state = "ACTIVE"
-            body = self.service_json(row)
+            body, body_app = self.service_json(row), row.app_instance_id
             liveness = _liveness(row)
         if revived:
-            self._invalidate()
+            self._reindex([(body_app, body)])
             self._notify_availability(body, "STATE_CHANGED")
         return liveness
 
@@ -253,10 +262,10 @@ class Registry:
             for row in s.scalars(stmt):
                 if row.liveness_interval and now - row.last_heartbeat > 2 * row.liveness_interval:
                     row.state = "INACTIVE"
-                    changed.append(self.service_json(row))
+                    changed.append((row.app_instance_id, self.service_json(row)))
         if changed:
-            self._invalidate()
-            for service in changed:
+            self._reindex(changed)
+            for _, service in changed:
                 log.warning("service missed its heartbeats", ser_name=service["serName"])
                 self._notify_availability(service, "STATE_CHANGED")
         return len(changed)
@@ -427,6 +436,10 @@ class Registry:
 
 
 def _matches(service: dict[str, Any], query: dict[str, Any]) -> bool:
+    if query.get("ser_instance_id") and service["serInstanceId"] not in query["ser_instance_id"]:
+        return False
+    if query.get("ser_name") and service["serName"] not in query["ser_name"]:
+        return False
     category = query.get("ser_category_id")
     if category and (service.get("serCategory") or {}).get("id") != category:
         return False
