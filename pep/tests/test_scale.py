@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from pep_support import PepProcess, wait_for
@@ -23,10 +22,9 @@ MAX_USER_MEMORY_PER_FLOW_KIB = 10.0
 
 @pytest.fixture(scope="module")
 def echo_server(lab: Lab) -> Iterator[tuple[str, int]]:
-    script = Path(__file__).parent / "tools" / "echo_server.py"
     proc = lab.popen(
         lab.server_ns,
-        [sys.executable, str(script), lab.server_ip, str(ECHO_PORT)],
+        [sys.executable, "-m", "mec_pep.bench", "echo", lab.server_ip, str(ECHO_PORT)],
         stdout=subprocess.PIPE,
         text=True,
     )

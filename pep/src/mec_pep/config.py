@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode, SettingsConfigDict
@@ -83,8 +83,15 @@ class PepSettings(ServiceSettings):
     force_buffers: bool = Field(
         True, description="use SO_*BUFFORCE (needs CAP_NET_ADMIN) to exceed net.core.*mem_max"
     )
+    relay_method: Literal["splice", "copy"] = Field(
+        "splice",
+        description="splice: socket → pipe → socket in the kernel; copy: recv_into/send "
+        "through a user-space buffer (see docs/results.md for which is faster where)",
+    )
     pipe_size: int = Field(
-        1 * MiB, ge=4096, description="splice pipe size per direction (F_SETPIPE_SZ)"
+        1 * MiB,
+        ge=4096,
+        description="splice pipe size (F_SETPIPE_SZ), or copy buffer size, per busy direction",
     )
     tlv_max_buffer: int = Field(
         256 * MiB, ge=0, description="largest BUFFER_SIZE a TLV client may request (bytes)"

@@ -109,18 +109,53 @@ class PipePool:
         self._free.clear()
 
 
-class Pump:
-    """One direction of a flow: src socket → pipe → dst socket."""
+class BufferPool:
+    """User-space buffers for the copy method, lent to a pump only while data is in flight."""
 
-    __slots__ = ("dst", "dst_sock", "eof", "fill", "pending", "pipe", "shut", "src", "to_ue")
+    def __init__(self, size: int, keep: int = 256) -> None:
+        self.size = size
+        self._keep = keep
+        self._free: list[memoryview] = []
+        self.in_use = 0
+
+    def get(self) -> memoryview:
+        self.in_use += 1
+        return self._free.pop() if self._free else memoryview(bytearray(self.size))
+
+    def put(self, buf: memoryview) -> None:
+        self.in_use -= 1
+        if len(self._free) < self._keep:
+            self._free.append(buf)
+
+
+class Pump:
+    """One direction of a flow: src socket → pipe (or buffer) → dst socket."""
+
+    __slots__ = (
+        "buf",
+        "dst",
+        "dst_sock",
+        "eof",
+        "fill",
+        "pending",
+        "pipe",
+        "shut",
+        "src",
+        "src_sock",
+        "start",
+        "to_ue",
+    )
 
     def __init__(self, src: socket.socket, dst: socket.socket, *, to_ue: bool) -> None:
         self.src = src.fileno()
         self.dst = dst.fileno()
+        self.src_sock = src
         self.dst_sock = dst
         self.to_ue = to_ue
-        self.pipe: tuple[int, int] | None = None
-        self.fill = 0  # bytes in the pipe
+        self.pipe: tuple[int, int] | None = None  # splice method
+        self.buf: memoryview | None = None  # copy method
+        self.start = 0  # copy method: offset of the first unsent byte in buf
+        self.fill = 0  # bytes in the pipe or buffer
         self.pending = b""  # bytes read in user space during a handshake, sent first
         self.eof = False  # src sent FIN and everything was read
         self.shut = False  # FIN forwarded to dst
@@ -221,6 +256,8 @@ class Relay:
         self.index = index
         self.counters = RelayCounters()
         self.pipes = PipePool(self.settings.pipe_size)
+        self.buffers = BufferPool(self.settings.pipe_size)
+        self._move = self._splice if self.settings.relay_method == "splice" else self._copy
         self.listeners: dict[Mode, Listener] = {}
         self.busy: set[Conn] = set()  # flows that may hold bytes toward the UE
         self._conns: dict[int, Conn] = {}  # by fd, both legs
@@ -700,55 +737,76 @@ class Relay:
 
     def _pump(self, conn: Conn, p: Pump) -> bool:
         """Move what can be moved now; False if the flow had to be aborted."""
+        while p.pending:  # bytes read during a handshake go first
+            try:
+                sent = os.write(p.dst, p.pending)
+            except BlockingIOError:
+                return True
+            except OSError:
+                self._abort(conn, "write failed")
+                return False
+            self._count(conn, p, sent)
+            p.pending = p.pending[sent:]
+        try:
+            self._move(conn, p)
+        except BlockingIOError:
+            return True  # src empty (EPOLLIN will tell) or dst full (EPOLLOUT will tell)
+        except OSError as exc:
+            self._abort(conn, "reset by peer" if exc.errno == errno.ECONNRESET else "write failed")
+            return False
+        if p.eof and not p.shut:
+            p.shut = True
+            self._release_pipe(p)
+            try:
+                p.dst_sock.shutdown(socket.SHUT_WR)
+            except OSError as exc:
+                if exc.errno != errno.ENOTCONN:
+                    self._abort(conn, "write failed")
+                    return False
+        return True
+
+    def _splice(self, conn: Conn, p: Pump) -> None:
+        """socket → pipe → socket, no copy. Returns at EOF; raises BlockingIOError to wait."""
         while True:
-            if p.pending:
-                try:
-                    sent = os.write(p.dst, p.pending)
-                except BlockingIOError:
-                    return True
-                except OSError:
-                    self._abort(conn, "write failed")
-                    return False
-                self._count(conn, p, sent)
-                p.pending = p.pending[sent:]
-                continue
-            if p.fill:
+            while p.fill:
                 assert p.pipe is not None
-                try:
-                    moved = os.splice(p.pipe[0], p.dst, p.fill, flags=SPLICE_FLAGS)
-                except BlockingIOError:
-                    return True  # dst is full: wait for EPOLLOUT
-                except OSError:
-                    self._abort(conn, "write failed")
-                    return False
+                moved = os.splice(p.pipe[0], p.dst, p.fill, flags=SPLICE_FLAGS)
                 p.fill -= moved
                 self._count(conn, p, moved)
-                continue
             if p.eof:
-                if not p.shut:
-                    p.shut = True
-                    self._release_pipe(p)
-                    try:
-                        p.dst_sock.shutdown(socket.SHUT_WR)
-                    except OSError as exc:
-                        if exc.errno != errno.ENOTCONN:
-                            self._abort(conn, "write failed")
-                            return False
-                return True
+                return
             if p.pipe is None:
                 p.pipe = self.pipes.get()
             try:
                 moved = os.splice(p.src, p.pipe[1], self.pipes.size, flags=SPLICE_FLAGS)
             except BlockingIOError:
-                self._release_pipe(p)
-                return True  # src is empty: wait for EPOLLIN
-            except OSError:
-                self._abort(conn, "reset by peer")
-                return False
+                self._release_pipe(p)  # nothing in flight: an idle flow holds no pipe
+                raise
             if moved == 0:
                 p.eof = True
-            else:
-                p.fill = moved
+            p.fill = moved
+
+    def _copy(self, conn: Conn, p: Pump) -> None:
+        """socket → user-space buffer → socket (recv_into/send). Same contract as _splice."""
+        while True:
+            while p.fill:
+                assert p.buf is not None
+                sent = p.dst_sock.send(p.buf[p.start : p.start + p.fill])
+                p.start += sent
+                p.fill -= sent
+                self._count(conn, p, sent)
+            if p.eof:
+                return
+            if p.buf is None:
+                p.buf = self.buffers.get()
+            try:
+                got = p.src_sock.recv_into(p.buf)
+            except BlockingIOError:
+                self._release_pipe(p)
+                raise
+            if got == 0:
+                p.eof = True
+            p.start, p.fill = 0, got
 
     def _count(self, conn: Conn, p: Pump, n: int) -> None:
         if p.to_ue:
@@ -760,10 +818,14 @@ class Relay:
             self.counters.bytes_from_ue += n
 
     def _release_pipe(self, p: Pump) -> None:
+        """Return the pump's pipe or buffer (data still in it is dropped: the flow ends)."""
         if p.pipe is not None:
             self.pipes.put(p.pipe, empty=p.fill == 0)
             p.pipe = None
-            p.fill = 0
+        if p.buf is not None:
+            self.buffers.put(p.buf)
+            p.buf = None
+        p.fill = 0
 
     def _close_if_done(self, conn: Conn) -> None:
         assert conn.up is not None and conn.down is not None

@@ -1,0 +1,25 @@
+"""The benchmark's small version: every measurement runs and yields sane numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mec_pep import bench
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+
+def test_bench_small(tmp_path: Path) -> None:
+    results = bench.run(tmp_path, seconds=1, rounds=1, idle=300, conn_seconds=1)
+    assert json.loads((tmp_path / "bench.json").read_text()) == json.loads(json.dumps(results))
+    assert (tmp_path / "bench.png").stat().st_size > 10_000
+    for case in ("download_1", "upload_1", "download_8", "upload_8"):
+        for system in bench.SYSTEMS:
+            assert results["throughput"][case][system]["gbps_median"] > 0.05, (case, system)
+        assert results["throughput"][case]["pep"]["cpu_s_per_gbit_median"] > 0
+    for system in bench.SYSTEMS:
+        assert results["connections_per_second"][system]["median"] > 10
+    assert 0 < results["idle_memory"]["pep"]["kib_per_connection"] < 10
