@@ -27,6 +27,7 @@ type Config struct {
 
 	FlexRANURL, FlexRANPath string
 	FlexRANToken            string
+	FlexRANTokenFile        string
 	Split                   bool
 	PollPeriod, PollTimeout time.Duration
 	ConfigPeriod            time.Duration
@@ -62,6 +63,7 @@ func (c *Config) settings() []setting {
 		{"FLEXRAN_URL", "http://127.0.0.1:9999", "FlexRAN controller (or RAN emulator) northbound base URL", str(&c.FlexRANURL)},
 		{"FLEXRAN_TOKEN", "", "bearer token sent to the RAN source (the RAN emulator's; a FlexRAN controller needs none)", str(&c.FlexRANToken)},
 		{"FLEXRAN_PATH", "/stats", "statistics path: /stats, or /stats_manager/json/all for 2017 builds", str(&c.FlexRANPath)},
+		{"FLEXRAN_TOKEN_FILE", "", "file holding that token, read at start when FLEXRAN_TOKEN is unset (e.g. the emulator's <state dir>/ran-emulator.token)", str(&c.FlexRANTokenFile)},
 		{"FLEXRAN_SPLIT", "true", "poll <path>/mac_stats every period and <path>/enb_config slowly (false: the whole document every poll)", boolean(&c.Split)},
 		{"POLL_PERIOD", "8ms", "poll period, 1ms..10s", duration(&c.PollPeriod)},
 		{"POLL_TIMEOUT", "1s", "timeout of one statistics request", duration(&c.PollTimeout)},
@@ -108,6 +110,13 @@ func Load(fs *flag.FlagSet, args []string) (*Config, error) {
 		c.PublicURL = fmt.Sprintf("http://%s:%d", host, c.HTTPPort)
 	}
 	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	if c.FlexRANToken == "" && c.FlexRANTokenFile != "" {
+		raw, err := os.ReadFile(c.FlexRANTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("%sFLEXRAN_TOKEN_FILE: %w", Prefix, err)
+		}
+		c.FlexRANToken = strings.TrimSpace(string(raw))
+	}
 	return c, nil
 }
 

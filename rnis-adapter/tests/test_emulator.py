@@ -1,0 +1,86 @@
+"""The adapter against the RAN emulator (testbed/ran-emulator) on a real emulated testbed:
+what the feed and the MEC 012 API report matches the topology the testbed built."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from rnis_helpers import Adapter, Consumer, wait_for
+
+from mec_common import rnis
+from mts_testbed import builder
+from mts_testbed.topology import Topology
+
+pytestmark = pytest.mark.netns
+
+SCENARIO = {
+    "description": "rnis-adapter test: a UE on two cells (multipath), a UE on one",
+    "cells": [{"bs_id": 10000, "prb": 25}, {"bs_id": 10001, "prb": 50}],
+    "ues": [
+        {
+            "count": 1,
+            "cells": [
+                {"bs_id": 10000, "channel": {"cqi": 15}},
+                {"bs_id": 10001, "channel": {"cqi": 9}},
+            ],
+        },
+        {"count": 1, "cells": [{"bs_id": 10000, "channel": {"cqi": 7}}]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+    if os.geteuid() != 0:
+        pytest.fail("needs root (network namespaces); run `make test-rnis` as root")
+    if not builder.DEFAULT_EMULATOR.is_file():
+        pytest.fail("build/bin/ran-emulator is missing: `make build`")
+    path = tmp_path_factory.mktemp("scenario") / "scenario.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    name = "r" + secrets.token_hex(4)
+    try:
+        yield builder.up(path, name, log=lambda _: None)
+    finally:
+        builder.down(name, log=None)
+
+
+def test_feed_matches_the_testbed(
+    topo: Topology, tmp_path: Path, shared_amqp: str, exchange: str
+) -> None:
+    a = Adapter(
+        tmp_path, topo.emulator.url, exchange, env={"RNIS_FLEXRAN_TOKEN": topo.emulator.token}
+    ).start()
+    try:
+        wait_for(lambda: a.health()["status"] == "ok", 15, "adapter polling the emulator")
+        consumer = Consumer(shared_amqp, exchange, [rnis.bind_all("meas")])
+        messages = consumer.collect(1.5)
+        consumer.close()
+        ext = a.get("/rni/v2/queries/ext/ran_meas").json()["ueMeas"]
+        l2 = a.get("/rni/v2/queries/layer2_meas").json()
+    finally:
+        a.stop()
+    prbs = {c.cell: c.prb for c in topo.cells}
+    expected = {(p.cell, ue.imsi, p.ip, p.rnti) for ue in topo.ues for p in ue.paths}
+    assert len(expected) == 3
+    seen = set()
+    for key, body, _ in messages:
+        m = rnis.RnisMeasurement.model_validate(body)
+        assert key == m.routing_key()
+        seen.add((m.cell, m.imsi, str(m.ue_ipv4), m.rnti))
+        assert m.cell_prbs == prbs[m.cell]
+        assert m.harq_processes == 8 and m.source_time_ns is not None
+        assert (
+            m.cell_best_cqi_tbs_bytes == {25: 2292, 50: 36696 // 8}[prbs[m.cell]]
+        )  # 36.213: I_TBS 26
+    assert seen == expected
+    by_path = {(m["cell"], m["imsi"]): m for m in ext}
+    first, second = topo.ues[0], topo.ues[1]
+    assert by_path[(first.paths[0].cell, first.imsi)]["wb_cqi"] == 15
+    assert by_path[(first.paths[1].cell, first.imsi)]["wb_cqi"] == 9
+    assert by_path[(second.paths[0].cell, second.imsi)]["wb_cqi"] == 7
+    assert {u["associateId"]["value"] for u in l2["cellUEInfo"]} == {p for _, _, p, _ in expected}
