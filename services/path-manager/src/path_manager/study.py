@@ -65,6 +65,7 @@ def run_study(
     out_dir: Path,
     *,
     workers: int = 1,
+    checkpoint_every: int = 90,
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> dict[str, Any]:
     todo = tasks(runs, guards)
@@ -78,6 +79,8 @@ def run_study(
         results.setdefault(task.key, []).append(result)
         elapsed = time.monotonic() - started
         eta = elapsed / done * (len(todo) - done)
+        if checkpoint_every and done % checkpoint_every == 0 and done < len(todo):
+            _write(summarize(setup, base, runs, guards, results), out_dir, plots=False)
         progress(
             f"[{done}/{len(todo)}] {task.key:<14} seed {task.seed:<3} reactive changes"
             f" {result.reactive_changes:<3} loss {result.loss_fraction:.4f}"
@@ -94,10 +97,17 @@ def run_study(
                 collect(*future.result())
 
     summary = summarize(setup, base, runs, guards, results)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "simulation.json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot_study(summary, out_dir)
+    _write(summary, out_dir, plots=True)
     return summary
+
+
+def _write(summary: dict[str, Any], out_dir: Path, *, plots: bool) -> None:
+    """The JSON (also as a checkpoint while the study runs) and, at the end, the plots."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary["complete"] = plots
+    (out_dir / "simulation.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if plots:
+        plot_study(summary, out_dir)
 
 
 def summarize(

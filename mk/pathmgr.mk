@@ -1,0 +1,17 @@
+# services/path-manager: predictive multipath path manager (Python package path_manager).
+TEST_TARGETS += test-pathmgr
+BENCH_TARGETS += bench-pathmgr
+EXPERIMENT_TARGETS += experiment-pathmgr-sim
+
+PATHMGR_RESULTS := docs/results/pathmgr
+
+.PHONY: test-pathmgr bench-pathmgr experiment-pathmgr-sim
+
+test-pathmgr: python rabbitmq ## path manager: predictor vs Monte Carlo, control timing, simulation, service, real MPTCP in netns
+	uv run pytest -q services/path-manager/tests
+
+bench-pathmgr: python ## path manager: prediction time p90 per number of paths, accuracy vs full model and Monte Carlo
+	nice -n 10 uv run path-manager bench --out $(PATHMGR_RESULTS)/predictor
+
+experiment-pathmgr-sim: python ## path manager: the simulation study (8 paths, 2 Gbit/s, 100 runs x 70 s, T_R 25/50/100 ms)
+	nice -n 10 uv run path-manager simulate --runs 100 --workers 2 --out $(PATHMGR_RESULTS)/simulation
