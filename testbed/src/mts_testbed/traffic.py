@@ -4,7 +4,8 @@
     python -m mts_testbed.traffic sink BIND PORT --count N --timeout S   (prints JSON)
 
 The sink reports which sequence numbers arrived and each one-way delay (sender and
-receiver share the machine's clock, namespaces or not).
+receiver share the machine's clock, namespaces or not). The arrival time is the kernel's
+(SO_TIMESTAMPNS), so a busy host delaying the sink process does not count as delay.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ import sys
 import time
 
 HEADER = struct.Struct("!QQ")  # sequence number, send time (ns, CLOCK_REALTIME)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+TIMESPEC = struct.Struct("qq")
+
+
+def kernel_time(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    """The receive time the kernel attached (SCM_TIMESTAMPNS), in ns."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
+            sec, nsec = TIMESPEC.unpack_from(data)
+            return int(sec * 1_000_000_000 + nsec)
+    return None
 
 
 def send(dst: str, port: int, rate: float, count: int, size: int) -> None:
@@ -34,6 +46,7 @@ def send(dst: str, port: int, rate: float, count: int, size: int) -> None:
 def sink(bind: str, port: int, count: int, timeout: float) -> dict[str, object]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind((bind, port))
     print("ready", file=sys.stderr, flush=True)
     sock.settimeout(timeout)
@@ -41,8 +54,8 @@ def sink(bind: str, port: int, count: int, timeout: float) -> dict[str, object]:
     delays_ms: list[float] = []
     try:
         while len(seqs) < count:
-            data = sock.recv(65535)
-            now = time.time_ns()
+            data, ancdata, _, _ = sock.recvmsg(65535, socket.CMSG_SPACE(16))
+            now = kernel_time(ancdata) or time.time_ns()
             seq, sent = HEADER.unpack_from(data)
             seqs.append(seq)
             delays_ms.append((now - sent) / 1e6)
