@@ -25,10 +25,11 @@ type flexranJSON struct {
 	mu        sync.Mutex
 	snaps     []*ran.CellSnapshot
 	cache     map[string][]byte
+	sizes     map[string]int // last size per document: build into a buffer that fits
 }
 
 func newFlexranJSON(emu *ran.Emulator, listen string) (*flexranJSON, error) {
-	f := &flexranJSON{emu: emu, listen: listen, cache: map[string][]byte{}}
+	f := &flexranJSON{emu: emu, listen: listen, cache: map[string][]byte{}, sizes: map[string]int{}}
 	for i, c := range emu.Cells {
 		raw, err := json.Marshal(enbConfigEntry(c, i, listen))
 		if err != nil {
@@ -57,15 +58,16 @@ func (f *flexranJSON) current() []*ran.CellSnapshot {
 }
 
 // document returns the cached JSON for key, building it with build on a miss.
-func (f *flexranJSON) document(key string, build func(snaps []*ran.CellSnapshot) []byte) []byte {
+func (f *flexranJSON) document(key string, build func(snaps []*ran.CellSnapshot, buf []byte) []byte) []byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	snaps := f.current()
 	if doc, ok := f.cache[key]; ok {
 		return doc
 	}
-	doc := build(snaps)
+	doc := build(snaps, make([]byte, 0, f.sizes[key]+f.sizes[key]/8+4096))
 	f.cache[key] = doc
+	f.sizes[key] = len(doc)
 	return doc
 }
 
@@ -73,14 +75,13 @@ func (f *flexranJSON) document(key string, build func(snaps []*ran.CellSnapshot)
 // that UE's bearers (by RNTI or IMSI) on them. typ is all, enb_config or mac_stats.
 func (f *flexranJSON) stats(typ string, sel []int, ue *ueSelector) []byte {
 	key := fmt.Sprintf("%s|%v|%v", typ, sel, ue)
-	return f.document(key, func(snaps []*ran.CellSnapshot) []byte {
+	return f.document(key, func(snaps []*ran.CellSnapshot, b []byte) []byte {
 		if sel == nil {
 			sel = make([]int, len(snaps))
 			for i := range sel {
 				sel[i] = i
 			}
 		}
-		b := make([]byte, 0, 4096)
 		b = append(b, `{"date_time":"`...)
 		b = appendDateTime(b, snaps, sel)
 		b = append(b, '"')
@@ -249,7 +250,7 @@ func appendUE(b []byte, s *ran.CellSnapshot, u *ran.BearerSnapshot) []byte {
 	b = append(b, `,"lcid":3}],`...)
 	b = w(b, "harqRound", uint64(u.HARQRound))
 	b = append(b, `},"gtpStats":[{"eRabId":1,"teidEnb":0,"teidSgw":0}]},"harq":[`...)
-	for i, ack := range u.HARQACK {
+	for i, ack := range u.HARQACK[:u.HARQProcs] {
 		if i > 0 {
 			b = append(b, ',')
 		}

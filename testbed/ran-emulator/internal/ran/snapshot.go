@@ -111,7 +111,8 @@ type BearerSnapshot struct {
 	B                       *Bearer
 	CQI, MCS, TBS, PRB      int
 	PRBRetx, HARQRound      int
-	HARQACK                 []bool
+	HARQACK                 [16]bool // last outcome per HARQ process (the first HARQProcs)
+	HARQProcs               int
 	QueueBytes, HOLms       int
 	ULQueueBytes, TBSUl     int
 	TotalTBS, TotalPRB      uint64
@@ -174,7 +175,7 @@ func (b *Bearer) snapshot(s *BearerSnapshot, now int64) {
 	s.CQI, s.MCS, s.TBS, s.PRB = m.radio.CQI, m.mcs, m.tbs, m.prb
 	s.PRBRetx, s.HARQRound, s.LoS = m.prbRetx, m.harqRound, m.radio.LoS
 	s.TBSUl = m.ulLast
-	s.HARQACK = make([]bool, len(b.harq))
+	s.HARQProcs = len(b.harq)
 	for i := range b.harq {
 		s.HARQACK[i] = !b.harq[i].used || b.harq[i].lastACK
 	}
