@@ -107,7 +107,7 @@ class Solver:
     full_tolerance: float = 1e-4
     full_max_transitions: int = 5
     reduced_transitions: int = 2
-    first_nodes: int = 256  # cells for the change time when k = 1
+    first_nodes: int = 64  # cells for the change time when k = 1
     prefix_nodes: tuple[int, ...] = (16, 8, 6, 4)  # midpoints for the first k-1 times, by k
     last_nodes: tuple[int, ...] = (16, 8, 6, 4)  # cells for the last change time, by k
     budget: int = 6000  # max trajectories x quadrature points per term: coarser grids beyond
@@ -172,8 +172,8 @@ def predict(
     if transitions is not None:
         k_max = transitions
     paths = _Paths.of(scenario.paths)
-    total = np.zeros(4)
-    for k in range(k_max + 1):
+    total = _no_change_term(scenario, paths, thresholds, closing=k_max == 0)
+    for k in range(1, k_max + 1):
         total += _term(
             scenario,
             paths,
@@ -206,6 +206,14 @@ class _Paths:
     to_nlos: Array
     los0: NDArray[np.bool_]
 
+    @property
+    def c_nlos_total(self) -> float:
+        return float(self.c_nlos.sum())
+
+    @property
+    def to_los_total(self) -> float:
+        return float(self.to_los.sum())
+
     @classmethod
     def of(cls, paths: tuple[PathState, ...]) -> _Paths:
         return cls(
@@ -226,24 +234,20 @@ def _term(
     closing: bool,
     grid: tuple[int, int],
 ) -> Array:
-    """Contribution of trajectories with exactly k phase changes (k or more if closing)."""
-    flips = _flip_sequences(len(scenario.paths), k)  # (S, k) path index flipped at each change
-    los = _phases(p.los0, flips)  # (S, k+1, n) LoS vector in each segment
-    drift = scenario.arrival_rate - (los * p.c_los + ~los * p.c_nlos).sum(axis=2)  # (S, k+1)
-    exit_rate = (los * p.to_nlos + ~los * p.to_los).sum(axis=2)  # (S, k+1)
+    """Contribution of trajectories with exactly k ≥ 1 phase changes (k or more if closing)."""
+    los, was_los = _phases(tuple(bool(x) for x in p.los0), k)  # (S, k+1, n), (S, k)
+    drift = scenario.arrival_rate - p.c_nlos_total - los @ (p.c_los - p.c_nlos)  # (S, k+1)
+    exit_rate = p.to_los_total + los @ (p.to_nlos - p.to_los)  # (S, k+1)
     horizon = thresholds.horizon
-    if k == 0:
-        survive = 1.0 if closing else math.exp(-exit_rate[0, 0] * horizon)
-        level = _advance(np.array(scenario.queue), drift[0, 0], horizon, scenario.buffer)
-        events = _events(np.array(scenario.queue), level, level, level, thresholds)
-        return survive * np.array([float(e) for e in events])
-    flip_rate = _flip_rates(los, flips, p)  # (S,) product of the rates of the k changes
+    flips = _flip_sequences(len(scenario.paths), k)
+    rates = np.where(was_los, p.to_nlos[flips], p.to_los[flips])
+    flip_rate = rates.prod(axis=1)  # (S,) product of the rates of the k changes
 
     n_prefix, n_last = grid
     prefix, prefix_weight = _order_statistics(k - 1, n_prefix)  # (P, k-1) in [0,1], (P,)
     times = prefix * horizon  # first k-1 change times
     # Level and running max/min at the (k-1)-th change, for every sequence and prefix point.
-    level = np.full((flips.shape[0], times.shape[0]), float(scenario.queue))
+    level = np.full((los.shape[0], times.shape[0]), float(scenario.queue))
     high = level.copy()
     low = level.copy()
     log_survival = np.zeros_like(level)
@@ -292,21 +296,24 @@ def _term(
 
 def _advance(level: Array, drift: Array | float, dwell: Array | float, buffer: float) -> Array:
     """The level after ``dwell`` seconds of constant drift, reflected at 0, capped at buffer."""
-    return np.clip(level + drift * dwell, 0.0, buffer)
+    moved = np.maximum(level + drift * dwell, 0.0)
+    return np.minimum(moved, buffer) if math.isfinite(buffer) else moved
 
 
-def _events(
-    start: Array, end: Array, high: Array, low: Array, thresholds: Thresholds
-) -> tuple[bool, bool, bool, bool]:
-    """The four events for one deterministic trajectory."""
-    path_high = float(np.maximum(start, high))
-    path_low = float(np.minimum(start, low))
-    return (
-        float(end) <= thresholds.high,
-        float(end) <= thresholds.low,
-        path_high < thresholds.high,
-        path_low <= thresholds.low,
-    )
+def _no_change_term(
+    scenario: Scenario, p: _Paths, thresholds: Thresholds, *, closing: bool
+) -> Array:
+    """Trajectories without a phase change: the level moves at one drift for all of H."""
+    los = p.los0
+    drift = scenario.arrival_rate - float(np.where(los, p.c_los, p.c_nlos).sum())
+    exit_rate = float(np.where(los, p.to_nlos, p.to_los).sum())
+    h, q = thresholds.horizon, float(scenario.queue)
+    end = min(max(q + drift * h, 0.0), scenario.buffer)
+    high, low = max(q, end), min(q, end)  # the path is monotone
+    survive = 1.0 if closing else math.exp(-exit_rate * h)
+    events = (end <= thresholds.high, end <= thresholds.low, high < thresholds.high,
+              low <= thresholds.low)  # fmt: skip
+    return survive * np.array(events, dtype=float)
 
 
 def _share_at_most(g: Array) -> Array:
@@ -334,22 +341,17 @@ def _flip_sequences(n: int, k: int) -> NDArray[np.intp]:
     return np.array(sequences, dtype=np.intp).reshape(len(sequences), k)
 
 
-def _phases(los0: NDArray[np.bool_], flips: NDArray[np.intp]) -> NDArray[np.bool_]:
-    """The LoS vector before the first change and after each change: (S, k+1, n)."""
-    n = los0.shape[0]
-    one_hot = np.eye(n, dtype=bool)[flips]  # (S, k, n)
-    toggled = np.logical_xor.accumulate(one_hot, axis=1) if flips.shape[1] else one_hot
-    first = np.broadcast_to(los0, (flips.shape[0], 1, n))
-    return np.concatenate([first, toggled ^ los0], axis=1)
-
-
-def _flip_rates(los: NDArray[np.bool_], flips: NDArray[np.intp], p: _Paths) -> NDArray[np.float64]:
-    """Product over the k changes of the rate of the path that flips, from its state then."""
-    rows = np.arange(flips.shape[0])[:, None]
-    steps = np.arange(flips.shape[1])[None, :]
-    was_los = los[rows, steps, flips]  # (S, k): state of the flipping path before its change
-    rates = np.where(was_los, p.to_nlos[flips], p.to_los[flips])
-    return np.asarray(rates.prod(axis=1), dtype=np.float64)
+@cache
+def _phases(los0: tuple[bool, ...], k: int) -> tuple[Array, NDArray[np.bool_]]:
+    """LoS vectors (as 0/1) before the first change and after each of k changes: (S, k+1, n);
+    and the state of the flipping path before each change: (S, k)."""
+    n = len(los0)
+    flips = _flip_sequences(n, k)
+    start = np.array(los0, dtype=bool)
+    toggled = np.logical_xor.accumulate(np.eye(n, dtype=bool)[flips], axis=1) ^ start
+    los = np.concatenate([np.broadcast_to(start, (flips.shape[0], 1, n)), toggled], axis=1)
+    rows, steps = np.arange(flips.shape[0])[:, None], np.arange(k)[None, :]
+    return los.astype(float), los[rows, steps, flips]
 
 
 @cache
