@@ -145,7 +145,7 @@ def run_bench(repeat: int, scenarios: int, mc_samples: int, out_dir: Path) -> di
             f" {t['cpu_p90_ms']:>8.3f} {published:>22}"
         )
     print(
-        f"\n{'paths':>5} {'max |err| vs full':>18} {'max |err| vs MC':>16} {'full vs MC max z':>17}"
+        f"\n{'paths':>5} {'max |err| vs full':>18} {'max |err| vs MC':>16} {'full vs MC':>11}"
     )
     for n, a in acc.items():
         print(
