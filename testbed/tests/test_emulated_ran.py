@@ -279,8 +279,10 @@ def test_stats_json_has_the_real_controllers_shape(api: Api) -> None:
 def test_ping_through_wan_and_ran(topo: Topology, api: Api, clean_channel) -> None:
     """The address plan works end to end: server -> MEC -> RAN -> UE and back."""
     ue_ip = topo.ues[0].paths[0].ip
-    out = topo.exec(topo.server.ns, "ping", "-c", "5", "-i", "0.2", "-W", "2", ue_ip).stdout
+    out = topo.exec(topo.server.ns, "ping", "-c", "9", "-i", "0.1", "-W", "2", ue_ip).stdout
     assert " 0% packet loss" in out
-    rtt = float(out.strip().splitlines()[-1].split("/")[4])  # avg
-    # RAN DL + UL delay, plus at most one tick per delay stage (4 stages)
-    assert 2 * DELAY_MS <= rtt <= 2 * DELAY_MS + 4 + 1, out
+    rtts = [float(x.split("=")[1]) for x in out.split() if x.startswith("time=")]
+    # RAN DL + UL delay, plus at most one tick per delay stage (4 stages); the median
+    # ignores a ping that met a stall of the (busy) host
+    assert min(rtts) >= 2 * DELAY_MS
+    assert statistics.median(rtts) <= 2 * DELAY_MS + 4 + 1, out

@@ -239,8 +239,10 @@ func (b *Bearer) resolve(h *harqProc, ok bool, now int64) {
 }
 
 // release hands SDUs to the delay line in order, as RLC reordering does: an SDU leaves
-// once it and every SDU before it is complete or lost.
-func (b *Bearer) release(due int64, loss float64) {
+// once it and every SDU before it is complete or lost. It is due delay after the TTI
+// start, and never less than delay after its arrival (a TTI run late, catching up after
+// a stall of the host, has a start earlier than packets that arrived during the stall).
+func (b *Bearer) release(start, delay int64, loss float64) {
 	for {
 		p := b.rx.Peek()
 		if p == nil || p.Sent < p.N || p.Outstanding > 0 {
@@ -255,7 +257,7 @@ func (b *Bearer) release(due int64, loss float64) {
 			b.C.DLChannelLossPkts.Add(1)
 			pkt.Put(p)
 		default:
-			p.Born = due // reused as the delivery time from here on
+			p.Born = max(start, p.Born) + delay // reused as the delivery time from here on
 			b.dlDelay.push(p)
 		}
 	}

@@ -112,7 +112,7 @@ func (c *Cell) runTTI(start int64) {
 	for _, b := range c.bearers {
 		b.updateAverage(c.Cfg.PFWindow)
 		b.publishHeld(start, tti)
-		b.release(start+int64(b.Cfg.DelayMS*1e6), b.mac.radio.Loss)
+		b.release(start, int64(b.Cfg.DelayMS*1e6), b.mac.radio.Loss)
 	}
 	c.maybeSnapshot(tti, start)
 }
