@@ -283,6 +283,7 @@ def _emulator_config(scenario: Scenario, names: dict[str, str], ues: list[UE]) -
     groups = [g for g in scenario.ues for _ in range(g.count)]
     cfg: dict[str, Any] = {
         "stats_period_ms": scenario.stats_period_ms,
+        "seed": scenario.seed,
         "dl_tun": {"netns": "", "name": DL_TUN},
         "cells": [c.model_dump() for c in scenario.cells],
         "ues": [],

@@ -113,6 +113,7 @@ class Wan(Strict):
 class Scenario(Strict):
     description: str = ""
     stats_period_ms: int = Field(1, ge=1)
+    seed: int = Field(1, ge=0, description="seed of the channel models' random draws")
     wan: Wan = Wan()
     cells: list[Cell] = Field(min_length=1, max_length=16)
     ues: list[UEGroup] = Field(min_length=1)
