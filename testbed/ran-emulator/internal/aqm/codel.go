@@ -71,23 +71,10 @@ func (s *codelState) dequeue(r *Ring, now int64, drop DropFunc) *pkt.Packet {
 	return p
 }
 
-// CoDel is a single CoDel queue with a byte limit (tail drop when full).
+// CoDel is a single CoDel queue with a byte limit (tail drop when full, like FIFO).
 type CoDel struct {
-	ring  Ring
-	limit int
-	drop  DropFunc
-	st    codelState
-}
-
-func (q *CoDel) Enqueue(p *pkt.Packet, _ int64) {
-	if q.ring.Bytes()+p.N > q.limit {
-		q.drop(p, false)
-		return
-	}
-	q.ring.Push(p)
+	FIFO
+	st codelState
 }
 
 func (q *CoDel) Dequeue(now int64) *pkt.Packet { return q.st.dequeue(&q.ring, now, q.drop) }
-func (q *CoDel) Len() int                      { return q.ring.Len() }
-func (q *CoDel) Bytes() int                    { return q.ring.Bytes() }
-func (q *CoDel) OldestBorn() int64             { return bornOf(q.ring.Peek()) }

@@ -52,7 +52,7 @@ func New(p Params, drop DropFunc) (Queue, error) {
 		if p.Target <= 0 || p.Interval <= 0 {
 			return nil, fmt.Errorf("codel target and interval must be positive")
 		}
-		return &CoDel{limit: p.LimitBytes, drop: drop, st: codelState{p: &p}}, nil
+		return &CoDel{FIFO: FIFO{limit: p.LimitBytes, drop: drop}, st: codelState{p: &p}}, nil
 	case "fq_codel":
 		if p.Target <= 0 || p.Interval <= 0 || p.Flows <= 0 || p.Quantum <= 0 {
 			return nil, fmt.Errorf("fq_codel needs positive target, interval, flows and quantum")
