@@ -95,3 +95,11 @@ def test_help_is_truthful() -> None:
     assert table.count("| `RNIS_") == text.count("($RNIS_"), "env lists every serve flag"
     bad = run("serve", "--poll-period=20s")
     assert bad.returncode == 1 and b"outside 1ms..10s" in bad.stderr
+
+
+def test_configuration_doc_is_current() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    section = doc.split("<!-- BEGIN rnis -->")[1].split("<!-- END rnis -->")[0]
+    assert run("env").stdout.decode() in section, (
+        "docs/configuration.md is stale: paste `build/bin/rnis-adapter env` into the rnis section"
+    )

@@ -4,54 +4,76 @@ import (
 	"encoding/json"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 )
 
 func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
 
-// rebuild makes the three documents of the current state, with fresh radio values.
+// rebuild makes the documents of the current state, with fresh radio values. The
+// configuration part is rebuilt only when the population changed.
 func (s *source) rebuild() {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.config == nil || s.changed {
+		s.config = s.appendConfigs(nil)
+		s.changed = false
+	}
 	sfnSF := int(now.UnixMilli()/10%1024)<<4 | int(now.UnixMilli()%10)
-	var mac, config []byte
-	mac = append(mac, `"mac_stats":[`...)
-	config = append(config, `"eNB_config":[`...)
+	mac := append(make([]byte, 0, 1600*len(s.ues)+256), `{"date_time":"`...)
+	mac = now.UTC().AppendFormat(mac, "2006-01-02T15:04:05.000")
+	mac = append(mac, `","date_time_ns":"`...)
+	mac = strconv.AppendInt(mac, now.UnixNano(), 10)
+	mac = append(mac, `","mac_stats":[`...)
 	for c := range s.cells {
 		if c > 0 {
-			mac, config = append(mac, ','), append(config, ',')
+			mac = append(mac, ',')
 		}
-		config = s.appendConfig(config, c)
 		mac = append(mac, `{"bs_id":`...)
 		mac = strconv.AppendInt(mac, int64(10000+c), 10)
 		mac = append(mac, `,"ue_mac_stats":[`...)
 		n := 0
-		var ues []*ue
 		for _, u := range s.ues {
 			if u.attached && u.cell == c {
-				ues = append(ues, u)
+				n++
 			}
 		}
-		share := s.prbs / max(1, len(ues))
-		for _, u := range ues {
-			if n > 0 {
+		share, first := s.prbs/max(1, n), true
+		for _, u := range s.ues {
+			if !u.attached || u.cell != c {
+				continue
+			}
+			if !first {
 				mac = append(mac, ',')
 			}
-			n++
+			first = false
 			mac = s.appendUE(mac, u, sfnSF, share)
 		}
 		mac = append(mac, "]}"...)
 	}
-	mac, config = append(mac, ']'), append(config, ']')
-	head := []byte(`{"date_time":"` + now.UTC().Format("2006-01-02T15:04:05.000") + `","date_time_ns":"` +
-		strconv.FormatInt(now.UnixNano(), 10) + `",`)
-	d := &docs{
-		all:    append(append(append(append(append([]byte{}, head...), config...), ','), mac...), '}'),
-		mac:    append(append(append([]byte{}, head...), mac...), '}'),
-		config: append(append(append([]byte{}, head...), config...), '}'),
+	mac = append(mac, "]}"...)
+	s.docs.Store(&docs{mac: mac, config: s.config})
+}
+
+// all joins the statistics and the configuration into one GET /stats document.
+func (d *docs) all() []byte {
+	head, _, _ := strings.Cut(string(d.mac), `"mac_stats":`)
+	out := append([]byte(head), d.config...)
+	out = append(out, ',')
+	return append(out, d.mac[len(head):]...)
+}
+
+// appendConfigs writes "eNB_config":[...] (without braces around it).
+func (s *source) appendConfigs(b []byte) []byte {
+	b = append(b, `"eNB_config":[`...)
+	for c := range s.cells {
+		if c > 0 {
+			b = append(b, ',')
+		}
+		b = s.appendConfig(b, c)
 	}
-	s.docs.Store(d)
+	return append(b, ']')
 }
 
 func (s *source) appendConfig(b []byte, c int) []byte {
@@ -95,7 +117,13 @@ func (s *source) appendConfig(b []byte, c int) []byte {
 
 func imsi(u *ue) string { return "20893" + leftPad(strconv.Itoa(u.id+1), 10) }
 
-func ip(u *ue) string { return "10.30." + strconv.Itoa(u.cell+1) + "." + strconv.Itoa(u.id%250+1) }
+// ip is the UE's address in its cell's subnet (cached: it changes only with the cell).
+func ip(u *ue) string {
+	if u.ipCell != u.cell || u.ip == "" {
+		u.ip, u.ipCell = "10.30."+strconv.Itoa(u.cell+1)+"."+strconv.Itoa(u.id%250+1), u.cell
+	}
+	return u.ip
+}
 
 func leftPad(s string, n int) string {
 	for len(s) < n {

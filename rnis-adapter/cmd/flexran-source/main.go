@@ -33,6 +33,8 @@ type ue struct {
 	attached       bool
 	rsrp, measID   int
 	queue          int
+	ip             string
+	ipCell         int
 }
 
 type source struct {
@@ -40,12 +42,16 @@ type source struct {
 	mu          sync.Mutex
 	ues         []*ue
 	rng         *rand.Rand
+	config      []byte // "eNB_config":[...], rebuilt when changed
+	changed     bool
 	docs        atomic.Pointer[docs]
 	failStatus  atomic.Int32
 	reportSF    atomic.Int32
 }
 
-type docs struct{ all, mac, config []byte }
+// docs are the current documents: the statistics ({..."mac_stats":[...]}) and the
+// configuration part ("eNB_config":[...]).
+type docs struct{ mac, config []byte }
 
 func main() {
 	nUEs := flag.Int("ues", 1, "UEs per cell")
@@ -104,10 +110,11 @@ func (s *source) routes() http.Handler {
 			_, _ = w.Write(pick(s.docs.Load()))
 		}
 	}
-	mux.HandleFunc("GET /stats", stats(func(d *docs) []byte { return d.all }))
-	mux.HandleFunc("GET /stats/all", stats(func(d *docs) []byte { return d.all }))
+	configDoc := func(d *docs) []byte { return append(append([]byte("{"), d.config...), '}') }
+	mux.HandleFunc("GET /stats", stats((*docs).all))
+	mux.HandleFunc("GET /stats/all", stats((*docs).all))
 	mux.HandleFunc("GET /stats/mac_stats", stats(func(d *docs) []byte { return d.mac }))
-	mux.HandleFunc("GET /stats/enb_config", stats(func(d *docs) []byte { return d.config }))
+	mux.HandleFunc("GET /stats/enb_config", stats(configDoc))
 	mux.HandleFunc("POST /stats/conf/enb/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Reports []struct{ SF int32 } `json:"reports"`
@@ -141,6 +148,7 @@ func (s *source) control(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := s.ues[id]
+	s.changed = true
 	switch r.PathValue("action") {
 	case "attach":
 		u.attached = true

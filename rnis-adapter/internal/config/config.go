@@ -58,7 +58,7 @@ func (c *Config) settings() []setting {
 		{"PUBLIC_URL", "", "base URL clients reach the API at (links, Mp1 registration); default http://<host>:<port>", str(&c.PublicURL)},
 		{"AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F", "RabbitMQ URL (AMQP 0-9-1)", str(&c.AMQPURL)},
 		{"AMQP_EXCHANGE", "rnis", "topic exchange of the feed (durable)", str(&c.Exchange)},
-		{"AMQP_MAX_IN_FLIGHT", "16384", "unconfirmed messages before new ones are dropped", integer(&c.MaxInFlight)},
+		{"AMQP_MAX_IN_FLIGHT", "4096", "unconfirmed messages before new ones are dropped (bounds the delay when the broker is slow)", integer(&c.MaxInFlight)},
 		{"AMQP_MAX_LAG", "200ms", "when the oldest unconfirmed message is older, new ones are dropped (they would arrive stale)", duration(&c.MaxLag)},
 		{"FLEXRAN_URL", "http://127.0.0.1:9999", "FlexRAN controller (or RAN emulator) northbound base URL", str(&c.FlexRANURL)},
 		{"FLEXRAN_TOKEN", "", "bearer token sent to the RAN source (the RAN emulator's; a FlexRAN controller needs none)", str(&c.FlexRANToken)},

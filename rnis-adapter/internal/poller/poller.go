@@ -71,6 +71,8 @@ type Poller struct {
 	configs map[int64]flexran.Station // split mode: the last enb_config per bs_id
 	lastCfg time.Time
 	confSet map[int64]bool // stations whose reporting period was set
+	// split mode: when each not-yet-configured UE was first seen
+	unknownSince map[[2]int64]time.Time
 }
 
 // New returns a poller with a keep-alive HTTP client.
@@ -84,7 +86,7 @@ func New(cfg Config, obs Observer, log *slog.Logger) *Poller {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 2 * time.Second
 	}
-	return &Poller{cfg: cfg, obs: obs, log: log, configs: map[int64]flexran.Station{}, confSet: map[int64]bool{},
+	return &Poller{cfg: cfg, obs: obs, log: log, configs: map[int64]flexran.Station{}, confSet: map[int64]bool{}, unknownSince: map[[2]int64]time.Time{},
 		client: &http.Client{Transport: transport, Timeout: cfg.Timeout}}
 }
 
@@ -132,7 +134,7 @@ func (p *Poller) pollOnce(ctx context.Context, handle Handler) error {
 	if err != nil {
 		return err
 	}
-	if p.cfg.Split && p.unknownUE(snaps) && time.Since(p.lastCfg) >= 100*time.Millisecond {
+	if p.cfg.Split && p.unknownUE(snaps) && time.Since(p.lastCfg) >= 10*time.Millisecond {
 		if err := p.refreshConfig(ctx); err != nil {
 			return err
 		}
@@ -146,6 +148,7 @@ func (p *Poller) pollOnce(ctx context.Context, handle Handler) error {
 		}
 		if p.cfg.Split {
 			p.mergeConfig(s)
+			p.holdUnknown(s)
 		}
 		p.setReportPeriod(ctx, s)
 		handle(s, observed)
@@ -224,6 +227,36 @@ func hasRNTI(list []flexran.UEConfig, rnti int64) bool {
 		}
 	}
 	return false
+}
+
+// holdUnknown leaves out, for up to ConfigPeriod, a UE whose configuration (IMSI) the
+// controller does not list yet: a UE that just attached or moved is reported once it can be
+// identified, so that a handover is not mistaken for a new UE.
+func (p *Poller) holdUnknown(s *flexran.Snapshot) {
+	now := time.Now()
+	for i := range s.Stations {
+		st := &s.Stations[i]
+		kept := st.UEs[:0]
+		for _, ue := range st.UEs {
+			key := [2]int64{st.BSID, ue.RNTI}
+			if hasRNTI(st.UEConfig, ue.RNTI) {
+				delete(p.unknownSince, key)
+				kept = append(kept, ue)
+				continue
+			}
+			first, ok := p.unknownSince[key]
+			if !ok {
+				p.unknownSince[key], first = now, now
+			}
+			if now.Sub(first) >= p.cfg.ConfigPeriod {
+				kept = append(kept, ue) // never configured: report it without an IMSI
+			}
+		}
+		st.UEs = kept
+	}
+	if len(p.unknownSince) > 4096 { // forget RNTIs that went away unconfigured
+		clear(p.unknownSince)
+	}
 }
 
 func (p *Poller) mergeConfig(s *flexran.Snapshot) {
