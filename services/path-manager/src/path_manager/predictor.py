@@ -110,7 +110,7 @@ class Solver:
     first_nodes: int = 64  # cells for the change time when k = 1
     prefix_nodes: tuple[int, ...] = (16, 8, 6, 4)  # midpoints for the first k-1 times, by k
     last_nodes: tuple[int, ...] = (16, 8, 6, 4)  # cells for the last change time, by k
-    budget: int = 6000  # max trajectories x quadrature points per term: coarser grids beyond
+    budget: int = 3000  # max trajectories x quadrature points per term: coarser grids beyond
 
     def transitions_for(self, scenario: Scenario, horizon: float) -> tuple[str, int]:
         n = len(scenario.paths)
