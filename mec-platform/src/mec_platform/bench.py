@@ -17,18 +17,19 @@ import json
 import os
 import platform as host
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 
 from mec_platform.testing import SIMPLE_APPD, free_port
 
@@ -103,43 +104,43 @@ def run_wrk(url: str, app_token: str, services: int, query: str, seconds: int,
 
 
 class Callbacks:
-    """S callback servers (one listening socket each) that count notifications."""
+    """S callback endpoints, each its own listening socket, served by one uvicorn server
+    (uvloop + httptools) in a thread; arrival times are recorded as they come."""
 
     def __init__(self, count: int) -> None:
         self.arrived: list[float] = []
         self.cond = threading.Condition()
-        self.servers = [self._server() for _ in range(count)]
+        self.sockets = []
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            self.sockets.append(sock)
+        config = uvicorn.Config(self._app, log_config=None, access_log=False,
+                                lifespan="off", backlog=1024, interface="asgi3")  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": self.sockets},
+                                       daemon=True)  # fmt: skip
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
 
-    def _server(self) -> ThreadingHTTPServer:
-        callbacks = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_response(204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                with callbacks.cond:
-                    callbacks.arrived.append(time.perf_counter())
-                    callbacks.cond.notify_all()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
+    async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        with self.cond:
+            self.arrived.append(time.perf_counter())
+            self.cond.notify_all()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
 
     def urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{s.server_address[1]}/notify" for s in self.servers]
+        return [f"http://127.0.0.1:{s.getsockname()[1]}/notify" for s in self.sockets]
 
     def close(self) -> None:
-        for s in self.servers:
-            s.shutdown()
-            s.server_close()
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        for sock in self.sockets:
+            sock.close()
 
 
 def fanout(app: httpx.Client, iid: str, subscribers: int, rounds: int) -> dict[str, Any]:
