@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane on this machine, for testing the Helm chart:
-# etcd (Debian's etcd-server) and kube-apiserver, kube-controller-manager and
-# kube-scheduler v1.31 (built once by deploy/scripts/tools.sh kube). Every port is picked
-# free and every file lives in DIR, so several clusters (several test runs) can coexist.
+# A real Kubernetes control plane on this machine, for testing the Helm chart: etcd
+# (Debian's etcd-server), kube-apiserver and kube-controller-manager v1.31 (built once by
+# deploy/scripts/tools.sh kube). Every port is picked free and every file lives in DIR, so
+# several clusters (several test runs) can coexist.
 #
 #   cluster.sh up DIR     start it; prints the kubeconfig path (DIR/kubeconfig)
 #   cluster.sh down DIR   stop everything started from DIR and remove DIR
 #
-# There is no kubelet: objects are stored, validated, defaulted and reconciled by the
-# controllers (Deployments get ReplicaSets and Pods), but Pods are never scheduled onto a
-# node and never run. docs/kubernetes.md says what that exercises and what it does not.
+# There is no node (no kubelet, no scheduler): objects are validated, admitted, stored and
+# reconciled by the controllers (a Deployment gets a ReplicaSet, which creates Pods), but
+# Pods never run. docs/kubernetes.md says what that exercises and what it does not.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -97,9 +97,6 @@ up() {
         --kubeconfig "$dir/kubeconfig" --bind-address 127.0.0.1 --secure-port 0 \
         --service-account-private-key-file "$dir/sa.key" --root-ca-file "$dir/ca.crt" \
         --use-service-account-credentials=false --leader-elect=false
-    start kube-scheduler "$bin/kube-scheduler" \
-        --kubeconfig "$dir/kubeconfig" --bind-address 127.0.0.1 --secure-port 0 \
-        --leader-elect=false
     # The controller manager creates each namespace's "default" service account.
     wait_for "service accounts" 60 curl -sf --cacert "$dir/ca.crt" \
         -H "Authorization: Bearer $token" "$url/api/v1/namespaces/default/serviceaccounts/default"
@@ -108,7 +105,7 @@ up() {
 
 down() {
     local pidfile pid
-    for pidfile in "$dir"/{kube-scheduler,kube-controller-manager,kube-apiserver,etcd}.pid; do
+    for pidfile in "$dir"/{kube-controller-manager,kube-apiserver,etcd}.pid; do
         [[ -f $pidfile ]] || continue
         pid=$(cat "$pidfile")
         kill "$pid" 2>/dev/null || continue

@@ -5,8 +5,8 @@
 #
 #   tools.sh compose   docker compose v2 plugin  -> /usr/local/lib/docker/cli-plugins/
 #   tools.sh helm      helm v3                    -> $MTS_CACHE/bin/helm
-#   tools.sh kube      kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
-#                      (from deploy/k8s/tools/go.mod)  -> $MTS_CACHE/bin/
+#   tools.sh kube      kube-apiserver, kube-controller-manager (deploy/k8s/tools/go.mod)
+#                      -> $MTS_CACHE/bin/
 #   tools.sh path      print the directory to put on PATH
 set -euo pipefail
 
@@ -14,7 +14,7 @@ COMPOSE_VERSION=v2.29.7
 HELM_VERSION=v3.16.3
 HELM_KUBE_MINOR=31  # helm v3.16 is built with client-go v0.31
 KUBE_VERSION=v1.31.4
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+KUBE_BINARIES=(kube-apiserver kube-controller-manager)
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${MTS_CACHE:-/var/cache/mts}
@@ -61,7 +61,7 @@ kube() {
         [[ -x $bin/$b-$KUBE_VERSION ]] || missing+=("$b")
     done
     if ((${#missing[@]})); then
-        echo "tools: building ${missing[*]} $KUBE_VERSION (10-20 min, once; cached in $bin)"
+        echo "tools: building ${missing[*]} $KUBE_VERSION (15-30 min, once; cached in $bin)"
         local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
         ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
         local minor=${KUBE_VERSION#v1.}

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import Stack
+    from harness import Stack
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -41,7 +41,8 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{/*
 The container environment of a service: credentials from the Secret first (so that later
 values can refer to them as $(VAR)), then the chart's wiring, the service's env map and the
-platform's mec.env; a name set in the service's env map overrides the chart's wiring.
+platform's mec.env; a name set in the service's env map overrides the chart's wiring, and
+an empty value removes the variable.
 Arguments: root, values (the service's values), prefix (e.g. "PEP_"), wiring (a dict).
 */}}
 {{- define "mts.env" -}}
@@ -65,8 +66,11 @@ Arguments: root, values (the service's values), prefix (e.g. "PEP_"), wiring (a 
 {{- $_ := set $env $k $v }}
 {{- end }}
 {{- range $k := keys $env | sortAlpha }}
+{{- $v := get $env $k | toString }}
+{{- if ne $v "" }}
 - name: {{ $k }}
-  value: {{ get $env $k | toString | quote }}
+  value: {{ $v | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 

@@ -1,0 +1,265 @@
+"""The Helm chart against a real Kubernetes control plane (deploy/k8s/cluster.sh: etcd,
+kube-apiserver, controller manager and scheduler v1.31; no kubelet).
+
+- `helm lint --strict` with every values file, and the values schema refuses mistakes;
+- every object rendered with every values file passes the API server's own validation
+  (server-side dry run, strict field validation: unknown fields are errors), the
+  ServiceMonitor included (the Prometheus Operator's CRD is installed first);
+- least privilege in what is rendered: nothing privileged, capabilities dropped, only the
+  PEP and the path manager run as root, with exactly the capabilities they need;
+- `helm install`, `upgrade` (credentials are kept) and `uninstall` (nothing left).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from harness import REPO, run
+
+pytestmark = [pytest.mark.slow]
+
+CHART = REPO / "charts/mec-transport-suite"
+VALUES = {"default": None} | {p.stem: p for p in sorted((CHART / "ci").glob("*.yaml"))}
+CLUSTER = REPO / "deploy/k8s/cluster.sh"
+# The Prometheus Operator's published CRD, from its Go module (the Go proxy serves it).
+PROM_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.78.2"
+SERVICEMONITOR_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
+
+
+def helm() -> str:
+    return run(str(REPO / "deploy/scripts/tools.sh"), "path").strip() + "/helm"
+
+
+def render(values: Path | None, *extra: str) -> list[dict[str, Any]]:
+    args = ["--values", str(values)] if values else []
+    out = run(helm(), "template", "mts", str(CHART), "--namespace", "mts", *args, *extra)
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+@dataclass
+class Kube:
+    """A client of the test cluster's API, with the admin's token."""
+
+    kubeconfig: Path
+    http: httpx.Client
+
+    def resource_path(self, obj: dict[str, Any], namespace: str) -> str:
+        """The collection URL of an object's kind, found by API discovery."""
+        group_version = obj["apiVersion"]
+        base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+        resources = self.http.get(base).raise_for_status().json()["resources"]
+        kind = next(r for r in resources if r["kind"] == obj["kind"] and "/" not in r["name"])
+        ns = f"/namespaces/{namespace}" if kind["namespaced"] else ""
+        return f"{base}{ns}/{kind['name']}"
+
+    def dry_run_create(self, obj: dict[str, Any], namespace: str) -> httpx.Response:
+        return self.http.post(
+            self.resource_path(obj, namespace),
+            params={"dryRun": "All", "fieldValidation": "Strict"},
+            json=obj,
+        )
+
+    def apply_file(self, path: Path) -> None:
+        for obj in yaml.safe_load_all(path.read_text()):
+            r = self.http.post(self.resource_path(obj, "default"), json=obj)
+            assert r.status_code in (201, 409), r.text
+
+    def names(self, namespace: str, resource: str) -> list[str]:
+        r = self.http.get(f"{resource.format(ns=namespace)}").raise_for_status()
+        return sorted(item["metadata"]["name"] for item in r.json()["items"])
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    state = tmp_path_factory.mktemp("kube")
+    try:
+        kubeconfig = Path(run(str(CLUSTER), "up", str(state), timeout=1800).split()[-1])
+        config = yaml.safe_load(kubeconfig.read_text())
+        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+        http = httpx.Client(
+            base_url=cluster["server"],
+            verify=ssl.create_default_context(cafile=cluster["certificate-authority"]),
+            headers={"Authorization": f"Bearer {user['token']}"},
+            timeout=30,
+        )
+        k = Kube(kubeconfig, http)
+        crd_dir = json.loads(run("go", "mod", "download", "-json", PROM_OPERATOR))["Dir"]
+        k.apply_file(Path(crd_dir) / SERVICEMONITOR_CRD)
+        yield k
+    finally:
+        run(str(CLUSTER), "down", str(state))
+
+
+def namespace(kube: Kube, labels: dict[str, str] | None = None) -> str:
+    name = f"mts-{secrets.token_hex(3)}"
+    meta = {"name": name, "labels": labels or {}}
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+    kube.http.post("/api/v1/namespaces", json=body).raise_for_status()
+    return name
+
+
+def containers(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every container of every workload, by container name."""
+    out = {}
+    for obj in objs:
+        if obj["kind"] in ("Deployment", "StatefulSet", "DaemonSet"):
+            pod = obj["spec"]["template"]["spec"]
+            for c in pod["containers"]:
+                out[c["name"]] = c | {"_pod": pod}
+    return out
+
+
+@pytest.mark.parametrize("values", VALUES.values(), ids=VALUES.keys())
+def test_lint(values: Path | None) -> None:
+    run(helm(), "lint", "--strict", str(CHART), *(["--values", str(values)] if values else []))
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("pep.env.RNIS_POLL_PERIOD=8ms", "does not match"),  # another service's variable
+        ("pep.hostnetwork=true", "Additional property hostnetwork"),  # a typo
+        ("rnisAdapter.ipMap.imsi.20896=not-an-ip", "ipv4"),
+        ("image.pullPolicy=Sometimes", "must be one of"),
+    ],
+)
+def test_values_schema_refuses_mistakes(setting: str, complaint: str) -> None:
+    done = subprocess.run(
+        [helm(), "template", "mts", str(CHART), "--set", setting],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert complaint in done.stderr
+
+
+def test_every_service_is_there_by_default() -> None:
+    objs = render(None)
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
+    assert kinds == [
+        ("DaemonSet", "mts-path-manager"),
+        ("DaemonSet", "mts-pep"),
+        ("Deployment", "mts-platform"),
+        ("Deployment", "mts-rnis-adapter"),
+        ("PersistentVolumeClaim", "mts-platform"),
+        ("Secret", "mts-credentials"),
+        ("Service", "mts-path-manager"),
+        ("Service", "mts-pep"),
+        ("Service", "mts-platform"),
+        ("Service", "mts-rabbitmq"),
+        ("Service", "mts-rnis-adapter"),
+        ("StatefulSet", "mts-rabbitmq"),
+    ]
+
+
+def test_least_privilege() -> None:
+    for values in VALUES.values():
+        for name, c in containers(render(values)).items():
+            sc = c["securityContext"]
+            assert not sc.get("privileged"), name
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc["capabilities"]["drop"] == ["ALL"], name
+            assert c["_pod"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            if name in ("pep", "path-manager"):
+                assert sc["runAsUser"] == 0
+            else:
+                assert sc["runAsNonRoot"] is True and "add" not in sc["capabilities"], name
+    pep = containers(render(None))["pep"]["securityContext"]["capabilities"]["add"]
+    assert pep == ["NET_ADMIN", "BPF", "PERFMON"]
+    no_bpf = containers(render(VALUES["no-bpf-values"]))["pep"]
+    assert no_bpf["securityContext"]["capabilities"]["add"] == ["NET_ADMIN"]
+    assert all(m["name"] != "bpffs" for m in no_bpf["volumeMounts"])
+
+
+def test_credentials_come_from_the_secret() -> None:
+    for c in containers(render(None)).values():
+        plain = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+        for name, value in plain.items():
+            if re.search(r"_(PASS|PASSWORD|SECRET|TOKENS?)$", name):
+                pytest.fail(f"{c['name']}: {name} is a plain value, not a secretKeyRef")
+            assert "amqp://" not in value or "$(MTS_AMQP_PASSWORD)" in value, (name, value)
+
+
+@pytest.mark.parametrize("values", VALUES.values(), ids=VALUES.keys())
+def test_api_server_accepts_every_object(kube: Kube, values: Path | None) -> None:
+    ns = namespace(kube)
+    for obj in render(values, "--namespace", ns):
+        r = kube.dry_run_create(obj, ns)
+        assert r.status_code in (200, 201), f"{obj['kind']} {obj['metadata']['name']}: {r.text}"
+        assert "warning" not in r.headers, (obj["kind"], r.headers["warning"])
+
+
+def test_pod_security_standards(kube: Kube) -> None:
+    """Every pod but the PEP's and the path manager's meets the "restricted" standard; those
+    two need the "privileged" level (host network, root with capabilities)."""
+    ns = namespace(kube, {"pod-security.kubernetes.io/warn": "restricted"})
+    warned = set()
+    for obj in render(None, "--namespace", ns):
+        r = kube.dry_run_create(obj, ns)
+        assert r.status_code in (200, 201), r.text
+        if "restricted" in r.headers.get("warning", ""):
+            warned.add(obj["metadata"]["name"])
+    assert warned == {"mts-pep", "mts-path-manager"}
+
+
+def test_api_server_refuses_an_unknown_field(kube: Kube) -> None:
+    """The validation above can fail: a misspelt field in a rendered object is refused."""
+    deployment = next(o for o in render(None) if o["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePulPolicy"] = "Always"
+    r = kube.dry_run_create(deployment, namespace(kube))
+    assert r.status_code == 400 and "imagePulPolicy" in r.text
+
+
+def test_install_upgrade_uninstall(kube: Kube) -> None:
+    ns = namespace(kube)
+    kc = ["--kubeconfig", str(kube.kubeconfig), "--namespace", ns]
+    out = run(helm(), "install", "mts", str(CHART), *kc)
+    assert f"kubectl -n {ns} port-forward svc/mts-platform 8100:8100" in out
+    secret_path = f"/api/v1/namespaces/{ns}/secrets/mts-credentials"
+    before = kube.http.get(secret_path).raise_for_status().json()["data"]
+    assert len(base64.b64decode(before["amqp-password"])) == 32
+    assert kube.names(ns, "/apis/apps/v1/namespaces/{ns}/deployments") == [
+        "mts-platform",
+        "mts-rnis-adapter",
+    ]
+    # The controllers act on what was installed: the Deployments' ReplicaSets and the
+    # StatefulSet create Pods, which pass admission (there is no node to run them).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pods = kube.names(ns, "/api/v1/namespaces/{ns}/pods")
+        if len(pods) == 3:
+            break
+        time.sleep(1)
+    assert [p.rsplit("-", 2)[0] if "rabbitmq" not in p else p for p in pods] == [
+        "mts-platform",
+        "mts-rabbitmq-0",
+        "mts-rnis-adapter",
+    ]
+
+    run(helm(), "upgrade", "mts", str(CHART), *kc, "--set", "platform.env.PLATFORM_LOG_LEVEL=DEBUG")
+    after = kube.http.get(secret_path).raise_for_status().json()["data"]
+    assert after == before, "an upgrade must keep the generated credentials"
+    status = json.loads(run(helm(), "status", "mts", *kc, "--output", "json"))
+    assert status["info"]["status"] == "deployed" and status["version"] == 2
+
+    run(helm(), "uninstall", "mts", *kc, "--wait", "--timeout", "60s")
+    for resource in ("deployments", "statefulsets", "daemonsets"):
+        assert kube.names(ns, "/apis/apps/v1/namespaces/{ns}/" + resource) == []
+    for resource in ("services", "secrets", "persistentvolumeclaims", "configmaps"):
+        left = kube.names(ns, "/api/v1/namespaces/{ns}/" + resource)
+        assert [n for n in left if n.startswith("mts-")] == [], (resource, left)

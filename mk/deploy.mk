@@ -1,0 +1,32 @@
+# deploy: container images, docker compose, the Helm chart (docs/deployment.md,
+# docs/kubernetes.md). Tools that Debian 12 lacks (compose v2, helm, Kubernetes) are built
+# once from pinned versions and cached in $(MTS_CACHE); so are the local base images.
+APT_PACKAGES += docker.io debootstrap etcd-server openssl
+TEST_TARGETS += test-deploy
+
+MTS_CACHE ?= /var/cache/mts
+export MTS_CACHE
+
+.PHONY: deploy-tools docker-engine base-images images test-deploy test-deploy-chart \
+	test-deploy-compose
+
+deploy-tools: system ## build docker compose v2 and helm (once; cached in $(MTS_CACHE)/bin)
+	@deploy/scripts/tools.sh compose
+	@deploy/scripts/tools.sh helm
+
+docker-engine: system ## start Debian's Docker engine if it is not running
+	@deploy/scripts/docker-engine.sh ensure
+
+base-images: docker-engine ## local Debian/Python/Go base images (debootstrap, cached)
+	@deploy/scripts/base-images.sh >/dev/null
+
+images: base-images ## build every service image with the local base images
+	@deploy/scripts/build-images.sh
+
+test-deploy: test-deploy-chart test-deploy-compose ## every deployment test
+
+test-deploy-chart: python deploy-tools ## helm lint/template; install into a real kube-apiserver
+	uv run pytest -q deploy/tests/test_chart.py
+
+test-deploy-compose: python deploy-tools images ## compose up (emulated profile), checks, down
+	uv run pytest -q deploy/tests/test_compose.py
