@@ -1,0 +1,44 @@
+# pep, MELD/RAPID (issue 5): the BPF congestion control (pep/bpf/) and its loader.
+# Kept in its own fragment so that the PEP relay's mk/pep.mk and this file can change
+# independently. Its tests live in pep/tests/ran_aware and run inside `make test-pep`
+# (the prerequisites below build the kernel program first); `make test-meld` runs them alone.
+APT_PACKAGES += clang libbpf-dev libelf-dev zlib1g-dev bpftool gcc libc6-dev pkg-config nftables iproute2
+BUILD_TARGETS += build/bpf/meld.bpf.o build/bin/meld-loader
+BENCH_TARGETS += bench-meld
+EXPERIMENT_TARGETS += experiment-meld experiment-rapid
+
+MELD_KERNEL := $(shell uname -r)
+MELD_VMLINUX := build/bpf/$(MELD_KERNEL)/vmlinux.h
+MELD_OBJ := build/bpf/meld.bpf.o
+MELD_LOADER := build/bin/meld-loader
+MELD_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+
+# The running kernel's types, for CO-RE (one header per kernel release).
+$(MELD_VMLINUX):
+	@mkdir -p $(@D)
+	@test -r /sys/kernel/btf/vmlinux || { echo "no /sys/kernel/btf/vmlinux: the kernel lacks BTF"; exit 1; }
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+
+$(MELD_OBJ): pep/bpf/meld.bpf.c pep/bpf/meld.h $(MELD_VMLINUX)
+	clang -target bpf -g -O2 -Wall -Werror -D__TARGET_ARCH_$(MELD_ARCH) \
+		-I$(dir $(MELD_VMLINUX)) -Ipep/bpf -c $< -o $@.tmp
+	@mv $@.tmp $@
+
+$(MELD_LOADER): pep/bpf/loader.c
+	@mkdir -p $(@D)
+	gcc -O2 -g -Wall -Wextra -Werror -o $@ $< -lbpf -lelf -lz
+
+.PHONY: test-meld bench-meld experiment-meld experiment-rapid
+test-pep: $(MELD_OBJ) $(MELD_LOADER)
+
+test-meld: python rabbitmq $(MELD_OBJ) $(MELD_LOADER) ## MELD/RAPID tests alone (root: BPF, namespaces)
+	uv run pytest -q pep/tests/ran_aware
+
+bench-meld: python $(MELD_OBJ) $(MELD_LOADER) ## cost of a per-UE map update from Python -> docs/results/meld-bench/
+	uv run python -m mec_pep.ran_aware.bench --out docs/results/meld-bench
+
+experiment-meld: python rabbitmq build ## MELD, thesis Table 4.1 setup (long) -> docs/results/meld/
+	uv run python testbed/experiments/meld/run.py --out docs/results/meld
+
+experiment-rapid: python rabbitmq build ## RAPID, thesis Table 5.3 scenarios (long) -> docs/results/rapid/
+	uv run python testbed/experiments/rapid/run.py --out docs/results/rapid

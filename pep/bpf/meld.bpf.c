@@ -1,0 +1,463 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * MELD and RAPID as a TCP congestion control for the PEP's RAN leg (PEP -> UE).
+ *
+ * Two struct_ops are registered from this object and share all maps:
+ *   meld_reno   growth and reduction of the kernel's Reno  (tcp_reno_* kfuncs)
+ *   meld_cubic  growth and reduction of the kernel's CUBIC (cubictcp_* kfuncs, HyStart)
+ * The growth function is the kernel's own, so "mode off" is exactly reno/cubic; the
+ * socket picks one with TCP_CONGESTION. What MELD and RAPID change is decided per loss
+ * and per ACK from the UE's entry in the maps, so a mode change applies at once to the
+ * flows that are already running.
+ *
+ * Loss events. The kernel calls ssthresh() once when a recovery episode starts (fast
+ * retransmit, RACK) and once per RTO (tcp_enter_loss, followed by CA_EVENT_LOSS). A CCA
+ * cannot veto the retransmission; it only chooses the new ssthresh, and the kernel then
+ * drives cwnd toward it (PRR during recovery, cwnd = ssthresh at its end). "Not
+ * notifying the CCA" (MELD's silent retransmission) is therefore: return an ssthresh no
+ * lower than the current cwnd and do not tell the growth function. After an RTO the
+ * kernel has already set cwnd = in_flight + 1 and no CCA hook runs before the first
+ * retransmission, so a suppressed RTO slow-starts back to the kept ssthresh (a few RTTs)
+ * instead of halving it; docs/meld-rapid.md explains why we do not force cwnd back.
+ *
+ * Style after the kernel's tools/testing/selftests/bpf/progs/bpf_cubic.c and bpf_dctcp.c.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_tracing.h>
+#include "meld.h"
+
+char _license[] SEC("license") = "GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define USEC_PER_SEC 1000000ULL
+#define NSEC_PER_USEC 1000ULL
+#define IPV4_HEADER 20
+
+extern void cubictcp_init(struct sock *sk) __ksym;
+extern __u32 cubictcp_recalc_ssthresh(struct sock *sk) __ksym;
+extern void cubictcp_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
+extern void cubictcp_state(struct sock *sk, __u8 new_state) __ksym;
+extern void cubictcp_cwnd_event(struct sock *sk, enum tcp_ca_event event) __ksym;
+extern void cubictcp_acked(struct sock *sk, const struct ack_sample *sample) __ksym;
+extern __u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
+extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
+extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct ue_radio);
+} ue_radio SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} ue_mode SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct ue_counters);
+} ue_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct meld_config);
+} meld_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct flow_ctl);
+} flow_ctl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct flow_priv);
+} flow_priv SEC(".maps");
+
+static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
+{
+	return (struct tcp_sock *)sk;
+}
+
+static __always_inline struct meld_config *get_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&meld_config, &zero);
+}
+
+/* The UE is the RAN-leg socket's peer; a v4-mapped IPv6 peer counts as IPv4. */
+static __always_inline __u32 ue_key(const struct sock *sk)
+{
+	if (sk->__sk_common.skc_family == AF_INET)
+		return sk->__sk_common.skc_daddr;
+	if (sk->__sk_common.skc_family == AF_INET6) {
+		const __u32 *a = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32;
+
+		if (a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff))
+			return a[3];
+	}
+	return 0;
+}
+
+static __always_inline __u32 ue_mode_of(__u32 ue, const struct meld_config *cfg)
+{
+	__u32 *mode = bpf_map_lookup_elem(&ue_mode, &ue);
+
+	if (mode && *mode < MODE_COUNT)
+		return *mode;
+	return cfg ? cfg->global_mode : MODE_OFF;
+}
+
+/*
+ * T_PDU: the IP packet of one full segment, i.e. MSS + TCP header with options + IPv4
+ * header (1500 B on a 1500 B MTU path). S_TB = T_PDU / N_HARQ; comparing
+ * D_TBS * N_HARQ < T_PDU keeps it exact without a division (S_TB = 187.5 B there).
+ */
+static __always_inline __u32 t_pdu_of(const struct tcp_sock *tp)
+{
+	return tp->mss_cache + tp->tcp_header_len + IPV4_HEADER;
+}
+
+/* Algorithm 2 of the thesis; MELD-DE keeps only Eq. 4.1. */
+static __always_inline bool meld_notify(__u32 mode, const struct ue_radio *r, __u32 t_pdu)
+{
+	bool small_tb = (__u64)r->d_tbs * r->n_harq < t_pdu;
+
+	if (mode == MODE_MELD_DE)
+		return small_tb;
+	return small_tb || r->txq_bytes >= r->q_th_bytes;
+}
+
+static __always_inline enum meld_verdict decide(__u32 mode, const struct ue_radio *r,
+						__u64 now_ns, __u64 stale_ns, __u32 t_pdu)
+{
+	if (mode == MODE_OFF || mode >= MODE_COUNT)
+		return VERDICT_OFF;
+	if (!r)
+		return VERDICT_NO_DATA;
+	/* A measurement from the future (clock step) is as unusable as an old one. */
+	if (now_ns < r->observed_ns || now_ns - r->observed_ns > stale_ns)
+		return VERDICT_STALE;
+	if (mode == MODE_RAPID)
+		return VERDICT_RAPID;
+	return meld_notify(mode, r, t_pdu) ? VERDICT_NOTIFY : VERDICT_SUPPRESS;
+}
+
+static __always_inline struct ue_counters *counters_of(__u32 ue)
+{
+	struct ue_counters *c = bpf_map_lookup_elem(&ue_counters, &ue);
+
+	if (c)
+		return c;
+	struct ue_counters zero = {};
+
+	bpf_map_update_elem(&ue_counters, &ue, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&ue_counters, &ue);
+}
+
+static __always_inline void count(__u32 ue, enum meld_verdict v)
+{
+	struct ue_counters *c = counters_of(ue);
+
+	if (!c)
+		return;
+	__sync_fetch_and_add(&c->losses, 1);
+	switch (v) {
+	case VERDICT_SUPPRESS:
+	case VERDICT_RAPID:
+		__sync_fetch_and_add(&c->suppressed, 1);
+		return;
+	case VERDICT_STALE:
+		__sync_fetch_and_add(&c->stale, 1);
+		break;
+	case VERDICT_NO_DATA:
+		__sync_fetch_and_add(&c->no_data, 1);
+		break;
+	default:
+		break;
+	}
+	__sync_fetch_and_add(&c->notified, 1);
+}
+
+/* Shared loss handling: returns true if the growth function must see this loss. */
+static __always_inline bool loss_reaches_cca(struct sock *sk)
+{
+	struct meld_config *cfg = get_config();
+	__u32 ue = ue_key(sk);
+	__u32 mode = ue_mode_of(ue, cfg);
+	struct ue_radio *r = bpf_map_lookup_elem(&ue_radio, &ue);
+	enum meld_verdict v;
+
+	v = decide(mode, r, bpf_ktime_get_ns(), cfg ? cfg->stale_ns : 0,
+		   t_pdu_of(tcp_sk(sk)));
+	count(ue, v);
+	return v != VERDICT_SUPPRESS && v != VERDICT_RAPID;
+}
+
+/* The ssthresh that leaves the growth function untouched: slow start continues. */
+static __always_inline __u32 kept_ssthresh(const struct tcp_sock *tp)
+{
+	return tp->snd_ssthresh > tp->snd_cwnd ? tp->snd_ssthresh : tp->snd_cwnd;
+}
+
+/* ---- RAPID: cwnd = rate x smoothed RAN RTT_min ---------------------------------- */
+
+static __always_inline struct flow_priv *priv_of(struct sock *sk)
+{
+	return bpf_sk_storage_get(&flow_priv, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+}
+
+/*
+ * The thesis's OAI lesson (5.4.3): RTT_min on the RAN leg is underestimated at the
+ * start and distorted by scheduling; take the minimum of each period and smooth the
+ * per-period minima (7/8 old + 1/8 new, as the research's Linux module did).
+ */
+static __always_inline void track_rtt_min(struct sock *sk, __s32 rtt_us,
+					  const struct meld_config *cfg)
+{
+	struct flow_priv *p;
+	__u64 now, period;
+
+	if (rtt_us <= 0)
+		return;
+	p = priv_of(sk);
+	if (!p)
+		return;
+	if (!p->period_min_us || (__u32)rtt_us < p->period_min_us)
+		p->period_min_us = rtt_us;
+	now = bpf_ktime_get_ns();
+	if (now < p->period_end_ns)
+		return;
+	if (p->period_end_ns) {	/* close a period (the first one just starts) */
+		if (p->rtt_min_us)
+			p->rtt_min_us = (7ULL * p->rtt_min_us + p->period_min_us) / 8;
+		else
+			p->rtt_min_us = p->period_min_us;
+		p->period_min_us = 0;
+	}
+	period = cfg ? cfg->rapid_period_ns : 0;
+	/* at least two smoothed RTTs (srtt_us is 8x the RTT in µs) */
+	if (period < (__u64)tcp_sk(sk)->srtt_us / 4 * NSEC_PER_USEC)
+		period = (__u64)tcp_sk(sk)->srtt_us / 4 * NSEC_PER_USEC;
+	p->period_end_ns = now + period;
+}
+
+/* The flow's RAN BDP in segments, or 0 when RAPID has no rate for it. */
+static __always_inline __u32 rapid_target(struct sock *sk, const struct ue_radio *r,
+					  const struct meld_config *cfg)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct flow_ctl *ctl;
+	struct flow_priv *p;
+	__u64 rate, rtt_us, bytes;
+	__u32 cwnd, mss = tp->mss_cache ? tp->mss_cache : 1;
+
+	ctl = bpf_sk_storage_get(&flow_ctl, sk, NULL, 0);
+	rate = ctl && ctl->rate_Bps ? ctl->rate_Bps : r->capacity_Bps;
+	if (!rate)
+		return 0;
+	p = priv_of(sk);
+	if (!p)
+		return 0;
+	/* Before the first full period, the lowest sample so far, with a high floor. */
+	rtt_us = p->rtt_min_us ? p->rtt_min_us : p->period_min_us;
+	if (!rtt_us)
+		return cfg->rapid_init_cwnd;
+	rtt_us += cfg->rapid_rtt_extra_us;
+	bytes = rate * rtt_us * cfg->rapid_gain_pct / (USEC_PER_SEC * 100);
+	cwnd = bytes / mss;
+	if (!p->rtt_min_us && cwnd < cfg->rapid_init_cwnd)
+		cwnd = cfg->rapid_init_cwnd;
+	if (cwnd < cfg->rapid_min_cwnd)
+		cwnd = cfg->rapid_min_cwnd;
+	if (cwnd > tp->snd_cwnd_clamp)
+		cwnd = tp->snd_cwnd_clamp;
+	p->target_cwnd = cwnd;
+	return cwnd;
+}
+
+/* RAPID owns cwnd on this ACK if the UE is in RAPID mode with fresh radio state. */
+static __always_inline bool rapid_cong_avoid(struct sock *sk)
+{
+	struct meld_config *cfg = get_config();
+	__u32 ue = ue_key(sk), cwnd;
+	struct ue_radio *r;
+
+	if (!cfg || ue_mode_of(ue, cfg) != MODE_RAPID)
+		return false;
+	r = bpf_map_lookup_elem(&ue_radio, &ue);
+	if (decide(MODE_RAPID, r, bpf_ktime_get_ns(), cfg->stale_ns, 0) != VERDICT_RAPID)
+		return false;
+	cwnd = rapid_target(sk, r, cfg);
+	if (!cwnd)
+		return false;
+	tcp_sk(sk)->snd_cwnd = cwnd;
+	return true;
+}
+
+static __always_inline void rapid_init(struct sock *sk)
+{
+	struct meld_config *cfg = get_config();
+	struct tcp_sock *tp = tcp_sk(sk);
+	__u32 ue = ue_key(sk);
+
+	if (!cfg || ue_mode_of(ue, cfg) != MODE_RAPID || !cfg->rapid_init_cwnd)
+		return;
+	if (tp->snd_cwnd < cfg->rapid_init_cwnd && cfg->rapid_init_cwnd <= tp->snd_cwnd_clamp)
+		tp->snd_cwnd = cfg->rapid_init_cwnd;
+}
+
+static __always_inline void on_ack_sample(struct sock *sk, const struct ack_sample *sample)
+{
+	track_rtt_min(sk, sample->rtt_us, get_config());
+}
+
+static __always_inline void on_cwnd_event(struct sock *sk, enum tcp_ca_event event)
+{
+	struct ue_counters *c;
+
+	if (event != CA_EVENT_LOSS)
+		return;
+	c = counters_of(ue_key(sk));
+	if (c)
+		__sync_fetch_and_add(&c->timeouts, 1);
+}
+
+/* ---- meld_reno ------------------------------------------------------------------ */
+
+SEC("struct_ops")
+void BPF_PROG(meld_reno_init, struct sock *sk)
+{
+	rapid_init(sk);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(meld_reno_ssthresh, struct sock *sk)
+{
+	if (loss_reaches_cca(sk))
+		return tcp_reno_ssthresh(sk);
+	return kept_ssthresh(tcp_sk(sk));
+}
+
+SEC("struct_ops")
+void BPF_PROG(meld_reno_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+	if (!rapid_cong_avoid(sk))
+		tcp_reno_cong_avoid(sk, ack, acked);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(meld_reno_undo_cwnd, struct sock *sk)
+{
+	return tcp_reno_undo_cwnd(sk);
+}
+
+SEC("struct_ops")
+void BPF_PROG(meld_reno_cwnd_event, struct sock *sk, enum tcp_ca_event event)
+{
+	on_cwnd_event(sk, event);
+}
+
+SEC("struct_ops")
+void BPF_PROG(meld_reno_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+{
+	on_ack_sample(sk, sample);
+}
+
+SEC(".struct_ops")
+struct tcp_congestion_ops meld_reno = {
+	.init		= (void *)meld_reno_init,
+	.ssthresh	= (void *)meld_reno_ssthresh,
+	.cong_avoid	= (void *)meld_reno_cong_avoid,
+	.undo_cwnd	= (void *)meld_reno_undo_cwnd,
+	.cwnd_event	= (void *)meld_reno_cwnd_event,
+	.pkts_acked	= (void *)meld_reno_pkts_acked,
+	.name		= "meld_reno",
+};
+
+/* ---- meld_cubic ----------------------------------------------------------------- */
+
+SEC("struct_ops")
+void BPF_PROG(meld_cubic_init, struct sock *sk)
+{
+	cubictcp_init(sk);
+	rapid_init(sk);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(meld_cubic_ssthresh, struct sock *sk)
+{
+	if (loss_reaches_cca(sk))
+		return cubictcp_recalc_ssthresh(sk);
+	return kept_ssthresh(tcp_sk(sk));
+}
+
+SEC("struct_ops")
+void BPF_PROG(meld_cubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+	if (!rapid_cong_avoid(sk))
+		cubictcp_cong_avoid(sk, ack, acked);
+}
+
+SEC("struct_ops")
+void BPF_PROG(meld_cubic_set_state, struct sock *sk, __u8 new_state)
+{
+	cubictcp_state(sk, new_state);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(meld_cubic_undo_cwnd, struct sock *sk)
+{
+	return tcp_reno_undo_cwnd(sk);
+}
+
+SEC("struct_ops")
+void BPF_PROG(meld_cubic_cwnd_event, struct sock *sk, enum tcp_ca_event event)
+{
+	cubictcp_cwnd_event(sk, event);
+	on_cwnd_event(sk, event);
+}
+
+SEC("struct_ops")
+void BPF_PROG(meld_cubic_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+{
+	cubictcp_acked(sk, sample);
+	on_ack_sample(sk, sample);
+}
+
+SEC(".struct_ops")
+struct tcp_congestion_ops meld_cubic = {
+	.init		= (void *)meld_cubic_init,
+	.ssthresh	= (void *)meld_cubic_ssthresh,
+	.cong_avoid	= (void *)meld_cubic_cong_avoid,
+	.set_state	= (void *)meld_cubic_set_state,
+	.undo_cwnd	= (void *)meld_cubic_undo_cwnd,
+	.cwnd_event	= (void *)meld_cubic_cwnd_event,
+	.pkts_acked	= (void *)meld_cubic_pkts_acked,
+	.name		= "meld_cubic",
+};
+
+/* ---- the decision alone, for tests (BPF_PROG_TEST_RUN) ---------------------------- */
+
+SEC("syscall")
+int meld_decide(struct decide_args *args)
+{
+	args->verdict = decide(args->mode, args->has_radio ? &args->radio : NULL,
+			       args->now_ns, args->stale_ns, args->t_pdu);
+	return 0;
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Shared between the BPF program (meld.bpf.c) and the test program it carries.
+ * The Python side (mec_pep.ran_aware.kernel) mirrors these layouts with ctypes; a test
+ * compares both against the BTF of the built object, so change them together.
+ *
+ * Every map key that names a UE is its IPv4 address in network byte order (__be32),
+ * which is what the RAN-leg socket holds as its peer address (skc_daddr).
+ */
+#ifndef MELD_H
+#define MELD_H
+
+/* Per-UE or global mode. */
+enum meld_mode {
+	MODE_OFF = 0,		/* plain Reno/CUBIC: every loss reaches the growth function */
+	MODE_MELD_DE = 1,	/* notify iff D_TBS < S_TB                         (Eq. 4.1) */
+	MODE_MELD_ME = 2,	/* notify iff D_TBS < S_TB or S_TxQueue >= Q_th    (Alg. 2) */
+	MODE_RAPID = 3,		/* cwnd = the flow's RAN BDP, losses ignored        (§5) */
+	MODE_COUNT = 4,
+};
+
+/* What ssthresh() decided at one loss event; also the test program's return value. */
+enum meld_verdict {
+	VERDICT_OFF = 0,	/* mode off: standard reduction */
+	VERDICT_NO_DATA = 1,	/* no radio state for this UE: standard reduction */
+	VERDICT_STALE = 2,	/* radio state older than stale_ns: standard reduction */
+	VERDICT_NOTIFY = 3,	/* MELD says congestion: standard reduction */
+	VERDICT_SUPPRESS = 4,	/* MELD says random loss: cwnd kept, TCP just retransmits */
+	VERDICT_RAPID = 5,	/* RAPID: loss-agnostic, cwnd kept */
+};
+
+/* Radio state of one UE; the PEP overwrites the whole entry on every RNIS message. */
+struct ue_radio {
+	__u64 observed_ns;	/* CLOCK_MONOTONIC time the RAN was measured */
+	__u64 capacity_Bps;	/* RAPID C_i, bytes per second (0 = unknown) */
+	__u32 d_tbs;		/* D_TBS: DL transport block of the last TTI, bytes */
+	__u32 txq_bytes;	/* S_TxQueue: RLC queue toward the UE, bytes */
+	__u32 q_th_bytes;	/* Q_th = TBS(MCS(best CQI), current PRBs) * N_HARQ, BYTES */
+	__u32 n_harq;		/* N_HARQ: DL HARQ processes */
+};
+
+/* Per-UE counters, written by the kernel only. */
+struct ue_counters {
+	__u64 losses;		/* loss events (ssthresh calls: one per recovery episode) */
+	__u64 notified;		/* ... that reached the growth function (reduction) */
+	__u64 suppressed;	/* ... that MELD or RAPID kept from it */
+	__u64 stale;		/* ... notified because the radio state was too old */
+	__u64 no_data;		/* ... notified because there was no radio state at all */
+	__u64 timeouts;		/* RTOs among the loss events (CA_EVENT_LOSS) */
+};
+
+/* Global knobs: one entry in the `config` array map. */
+struct meld_config {
+	__u64 stale_ns;		/* radio state older than this means "notify" */
+	__u64 rapid_period_ns;	/* minimum length of a RAN RTT_min period */
+	__u32 global_mode;	/* enum meld_mode for UEs without an entry in ue_mode */
+	__u32 rapid_init_cwnd;	/* initial cwnd (segments) of a RAPID flow before any RTT */
+	__u32 rapid_min_cwnd;	/* floor of the RAPID cwnd (segments) */
+	__u32 rapid_gain_pct;	/* cwnd = gain% * rate * RTT_min (100 = exactly one BDP) */
+	__u32 rapid_rtt_extra_us; /* added to RTT_min (e.g. the uplink SR period) */
+	__u32 pad;
+};
+
+/* Per-socket RAPID share on the RAN leg, written by the PEP through the socket's fd. */
+struct flow_ctl {
+	__u64 rate_Bps;		/* the flow's allocated rate; 0 = use the UE's C_i */
+};
+
+/* Per-socket state owned by the kernel program (readable through the socket's fd). */
+struct flow_priv {
+	__u64 period_end_ns;	/* end of the current RTT_min period */
+	__u32 period_min_us;	/* smallest RTT sample of the current period */
+	__u32 rtt_min_us;	/* smoothed RAN RTT_min: EWMA 7/8 of the per-period minima */
+	__u32 target_cwnd;	/* last RAPID cwnd (segments); 0 = never set */
+	__u32 pad;
+};
+
+/* Input of the `decide` test program (BPF_PROG_TEST_RUN): the decision, in isolation. */
+struct decide_args {
+	struct ue_radio radio;
+	__u64 now_ns;
+	__u64 stale_ns;
+	__u32 mode;
+	__u32 t_pdu;
+	__u32 has_radio;
+	__u32 verdict;		/* out */
+};
+
+#endif /* MELD_H */

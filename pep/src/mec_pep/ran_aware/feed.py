@@ -1,0 +1,271 @@
+"""The PEP's RNIS consumer: AMQP measurements → the kernel's per-UE radio map.
+
+It binds only to the UEs the PEP serves: the configured UE networks, or else each UE from
+its first flow until ``rnis_unbind_after_s`` after its last one. The broker and exchange
+come from Mp1 service discovery (the RNIS registers an ``MB_TOPIC_BASED`` transport) when
+a platform is configured, else from settings; an explicit setting always wins. The
+platform and the broker are retried with backoff; both show in health as ``rnis``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from ipaddress import IPv4Network
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import ValidationError
+
+from mec_common.amqp import AmqpConsumer, Backoff
+from mec_common.health import Health
+from mec_common.logging import get_logger
+from mec_common.mp1 import Mp1Client, Mp1Error
+from mec_common.rnis import PREFIX, RnisEvent, RnisMeasurement, bind_ue_ip
+from mec_pep.ran_aware.kernel import MeldKernel
+from mec_pep.ran_aware.radio import radio_state
+
+log = get_logger(__name__)
+
+HEALTH_NAME = "rnis"
+MAX_STATIC_UES = 4096
+
+
+class OptionalHealth(Health):
+    """Reports into another Health as not required: the PEP relays without RNIS."""
+
+    def __init__(self, target: Health) -> None:
+        super().__init__()
+        self._target = target
+
+    def set(self, name: str, ok: bool, detail: str = "", *, required: bool = True) -> None:
+        self._target.set(name, ok, detail, required=False)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    exchange: str
+    source: str  # "mp1" or "settings"
+
+    def public_url(self) -> str:
+        """The URL without credentials (for logs and the API)."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def with_credentials(discovered: str, configured: str) -> str:
+    """The discovered broker URL with the user and password of the configured one."""
+    found, ours = urlsplit(discovered), urlsplit(configured)
+    if not ours.username:
+        return discovered
+    auth = ours.username + (f":{ours.password}" if ours.password else "")
+    host = found.hostname or ""
+    netloc = f"{auth}@{host}" + (f":{found.port}" if found.port else "")
+    return urlunsplit((found.scheme, netloc, found.path, found.query, found.fragment))
+
+
+def discover(mp1: Mp1Client, configured_url: str) -> Endpoint | None:
+    """The RNIS AMQP feed as registered on the platform, or None if not (yet) there."""
+    transport = mp1.find_transport("rnis", "MB_TOPIC_BASED")
+    if transport is None:
+        return None
+    uris = transport.get("endpoint", {}).get("uris") or []
+    exchange = transport.get("implSpecificInfo", {}).get("exchange")
+    if not uris or not exchange:
+        return None
+    return Endpoint(with_credentials(str(uris[0]), configured_url), str(exchange), "mp1")
+
+
+@dataclass
+class FeedStats:
+    received: int = 0
+    applied: int = 0
+    ignored: int = 0  # no UE address / no D_TBS, or a UE we do not serve
+    rejected: int = 0  # not a valid RNIS message
+    detached: int = 0
+    last_applied: dict[str, float] = field(default_factory=dict)  # UE -> wall time
+
+
+class RnisFeed:
+    def __init__(
+        self,
+        kernel: MeldKernel,
+        health: Health,
+        *,
+        amqp_url: str,
+        exchange: str,
+        explicit: set[str],
+        mp1: Mp1Client | None,
+        ue_networks: list[IPv4Network],
+        unbind_after_s: float,
+        default_harq: int,
+        on_capacity: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self._kernel = kernel
+        self._health = OptionalHealth(health)
+        self._settings_endpoint = Endpoint(amqp_url, exchange, "settings")
+        self._explicit = explicit  # {"url", "exchange"} given in settings: not discovered
+        self._mp1 = mp1
+        self._unbind_after = unbind_after_s
+        self._default_harq = default_harq
+        self._on_capacity = on_capacity
+        self._lock = threading.Lock()
+        self._flows_per_ue: dict[str, int] = {}
+        self._idle_since: dict[str, float] = {}
+        if sum(net.num_addresses for net in ue_networks) > MAX_STATIC_UES:
+            raise ValueError(f"PEP_RNIS_UE_NETWORKS covers more than {MAX_STATIC_UES} UEs")
+        self._static = {str(ip) for net in ue_networks for ip in net}
+        self._stop = threading.Event()
+        self._consumer: AmqpConsumer | None = None
+        self.endpoint: Endpoint | None = None
+        self.stats = FeedStats()
+        self._thread = threading.Thread(target=self._connect, name="rnis-feed", daemon=True)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._health.set(HEALTH_NAME, False, "starting")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        if self._consumer is not None:
+            self._consumer.close()
+
+    def _connect(self) -> None:
+        """Resolve the endpoint (Mp1, with backoff), then consume until stopped."""
+        backoff = Backoff()
+        endpoint = None
+        while not self._stop.is_set():
+            try:
+                endpoint = self._resolve()
+                if endpoint is not None:
+                    break
+                self._health.set(HEALTH_NAME, False, "RNIS not registered on the platform yet")
+            except Mp1Error as exc:
+                self._health.set(HEALTH_NAME, False, f"Mp1 discovery failed: {exc}")
+            self._stop.wait(backoff.next_delay())
+        if endpoint is None:
+            return
+        self.endpoint = endpoint
+        log.info("rnis feed", broker=endpoint.public_url(), exchange=endpoint.exchange,
+                 source=endpoint.source)  # fmt: skip
+        with self._lock:  # flows opened from now on bind through the consumer
+            self._consumer = AmqpConsumer(
+                endpoint.url,
+                endpoint.exchange,
+                self._wanted_bindings(),
+                self._on_message,
+                health=self._health,
+                health_name=HEALTH_NAME,
+                name="pep-rnis",
+            )
+            self._consumer.start()
+
+    def _resolve(self) -> Endpoint | None:
+        if self._mp1 is None or self._explicit >= {"url", "exchange"}:
+            return self._settings_endpoint
+        found = discover(self._mp1, self._settings_endpoint.url)
+        if found is None:
+            return None
+        return Endpoint(
+            self._settings_endpoint.url if "url" in self._explicit else found.url,
+            self._settings_endpoint.exchange if "exchange" in self._explicit else found.exchange,
+            "mp1",
+        )
+
+    # --- bindings -----------------------------------------------------------------------------
+
+    def _wanted_bindings(self) -> list[str]:
+        """Called with the lock held."""
+        ues = self._static | set(self._flows_per_ue) | set(self._idle_since)
+        return [key for ue in sorted(ues) for key in _keys(ue)]
+
+    def _bind(self, ue: str, *, add: bool) -> None:
+        """Called with the lock held (binding only queues work for the consumer's thread)."""
+        if self._consumer is None or ue in self._static:
+            return  # bound at connect from the tables, or always bound
+        for key in _keys(ue):
+            (self._consumer.bind if add else self._consumer.unbind)(key)
+
+    def flow_opened(self, ue: str) -> None:
+        with self._lock:
+            count = self._flows_per_ue.get(ue, 0)
+            self._flows_per_ue[ue] = count + 1
+            was_idle = self._idle_since.pop(ue, None) is not None
+            if count == 0 and not was_idle:
+                self._bind(ue, add=True)
+
+    def flow_closed(self, ue: str) -> None:
+        with self._lock:
+            count = self._flows_per_ue.get(ue, 0) - 1
+            if count > 0:
+                self._flows_per_ue[ue] = count
+                return
+            self._flows_per_ue.pop(ue, None)
+            self._idle_since[ue] = time.monotonic()
+
+    def housekeeping(self, now: float | None = None) -> None:
+        """Unbind UEs whose last flow closed long enough ago and forget their radio state."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            expired = [ue for ue, t in self._idle_since.items() if now - t >= self._unbind_after]
+            for ue in expired:
+                del self._idle_since[ue]
+                self._bind(ue, add=False)
+        for ue in expired:
+            if not self.served(ue):
+                self._kernel.forget_radio(ue)
+
+    def served(self, ue: str) -> bool:
+        with self._lock:
+            return ue in self._static or ue in self._flows_per_ue or ue in self._idle_since
+
+    def bindings(self) -> list[str]:
+        with self._lock:
+            if self._consumer is not None:
+                return sorted(self._consumer.bindings)
+            return sorted(self._wanted_bindings())
+
+    # --- messages -----------------------------------------------------------------------------
+
+    def _on_message(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
+        self.stats.received += 1
+        try:
+            if routing_key.startswith(f"{PREFIX}.meas."):
+                self._on_measurement(RnisMeasurement.model_validate_json(body))
+            elif routing_key.startswith(f"{PREFIX}.event."):
+                self._on_event(RnisEvent.model_validate_json(body))
+            else:
+                self.stats.ignored += 1
+        except ValidationError as exc:
+            self.stats.rejected += 1
+            log.warning("invalid RNIS message", routing_key=routing_key, error=str(exc)[:300])
+
+    def _on_measurement(self, m: RnisMeasurement) -> None:
+        update = radio_state(m, self._default_harq)
+        if update is None or not self.served(update.ue):
+            self.stats.ignored += 1
+            return
+        self._kernel.set_radio(update.ue, update.radio)
+        if self._on_capacity is not None:
+            self._on_capacity(update.ue, float(update.radio.capacity_Bps))
+        self.stats.applied += 1
+        self.stats.last_applied[update.ue] = time.time()
+
+    def _on_event(self, event: RnisEvent) -> None:
+        if event.event == "detach" and event.ue_ipv4 is not None:
+            ue = str(event.ue_ipv4)
+            if self.served(ue):
+                self._kernel.forget_radio(ue)
+                self.stats.detached += 1
+
+
+def _keys(ue: str) -> tuple[str, str]:
+    return bind_ue_ip(ue, "meas"), bind_ue_ip(ue, "event")

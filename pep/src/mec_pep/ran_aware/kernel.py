@@ -1,0 +1,407 @@
+"""The MELD/RAPID congestion control in the kernel: register, feed, read, unregister.
+
+``MeldKernel.load`` runs the C loader (``meld-loader``), which registers ``meld_reno`` and
+``meld_cubic`` (suffixed per PEP instance: the kernel's list is global) through BPF links
+pinned under ``<pin root>/<instance>/``, and pins the maps there. Python then opens the
+pinned maps and talks to them with bpf(2) directly (``bpf.py``). ``close`` unpins
+everything, which unregisters the congestion controls; ``load`` first removes what a
+crashed predecessor left behind.
+
+The ctypes layouts below mirror ``pep/bpf/meld.h``; a test checks them against the BTF
+of the built object.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mec_common.logging import get_logger
+from mec_pep.ran_aware.bpf import BpfMap, BpfProgram
+
+log = get_logger(__name__)
+
+BASE_NAMES = ("meld_reno", "meld_cubic")
+CA_NAME_MAX = 15  # TCP_CA_NAME_MAX - 1
+
+
+class Mode(enum.IntEnum):
+    OFF = 0
+    MELD_DE = 1
+    MELD_ME = 2
+    RAPID = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", "-")
+
+    @classmethod
+    def parse(cls, label: str) -> Mode:
+        try:
+            return cls[label.upper().replace("-", "_")]
+        except KeyError:
+            choices = ", ".join(m.label for m in cls)
+            raise ValueError(f"unknown mode {label!r} (one of {choices})") from None
+
+
+class Verdict(enum.IntEnum):
+    OFF = 0
+    NO_DATA = 1
+    STALE = 2
+    NOTIFY = 3
+    SUPPRESS = 4
+    RAPID = 5
+
+
+class UeRadio(ctypes.Structure):
+    _fields_ = (
+        ("observed_ns", ctypes.c_uint64),
+        ("capacity_Bps", ctypes.c_uint64),
+        ("d_tbs", ctypes.c_uint32),
+        ("txq_bytes", ctypes.c_uint32),
+        ("q_th_bytes", ctypes.c_uint32),
+        ("n_harq", ctypes.c_uint32),
+    )
+
+
+class UeCounters(ctypes.Structure):
+    _fields_ = (
+        ("losses", ctypes.c_uint64),
+        ("notified", ctypes.c_uint64),
+        ("suppressed", ctypes.c_uint64),
+        ("stale", ctypes.c_uint64),
+        ("no_data", ctypes.c_uint64),
+        ("timeouts", ctypes.c_uint64),
+    )
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: int(getattr(self, name)) for name, _ in self._fields_}
+
+
+class MeldConfig(ctypes.Structure):
+    _fields_ = (
+        ("stale_ns", ctypes.c_uint64),
+        ("rapid_period_ns", ctypes.c_uint64),
+        ("global_mode", ctypes.c_uint32),
+        ("rapid_init_cwnd", ctypes.c_uint32),
+        ("rapid_min_cwnd", ctypes.c_uint32),
+        ("rapid_gain_pct", ctypes.c_uint32),
+        ("rapid_rtt_extra_us", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
+class FlowCtl(ctypes.Structure):
+    _fields_ = (("rate_Bps", ctypes.c_uint64),)
+
+
+class FlowPriv(ctypes.Structure):
+    _fields_ = (
+        ("period_end_ns", ctypes.c_uint64),
+        ("period_min_us", ctypes.c_uint32),
+        ("rtt_min_us", ctypes.c_uint32),
+        ("target_cwnd", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
+class DecideArgs(ctypes.Structure):
+    _fields_ = (
+        ("radio", UeRadio),
+        ("now_ns", ctypes.c_uint64),
+        ("stale_ns", ctypes.c_uint64),
+        ("mode", ctypes.c_uint32),
+        ("t_pdu", ctypes.c_uint32),
+        ("has_radio", ctypes.c_uint32),
+        ("verdict", ctypes.c_uint32),
+    )
+
+
+LAYOUTS: dict[str, type[ctypes.Structure]] = {
+    "ue_radio": UeRadio,
+    "ue_counters": UeCounters,
+    "meld_config": MeldConfig,
+    "flow_ctl": FlowCtl,
+    "flow_priv": FlowPriv,
+    "decide_args": DecideArgs,
+}
+
+
+class KernelUnavailableError(Exception):
+    """The congestion control cannot be registered here; the message says why."""
+
+
+def ue_key(ue: str) -> ctypes.c_uint32:
+    """The maps' key of a UE: its IPv4 address in network byte order."""
+    return ctypes.c_uint32(int.from_bytes(socket.inet_aton(ue), "little"))
+
+
+def key_to_ue(key: int) -> str:
+    return socket.inet_ntoa(key.to_bytes(4, "little"))
+
+
+def ca_names(instance: str) -> dict[str, str]:
+    """Congestion control name per base name: unsuffixed for the default instance."""
+    if instance in ("", "default"):
+        return {base: base for base in BASE_NAMES}
+    tag = hashlib.sha256(instance.encode()).hexdigest()[:4]
+    return {base: f"{base}_{tag}" for base in BASE_NAMES}
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The knobs in the ``meld_config`` map (see ``RanAwareSettings`` for their meaning)."""
+
+    stale_ms: float
+    rapid_period_ms: float
+    rapid_init_cwnd: int
+    rapid_min_cwnd: int
+    rapid_gain_pct: int
+    rapid_rtt_extra_us: int
+
+
+def monotonic_from_wall(wall_ns: int) -> int:
+    """CLOCK_MONOTONIC (the kernel's bpf_ktime_get_ns) time of a wall-clock instant."""
+    return time.monotonic_ns() - (time.time_ns() - wall_ns)
+
+
+class MeldKernel:
+    """The registered congestion controls of one PEP instance and their maps."""
+
+    def __init__(self, pin_dir: Path, names: dict[str, str]) -> None:
+        self.pin_dir = pin_dir
+        self.names = names
+        self._maps: dict[str, BpfMap] = {}
+        try:
+            for name in (
+                "ue_radio",
+                "ue_mode",
+                "ue_counters",
+                "meld_config",
+                "flow_ctl",
+                "flow_priv",
+            ):
+                self._maps[name] = BpfMap(str(pin_dir / name))
+            self._decide = BpfProgram(str(pin_dir / "prog_meld_decide"))
+        except OSError:
+            self._close_fds()
+            raise
+        for name, layout in (("ue_radio", UeRadio), ("ue_counters", UeCounters),
+                             ("meld_config", MeldConfig), ("flow_ctl", FlowCtl),
+                             ("flow_priv", FlowPriv)):  # fmt: skip
+            if self._maps[name].value_size != ctypes.sizeof(layout):
+                self._close_fds()
+                raise KernelUnavailableError(
+                    f"map {name} holds {self._maps[name].value_size} B values, "
+                    f"Python expects {ctypes.sizeof(layout)} B: rebuild the BPF object"
+                )
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, loader: Path, obj: Path, pin_root: Path, instance: str) -> MeldKernel:
+        """Register the congestion controls and open their maps; raises KernelUnavailableError."""
+        for path, what in ((loader, "loader"), (obj, "BPF object")):
+            if not path.is_file():
+                raise KernelUnavailableError(f"{what} {path} not found (run `make build`)")
+        if not Path("/sys/kernel/btf/vmlinux").exists():
+            raise KernelUnavailableError("the kernel has no BTF (/sys/kernel/btf/vmlinux)")
+        pin_dir = pin_root / instance
+        owner = pin_owner(pin_dir)
+        if owner is not None and owner != os.getpid() and _alive(owner, pin_dir):
+            raise KernelUnavailableError(
+                f"instance {instance!r} belongs to the running process {owner}: "
+                "give each PEP its own PEP_MELD_INSTANCE"
+            )
+        names = ca_names(instance)
+        remove_pins(pin_dir)  # left by a process that died without unregistering
+        wait_unregistered(names.values())
+        args = [str(loader), str(obj), str(pin_dir)]
+        args += [f"{base}={name}" for base, name in names.items()]
+        result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+        if result.returncode != 0:
+            remove_pins(pin_dir)
+            raise KernelUnavailableError(_loader_error(result.stderr))
+        registered = json.loads(result.stdout)["ops"]
+        (pin_dir / f"owner-{os.getpid()}-{_start_time(os.getpid())}").mkdir()
+        log.info("congestion controls registered", ops=registered, pins=str(pin_dir))
+        try:
+            return cls(pin_dir, registered)
+        except (OSError, KernelUnavailableError):
+            remove_pins(pin_dir)
+            raise
+
+    def close(self) -> None:
+        """Unregister (unpin the links) and drop the maps; flows keep their CC until closed."""
+        self._close_fds()
+        remove_pins(self.pin_dir)
+        wait_unregistered(self.names.values())
+        log.info("congestion controls unregistered", ops=self.names)
+
+    def _close_fds(self) -> None:
+        for m in self._maps.values():
+            m.close()
+        if hasattr(self, "_decide"):
+            self._decide.close()
+
+    # --- configuration ------------------------------------------------------------------------
+
+    def configure(self, mode: Mode, tuning: Tuning) -> None:
+        cfg = MeldConfig(
+            stale_ns=int(tuning.stale_ms * 1e6),
+            rapid_period_ns=int(tuning.rapid_period_ms * 1e6),
+            global_mode=int(mode),
+            rapid_init_cwnd=tuning.rapid_init_cwnd,
+            rapid_min_cwnd=tuning.rapid_min_cwnd,
+            rapid_gain_pct=tuning.rapid_gain_pct,
+            rapid_rtt_extra_us=tuning.rapid_rtt_extra_us,
+        )
+        self._maps["meld_config"].update(ctypes.c_uint32(0), cfg)
+
+    def config(self) -> MeldConfig:
+        cfg = self._maps["meld_config"].lookup(ctypes.c_uint32(0), MeldConfig)
+        assert cfg is not None  # an array map always has its entry
+        return cfg
+
+    def set_global_mode(self, mode: Mode) -> None:
+        cfg = self.config()
+        cfg.global_mode = int(mode)
+        self._maps["meld_config"].update(ctypes.c_uint32(0), cfg)
+
+    def set_ue_mode(self, ue: str, mode: Mode | None) -> None:
+        """A UE's own mode; None returns it to the global mode."""
+        if mode is None:
+            self._maps["ue_mode"].delete(ue_key(ue))
+        else:
+            self._maps["ue_mode"].update(ue_key(ue), ctypes.c_uint32(int(mode)))
+
+    def ue_modes(self) -> dict[str, Mode]:
+        m = self._maps["ue_mode"]
+        modes = {}
+        for key in m:
+            value = m.lookup(key, _U32)
+            if value is not None:
+                modes[key_to_ue(int(key.value))] = Mode(value.value)
+        return modes
+
+    # --- radio state and counters -------------------------------------------------------------
+
+    def set_radio(self, ue: str, radio: UeRadio) -> None:
+        self._maps["ue_radio"].update(ue_key(ue), radio)
+
+    def radio(self, ue: str) -> UeRadio | None:
+        return self._maps["ue_radio"].lookup(ue_key(ue), UeRadio)
+
+    def forget_radio(self, ue: str) -> None:
+        """Drop a UE's radio state: its flows fall back to plain behaviour ("no data")."""
+        self._maps["ue_radio"].delete(ue_key(ue))
+
+    def reset_counters(self, ue: str) -> None:
+        self._maps["ue_counters"].delete(ue_key(ue))
+
+    def counters(self, ue: str) -> UeCounters | None:
+        return self._maps["ue_counters"].lookup(ue_key(ue), UeCounters)
+
+    def all_counters(self) -> dict[str, UeCounters]:
+        m = self._maps["ue_counters"]
+        found = {}
+        for key in m:
+            value = m.lookup(key, UeCounters)
+            if value is not None:
+                found[key_to_ue(int(key.value))] = value
+        return found
+
+    def radio_ues(self) -> list[str]:
+        return [key_to_ue(int(k.value)) for k in self._maps["ue_radio"]]
+
+    # --- per-socket state (RAN-leg sockets) ---------------------------------------------------
+
+    def set_flow_rate(self, sock: socket.socket, rate_Bps: int) -> None:  # noqa: N803
+        """RAPID's rate for this RAN-leg socket; its cwnd follows rate x RAN RTT_min."""
+        self._maps["flow_ctl"].update(ctypes.c_int(sock.fileno()), FlowCtl(rate_Bps=rate_Bps))
+
+    def flow_priv(self, sock: socket.socket) -> FlowPriv | None:
+        return self._maps["flow_priv"].lookup(ctypes.c_int(sock.fileno()), FlowPriv)
+
+    # --- the decision alone (tests) -----------------------------------------------------------
+
+    def decide(self, args: DecideArgs) -> Verdict:
+        self._decide.run(args)
+        return Verdict(args.verdict)
+
+
+_U32 = ctypes.c_uint32
+
+
+def remove_pins(pin_dir: Path) -> None:
+    """Unpin everything of an instance; unpinning a link unregisters its congestion control."""
+    if not pin_dir.exists():
+        return
+    for entry in pin_dir.iterdir():
+        if entry.is_dir():
+            entry.rmdir()
+        else:
+            entry.unlink()
+    pin_dir.rmdir()
+
+
+def pin_owner(pin_dir: Path) -> int | None:
+    """The pid recorded as ``owner-<pid>-<start time>`` in an instance's pin directory."""
+    if not pin_dir.is_dir():
+        return None
+    for entry in pin_dir.iterdir():
+        if entry.name.startswith("owner-"):
+            return int(entry.name.split("-")[1])
+    return None
+
+
+def _alive(pid: int, pin_dir: Path) -> bool:
+    """Is the recorded owner still that process (and not a reused pid)?"""
+    return (pin_dir / f"owner-{pid}-{_start_time(pid)}").is_dir()
+
+
+def _start_time(pid: int) -> int:
+    """Start time of a process in clock ticks since boot (0 if it does not exist)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _loader_error(stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("meld-loader:")]
+    reason = lines[-1].removeprefix("meld-loader: ") if lines else stderr.strip()[-500:]
+    if "Operation not permitted" in stderr:
+        reason += " (needs root: CAP_BPF and CAP_NET_ADMIN)"
+    return reason or "the loader failed without a message"
+
+
+def wait_unregistered(names: Iterable[str], timeout: float = 5.0) -> None:
+    """The kernel frees an unpinned link asynchronously (after an RCU grace period)."""
+    names = tuple(names)
+    deadline = time.monotonic() + timeout
+    while set(names) & set(available_congestion_controls()):
+        if time.monotonic() > deadline:
+            raise KernelUnavailableError(f"{', '.join(names)} still registered after {timeout} s")
+        time.sleep(0.01)
+
+
+def available_congestion_controls() -> list[str]:
+    text = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
+    return text.split()
+
+
+def loader_paths() -> tuple[Path, Path]:
+    """Default loader binary and BPF object: the repo's build/ (``make build``)."""
+    root = Path(os.environ.get("MTS_BUILD_DIR", Path(__file__).resolve().parents[4] / "build"))
+    return root / "bin" / "meld-loader", root / "bpf" / "meld.bpf.o"

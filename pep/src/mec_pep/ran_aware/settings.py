@@ -1,0 +1,86 @@
+"""Settings of MELD/RAPID (environment variables ``PEP_MELD_*``, ``PEP_RAPID_*``, ``PEP_RNIS_*``).
+
+They live beside the PEP's own settings (same ``PEP_`` prefix, read separately) so that
+the relay and the RAN-aware part can evolve independently.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from mec_common.config import _split_commas
+from mec_pep.ran_aware.kernel import Mode
+
+Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(_split_commas)]
+
+
+class RanAwareSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PEP_", extra="ignore")
+
+    meld_mode: str = Field(
+        "meld-me", description="global mode: off, meld-de, meld-me or rapid (per UE via the API)"
+    )
+    meld_cca: Literal["cubic", "reno"] = Field(
+        "cubic", description="growth function of the RAN leg: the kernel's CUBIC or Reno"
+    )
+    meld_stale_ms: float = Field(
+        50.0, gt=0, description="radio state older than this means 'notify' (≈6 RNIS polls of 8 ms)"
+    )
+    meld_harq_processes: int = Field(
+        8, ge=1, le=32, description="N_HARQ when the RAN does not report it"
+    )
+    meld_pin_root: Path = Field(
+        Path("/sys/fs/bpf/mts-pep"), description="bpffs directory for the pinned maps and links"
+    )
+    meld_instance: str | None = Field(
+        None, description="instance name (pins, congestion control suffix); default: app instance"
+    )
+    meld_bpf_object: Path | None = Field(
+        None, description="BPF object; default: build/bpf/meld.bpf.o of the source tree"
+    )
+    meld_loader: Path | None = Field(
+        None, description="loader binary; default: build/bin/meld-loader of the source tree"
+    )
+
+    rnis_exchange: str = Field("rnis", description="RNIS AMQP exchange (Mp1 discovery overrides)")
+    rnis_amqp_url: str | None = Field(
+        None, description="broker of the RNIS feed; default: PEP_AMQP_URL (Mp1 discovery overrides)"
+    )
+    rnis_ue_networks: Networks = Field(
+        default_factory=list,
+        description="bind to every UE of these networks; empty = bind to the UEs with flows",
+    )
+    rnis_unbind_after_s: float = Field(
+        30.0, ge=0, description="keep a UE's binding this long after its last flow closed"
+    )
+
+    rapid_init_cwnd: int = Field(
+        40, ge=2, description="RAN-leg cwnd (segments) of a RAPID flow before its RTT is known"
+    )
+    rapid_min_cwnd: int = Field(4, ge=2, description="smallest RAPID cwnd on the RAN leg")
+    rapid_gain_pct: int = Field(
+        100, ge=10, le=1000, description="RAN-leg cwnd = gain% · rate · smoothed RTT_min"
+    )
+    rapid_rtt_extra_us: int = Field(
+        0, ge=0, description="added to the RAN RTT_min (e.g. an uplink scheduling period)"
+    )
+    rapid_rtt_period_ms: float = Field(
+        100.0, gt=0, description="shortest period of the RAN RTT_min tracking (≥ 2 RTTs)"
+    )
+    rapid_slow_threshold: float = Field(
+        0.8, gt=0, lt=1, description="a flow below this fraction of its expected rate is slow"
+    )
+    rapid_alpha: float = Field(
+        0.125, ge=0, lt=1, description="EWMA weight of the previous arrival-rate estimate"
+    )
+    rapid_tick_ms: float = Field(5.0, gt=0, description="RAPID controller period")
+
+    @field_validator("meld_mode")
+    @classmethod
+    def _known_mode(cls, value: str) -> str:
+        return Mode.parse(value).label

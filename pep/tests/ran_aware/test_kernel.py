@@ -1,0 +1,215 @@
+"""Registration, pins, maps, and the in-kernel decision against the thesis's formulas."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mec_pep.ran_aware.kernel import (
+    LAYOUTS,
+    DecideArgs,
+    KernelUnavailableError,
+    MeldKernel,
+    Mode,
+    Tuning,
+    UeRadio,
+    Verdict,
+    _start_time,
+    available_congestion_controls,
+    ca_names,
+)
+from mec_pep.ran_aware.radio import notify_cca
+
+pytestmark = pytest.mark.bpf
+
+
+def test_registers_and_unregisters(build: tuple[Path, Path], pin_root: Path) -> None:
+    instance = f"test-{secrets.token_hex(4)}"
+    k = MeldKernel.load(*build, pin_root, instance)
+    names = list(k.names.values())
+    try:
+        assert names == list(ca_names(instance).values())
+        assert set(names) <= set(available_congestion_controls())
+        pins = {p.name for p in (pin_root / instance).iterdir()}
+        assert {"ue_radio", "ue_counters", "ue_mode", "meld_config"} <= pins
+        assert {f"link_{n}" for n in names} <= pins
+    finally:
+        k.close()
+    assert not set(names) & set(available_congestion_controls())
+    assert not (pin_root / instance).exists()
+
+
+def test_a_crashed_instance_is_cleaned_up_at_start(
+    build: tuple[Path, Path], pin_root: Path
+) -> None:
+    """A PEP killed without stop() leaves pinned links; the next start removes them."""
+    instance = f"test-{secrets.token_hex(4)}"
+    crashed = MeldKernel.load(*build, pin_root, instance)
+    crashed._close_fds()  # the process died: fds gone, pins left
+    assert set(crashed.names.values()) <= set(available_congestion_controls())
+    k = MeldKernel.load(*build, pin_root, instance)
+    try:
+        assert set(k.names.values()) <= set(available_congestion_controls())
+    finally:
+        k.close()
+    assert not set(k.names.values()) & set(available_congestion_controls())
+
+
+def test_an_instance_in_use_is_left_alone(build: tuple[Path, Path], pin_root: Path) -> None:
+    """Two PEPs with the same instance name: the second must not unregister the first."""
+    instance = f"test-{secrets.token_hex(4)}"
+    first = MeldKernel.load(*build, pin_root, instance)
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        owner = next((pin_root / instance).glob("owner-*"))
+        owner.rename(pin_root / instance / f"owner-{other.pid}-{_start_time(other.pid)}")
+        with pytest.raises(KernelUnavailableError, match="belongs to the running process"):
+            MeldKernel.load(*build, pin_root, instance)
+        assert set(first.names.values()) <= set(available_congestion_controls())
+    finally:
+        other.kill()
+        other.wait()
+        first.close()
+
+
+def test_missing_build_is_a_clear_error(tmp_path: Path, pin_root: Path) -> None:
+    with pytest.raises(KernelUnavailableError, match="not found"):
+        MeldKernel.load(tmp_path / "meld-loader", tmp_path / "meld.bpf.o", pin_root, "x")
+
+
+def test_loader_failure_is_reported(
+    build: tuple[Path, Path], tmp_path: Path, pin_root: Path
+) -> None:
+    broken = tmp_path / "broken.bpf.o"
+    broken.write_bytes(b"not an ELF object")
+    with pytest.raises(KernelUnavailableError, match=r"ELF|BTF"):
+        MeldKernel.load(build[0], broken, pin_root, f"test-{secrets.token_hex(4)}")
+
+
+def test_names_fit_the_kernel_limit() -> None:
+    for instance in ("default", "a", "a-very-long-instance-name-" * 4):
+        for name in ca_names(instance).values():
+            assert len(name) <= 15
+    assert ca_names("default") == {"meld_reno": "meld_reno", "meld_cubic": "meld_cubic"}
+    assert ca_names("x") != ca_names("y")
+
+
+def test_layouts_match_the_object(build: tuple[Path, Path]) -> None:
+    """The ctypes mirrors of meld.h against the BTF clang wrote into the object."""
+    dump = subprocess.run(
+        ["bpftool", "-j", "btf", "dump", "file", str(build[1])],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    structs = {t["name"]: t for t in json.loads(dump.stdout)["types"] if t["kind"] == "STRUCT"}
+    for name, layout in LAYOUTS.items():
+        btf = structs[name]
+        assert btf["size"] == ctypes.sizeof(layout), name
+        members = [(m["name"], m["bits_offset"] // 8) for m in btf["members"]]
+        mirror = [(f, getattr(layout, f).offset) for f, *_ in layout._fields_]
+        assert members == mirror, name
+
+
+def test_maps_round_trip(kernel: MeldKernel, tuning: Tuning) -> None:
+    ue = "10.30.1.7"
+    r = UeRadio(observed_ns=123, capacity_Bps=2_000_000, d_tbs=2292, txq_bytes=5,
+                q_th_bytes=18336, n_harq=8)  # fmt: skip
+    kernel.set_radio(ue, r)
+    got = kernel.radio(ue)
+    assert got is not None and bytes(got) == bytes(r)
+    assert ue in kernel.radio_ues()
+    kernel.set_ue_mode(ue, Mode.RAPID)
+    assert kernel.ue_modes()[ue] is Mode.RAPID
+    kernel.set_ue_mode(ue, None)
+    assert ue not in kernel.ue_modes()
+    kernel.set_global_mode(Mode.OFF)
+    assert kernel.config().global_mode == Mode.OFF
+    assert kernel.config().stale_ns == int(tuning.stale_ms * 1e6)
+    kernel.set_global_mode(Mode.MELD_ME)
+    kernel.forget_radio(ue)
+    assert kernel.radio(ue) is None
+
+
+def test_map_update_cost(kernel: MeldKernel) -> None:
+    """One RNIS message = one bpf(2) update: well under the 1 ms of the fastest poll."""
+    r = UeRadio(observed_ns=time.monotonic_ns(), d_tbs=100, n_harq=8)
+    n = 2000
+    start = time.perf_counter()
+    for i in range(n):
+        kernel.set_radio(f"10.31.{i % 250}.{i // 250 + 1}", r)
+    per_update = (time.perf_counter() - start) / n
+    assert per_update < 100e-6, f"{per_update * 1e6:.1f} µs per update"
+
+
+# --- the decision, run in the kernel (BPF_PROG_TEST_RUN of the `meld_decide` program) ----
+
+NOW = 10**12
+STALE = 50 * 10**6
+
+
+def decide(kernel: MeldKernel, mode: Mode, radio: UeRadio | None, t_pdu: int = 1500) -> Verdict:
+    args = DecideArgs(now_ns=NOW, stale_ns=STALE, mode=int(mode), t_pdu=t_pdu)
+    if radio is not None:
+        args.radio, args.has_radio = radio, 1
+    return kernel.decide(args)
+
+
+def fresh(d_tbs: int, txq: int = 0, q_th: int = 18336, n_harq: int = 8) -> UeRadio:
+    return UeRadio(observed_ns=NOW - 8 * 10**6, d_tbs=d_tbs, txq_bytes=txq,
+                   q_th_bytes=q_th, n_harq=n_harq)  # fmt: skip
+
+
+def test_s_tb_boundary(kernel: MeldKernel) -> None:
+    """S_TB = T_PDU / N_HARQ = 1500 / 8 = 187.5 B: 187 B is below it, 188 B is not."""
+    assert decide(kernel, Mode.MELD_DE, fresh(187)) is Verdict.NOTIFY
+    assert decide(kernel, Mode.MELD_DE, fresh(188)) is Verdict.SUPPRESS
+    # The thesis's QUIC packets: T_PDU = 1460 B, "at least 183 bytes" (1460/8 = 182.5).
+    assert decide(kernel, Mode.MELD_DE, fresh(182), t_pdu=1460) is Verdict.NOTIFY
+    assert decide(kernel, Mode.MELD_DE, fresh(183), t_pdu=1460) is Verdict.SUPPRESS
+
+
+def test_q_th_is_in_bytes(kernel: MeldKernel) -> None:
+    """Q_th = 2292 B x 8 = 18,336 B. The research code's 146,688 (bits) would call a
+    100 kB queue "random loss"; in bytes it is congestion."""
+    assert decide(kernel, Mode.MELD_ME, fresh(2292, txq=18335)) is Verdict.SUPPRESS
+    assert decide(kernel, Mode.MELD_ME, fresh(2292, txq=18336)) is Verdict.NOTIFY
+    assert decide(kernel, Mode.MELD_ME, fresh(2292, txq=100_000)) is Verdict.NOTIFY
+    # MELD-DE ignores the queue.
+    assert decide(kernel, Mode.MELD_DE, fresh(2292, txq=100_000)) is Verdict.SUPPRESS
+
+
+def test_modes_staleness_and_missing_data(kernel: MeldKernel) -> None:
+    assert decide(kernel, Mode.OFF, fresh(2292)) is Verdict.OFF
+    assert decide(kernel, Mode.MELD_ME, None) is Verdict.NO_DATA
+    old = fresh(2292)
+    old.observed_ns = NOW - STALE - 1
+    assert decide(kernel, Mode.MELD_ME, old) is Verdict.STALE
+    future = fresh(2292)
+    future.observed_ns = NOW + 1
+    assert decide(kernel, Mode.MELD_ME, future) is Verdict.STALE
+    assert decide(kernel, Mode.RAPID, fresh(10, txq=10**6)) is Verdict.RAPID
+    assert decide(kernel, Mode.RAPID, None) is Verdict.NO_DATA
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mode=st.sampled_from(["meld-de", "meld-me"]),
+    d_tbs=st.integers(0, 10_000),
+    n_harq=st.integers(1, 16),
+    t_pdu=st.integers(60, 9000),
+    txq=st.integers(0, 2**32 - 1),
+    q_th=st.integers(0, 2**32 - 1),
+)
+def test_kernel_agrees_with_algorithm_2(
+    kernel: MeldKernel, mode: str, d_tbs: int, n_harq: int, t_pdu: int, txq: int, q_th: int
+) -> None:
+    verdict = decide(kernel, Mode.parse(mode), fresh(d_tbs, txq, q_th, n_harq), t_pdu)
+    expected = notify_cca(mode, d_tbs, n_harq, t_pdu, txq, q_th)
+    assert verdict is (Verdict.NOTIFY if expected else Verdict.SUPPRESS)
