@@ -13,7 +13,7 @@ $(RNIS_BINS): build/bin/%: $(RNIS_GO_SRC)
 	nice -n 10 go build -trimpath -o $@ ./rnis-adapter/cmd/$*
 
 .PHONY: test-rnis bench-rnis fuzz-rnis
-test-rnis: python rabbitmq $(RNIS_BINS) ## RNIS adapter: Go unit tests, short fuzz, integration tests on RabbitMQ
+test-rnis: python rabbitmq $(RNIS_BINS) build/bin/ran-emulator ## RNIS adapter: Go unit tests, short fuzz, integration tests on RabbitMQ
 	gofmt -l rnis-adapter | (! grep .) || (echo "gofmt: files above need formatting" && false)
 	go vet ./rnis-adapter/...
 	nice -n 10 go test ./rnis-adapter/...
