@@ -205,3 +205,19 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseLive parses the live OAI capture (one UE, the whole document).
+func BenchmarkParseLive(b *testing.B) {
+	doc, err := os.ReadFile(filepath.Join(fixtures, "live-oai-rfsim", "saturated.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var p Parser
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := p.Parse(doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -162,13 +162,13 @@ func validText(raw []byte) error {
 	return nil
 }
 
-// skip consumes any value, checking its structure.
+// skip consumes any value. Objects and arrays are skipped by matching brackets outside
+// strings (the parts the adapter ignores are most of a document, so this is the hot loop);
+// their inner punctuation is not checked.
 func (s *scanner) skip() error {
 	switch s.kind() {
-	case 'o':
-		return s.object(func([]byte) error { return s.skip() })
-	case 'a':
-		return s.array(func(int) error { return s.skip() })
+	case 'o', 'a':
+		return s.skipNested()
 	case 's':
 		_, err := s.str()
 		return err
@@ -184,6 +184,38 @@ func (s *scanner) skip() error {
 		}
 	}
 	return s.syntax("a value")
+}
+
+func (s *scanner) skipNested() error {
+	var stack [64]byte // expected closing brackets; deeper nesting is refused
+	depth := 0
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch c {
+		case '"':
+			if _, err := s.str(); err != nil {
+				return err
+			}
+			continue
+		case '{', '[':
+			if depth == len(stack) {
+				return fmt.Errorf("invalid JSON: nesting deeper than %d at offset %d", len(stack), s.i)
+			}
+			stack[depth] = c + 2 // '{'+2 = '}', '['+2 = ']'
+			depth++
+		case '}', ']':
+			if depth == 0 || stack[depth-1] != c {
+				return s.syntax("a matching bracket")
+			}
+			depth--
+			if depth == 0 {
+				s.i++
+				return nil
+			}
+		}
+		s.i++
+	}
+	return errEnd
 }
 
 // number consumes a JSON number and returns its text.
