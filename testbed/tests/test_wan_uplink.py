@@ -38,15 +38,19 @@ def topo(make_topology) -> Topology:
 
 
 def test_round_trip_is_the_sum_of_the_delays(topo: Topology) -> None:
-    """Server -> UE -> server: 2 x WAN + RAN DL + RAN UL, plus at most a tick per stage."""
+    """Server -> UE -> server: 2 x WAN + RAN DL + RAN UL, plus the wait for a TTI.
+
+    The uplink and WAN stages release at the tick nearest to the due time (± 0.5 ms each).
+    """
     out = topo.exec(topo.server.ns, "ping", "-c", "40", "-i", "0.0537", topo.ues[0].paths[0].ip)
     rtts = [float(x.split("=")[1]) for x in out.stdout.split() if x.startswith("time=")]
     configured = 2 * WAN_MS + DL_MS + UL_MS
     median = statistics.median(rtts)
     print(f"RTT median {median:.2f} ms, min {min(rtts):.2f} ms; configured {configured} ms")
     assert len(rtts) == 40
-    assert configured <= min(rtts)
-    assert median <= configured + 5  # TTI alignment + four stages on a 1 ms tick
+    # the fastest round trip shows the emulator's delays without the busy host's noise
+    # (deferred softirq work on a loaded machine delays some pings by milliseconds)
+    assert configured - 1.5 <= min(rtts) <= configured + 2.5  # TTI wait + rounded stages
 
 
 def test_uplink_rate(topo: Topology) -> None:

@@ -270,7 +270,9 @@ func (e *Emulator) moveDue(now int64) {
 		for _, b := range ue.Bearers {
 			b.dlDelay.popDue(now, b.writer, nil)
 			e.serveUplink(b, now)
-			b.ulDelay.popDue(now, e.ulOut, func(p *pkt.Packet) {
+			// delay stages release at the tick nearest to the due time: releasing at the
+			// next tick would add a whole tick to every stage chained on the same clock
+			b.ulDelay.popDue(now+e.tick/2, e.ulOut, func(p *pkt.Packet) {
 				b.C.ULDeliveredPkts.Add(1)
 				b.C.ULDeliveredBytes.Add(uint64(p.N))
 			})

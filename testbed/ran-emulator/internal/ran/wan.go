@@ -66,7 +66,7 @@ func (w *WANDir) serve(now, tick int64) {
 		p.Born = max(p.Born, now-tick) + delay // arrival (or start of service) + delay
 		w.delay.push(p)
 	})
-	if n := w.delay.popDue(now, w.out, nil); n > 0 {
+	if n := w.delay.popDue(now+tick/2, w.out, nil); n > 0 { // nearest tick, as the uplink
 		w.DelivPkts.Add(uint64(n))
 		w.out.kick()
 	}
