@@ -41,7 +41,7 @@ def stack(docker_engine: None) -> Iterator[Stack]:
         PLATFORM_HOST_PORT=str(s.ports["platform"]),
         RNIS_HOST_PORT=str(s.ports["rnis-adapter"]),
         PEP_HOST_PORT=str(s.ports["pep"]),
-        PM_HOST_PORT=str(free_port()),
+        PM_HOST_PORT=str(s.ports["path-manager"]),
         RABBITMQ_HOST_PORT=str(s.ports["rabbitmq"]),
         RABBITMQ_MANAGEMENT_HOST_PORT=str(s.ports["rabbitmq-management"]),
     )

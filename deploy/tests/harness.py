@@ -16,8 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = "/usr/bin/docker"  # Debian's CLI (docker-engine.sh explains why)
-SERVICES = ("platform", "rnis-adapter", "pep")
-API_PORTS = {"platform": 8100, "rnis-adapter": 8101, "pep": 8102}
+SERVICES = ("platform", "rnis-adapter", "pep", "path-manager")
 
 
 def run(*cmd: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from harness import SERVICES
 
 if TYPE_CHECKING:
     from harness import Stack
@@ -31,13 +32,21 @@ def auth(stack: Stack) -> dict[str, str]:
 def test_every_service_is_healthy(stack: Stack) -> None:
     rows = [json.loads(line) for line in stack.compose("ps", "--format", "json").splitlines()]
     state = {row["Service"]: (row["State"], row.get("Health", "")) for row in rows}
-    expected = {"mec-host", "rabbitmq", "platform", "rnis-adapter", "pep", "testbed"}
+    expected = {
+        "mec-host",
+        "rabbitmq",
+        "platform",
+        "rnis-adapter",
+        "pep",
+        "path-manager",
+        "testbed",
+    }
     assert set(state) == expected
     for service, (running, health) in state.items():
         assert running == "running", service
         if service != "mec-host":  # a sleeping namespace holder, nothing to check
             assert health == "healthy", service
-    for service in ("platform", "rnis-adapter", "pep"):
+    for service in SERVICES:
         r = httpx.get(stack.url(service, "/healthz"), timeout=5)
         assert r.status_code == 200, (service, r.text)
         assert r.json()["status"] == "ok"
@@ -48,6 +57,7 @@ def test_apis_deny_without_token(stack: Stack) -> None:
         "rnis-adapter": "/rni/v2/queries/layer2_meas",
         "pep": "/pep/v1/flows",
         "platform": "/mec_service_mgmt/v1/services",
+        "path-manager": "/pm/v1/ues",
     }
     for service, path in protected.items():
         r = httpx.get(stack.url(service, path), timeout=5)
