@@ -58,7 +58,12 @@ def main(argv: list[str] | None = None) -> None:
         "full model on 3-4 paths, and both against Monte Carlo.",
     )
     bench.add_argument("--repeat", type=int, default=1000, help="predictions per size (1000)")
-    bench.add_argument("--scenarios", type=int, default=100, help="accuracy scenarios (100)")
+    bench.add_argument(
+        "--scenarios",
+        type=int,
+        default=100,
+        help="accuracy scenarios (100); 0 = timing only, keep the last accuracy results",
+    )
     bench.add_argument("--mc-samples", type=int, default=200_000, help="Monte Carlo samples")
     bench.add_argument("--out", type=Path, default=RESULTS / "predictor", help="output dir")
     bench.set_defaults(run=_bench)

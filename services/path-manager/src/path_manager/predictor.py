@@ -16,7 +16,7 @@ the phase froze after K changes and the probabilities still sum to one. The erro
 P(more than K changes in H), reported with every prediction as ``truncation_bound``.
 
 - Full model (n ≤ ``full_max_paths``, default 2): every phase of the joint 2^n chain is
-  reachable; K grows until ``truncation_bound`` ≤ ``full_tolerance`` (K ≤ 5).
+  reachable; K grows until ``truncation_bound`` ≤ ``full_tolerance`` (10⁻³; K ≤ 5).
 - Reduced model (n ≥ 3): the starting state plus ``reduced_transitions`` hops (default 2), i.e.
   the joint chain restricted to the Hamming ball of radius 2 around the current LoS vector —
   the thesis's WQx idea ("exact starting state plus a few hops"). Its cost is n² trajectories
@@ -104,7 +104,7 @@ class Solver:
     """How to solve: which model for how many paths, and the quadrature sizes."""
 
     full_max_paths: int = 2
-    full_tolerance: float = 1e-4
+    full_tolerance: float = 1e-3
     full_max_transitions: int = 5
     reduced_transitions: int = 2
     first_nodes: int = 64  # cells for the change time when k = 1
