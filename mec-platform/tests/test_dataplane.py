@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mec_platform.dataplane import table_name
+from mec_platform.dataplane import table_prefix
 from mec_platform.testing import Running, make_settings, onboard, wait_op
 
 pytestmark = pytest.mark.netns
@@ -103,7 +103,7 @@ deployment:
         iid = admin.post("/app_lcm/v1/app_instances", json={"appDId": "pep-like"}).json()["id"]
         op = admin.post(f"/app_lcm/v1/app_instances/{iid}/instantiate").json()
         assert wait_op(platform, op)["operationState"] == "COMPLETED"
-        table = table_name(iid)
+        table = table_prefix(iid) + "0"
         rules = sh("ip", "netns", "exec", mec, "nft", "list", "table", "ip", table).stdout
         assert f"tproxy to {net}.1:5000" in rules and "tcp dport 80" in rules
 

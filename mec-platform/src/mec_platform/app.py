@@ -14,10 +14,11 @@ from fastapi.responses import JSONResponse
 from mec_common.api import PROBLEM_JSON, create_app
 from mec_common.health import Health
 from mec_common.logging import get_logger
+from mec_common.tproxy import Runner
 from mec_platform import __version__
 from mec_platform.backends import make_backend
 from mec_platform.config import PlatformSettings
-from mec_platform.dataplane import DataplaneAgent, NftRunner
+from mec_platform.dataplane import DataplaneAgent
 from mec_platform.db import Database
 from mec_platform.manager import Manager
 from mec_platform.manager_api import lcm_router, oauth_router, pkgm_router
@@ -81,7 +82,7 @@ def build_platform(settings: PlatformSettings) -> Platform:
                         backoff_s=settings.notify_backoff_s)  # fmt: skip
     base = settings.base_url()
     registry = Registry(db, notifier, base, transports(settings), settings.callback_networks)
-    dataplane = DataplaneAgent(NftRunner(settings.dataplane_netns)) if settings.dataplane else None
+    dataplane = DataplaneAgent(Runner(settings.dataplane_netns)) if settings.dataplane else None
     manager = Manager(db, registry, authority, make_backend(settings), dataplane, base,
                       settings.graceful_timeout_s)  # fmt: skip
     manager.recover()

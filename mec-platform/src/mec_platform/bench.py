@@ -44,7 +44,7 @@ def start_platform(state: Path) -> tuple[subprocess.Popen[bytes], str, str]:
            "PLATFORM_LOG_LEVEL": "WARNING"}  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "mec_platform.cli", "serve"], env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # generous: the shared machine may be busy
     while True:
         try:
             if httpx.get(f"{url}/healthz").status_code == 200:
@@ -52,8 +52,9 @@ def start_platform(state: Path) -> tuple[subprocess.Popen[bytes], str, str]:
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
             raise SystemExit("bench: the platform did not start")
-        time.sleep(0.1)
+        time.sleep(0.2)
 
 
 def token(url: str, client_id: str, secret: str) -> str:
