@@ -1,10 +1,9 @@
 // Package feed publishes the RNIS feed to a RabbitMQ topic exchange with publisher confirms.
 //
-// The poller must never wait for the broker: Publish hands messages to the connection
-// without blocking on confirms (they are counted asynchronously), drops messages while the
-// broker is away or too many are unconfirmed (measurements are only useful fresh), and a
-// background loop reconnects with capped exponential backoff. Messages of one poll go out
-// in one batch: the connection is corked so that the batch costs one write system call.
+// The poller must never wait for the broker: Publish writes a poll's messages in one write
+// without waiting for confirms (they are counted as they arrive), drops messages while the
+// broker is away or behind (measurements are only useful fresh), and a background loop
+// reconnects with capped exponential backoff.
 package feed
 
 import (
@@ -12,12 +11,8 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Message is one AMQP message of the feed.
@@ -27,12 +22,7 @@ type Message struct {
 	Kind string // "meas" or "event": the "type" header
 }
 
-// Stats are the publisher's counters (monotonic) and state.
-type Stats struct {
-	Published, Confirmed, Nacked, Dropped atomic.Uint64
-}
-
-// Observer receives what the publisher sees; Metrics implements it.
+// Observer receives what the publisher sees; obs.Metrics implements it.
 type Observer interface {
 	BrokerUp(up bool, detail string)
 	Confirmed(latency time.Duration, ack bool)
@@ -49,26 +39,27 @@ type Config struct {
 	MaxBackoff  time.Duration // reconnect backoff cap
 }
 
-// Publisher owns one connection and one confirm-mode channel.
+// Publisher owns one connection with one confirm-mode channel.
 type Publisher struct {
-	cfg Config
-	obs Observer
-	log *slog.Logger
+	cfg          Config
+	obs          Observer
+	log          *slog.Logger
+	measHeaders  []byte
+	eventHeaders []byte
 
-	mu        sync.Mutex // guards ch, conn, cork and the sent-time ring
-	conn      *amqp.Connection
-	ch        *amqp.Channel
-	cork      *corkConn
+	mu        sync.Mutex // guards everything below
+	w         *wire
+	blocked   bool
 	sentAt    []int64 // publish time by delivery tag (ring)
-	nextTag   uint64
-	confirmed uint64 // highest delivery tag confirmed (confirms arrive in order)
-	inFlight  atomic.Int64
+	nextTag   uint64  // tag of the next message (tags start at 1 per channel)
+	confirmed uint64  // every tag up to this one is confirmed
+	inFlight  int
 }
 
 // New returns a publisher; call Run to connect.
 func New(cfg Config, obs Observer, log *slog.Logger) *Publisher {
 	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 1 << 16
+		cfg.MaxInFlight = 4096
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 2 * time.Second
@@ -76,22 +67,19 @@ func New(cfg Config, obs Observer, log *slog.Logger) *Publisher {
 	if cfg.MaxLag <= 0 {
 		cfg.MaxLag = 200 * time.Millisecond
 	}
-	return &Publisher{cfg: cfg, obs: obs, log: log, sentAt: make([]int64, ringSize(cfg.MaxInFlight))}
-}
-
-func ringSize(n int) int {
 	size := 1
-	for size < 2*n {
+	for size < 2*cfg.MaxInFlight {
 		size <<= 1
 	}
-	return size
+	return &Publisher{cfg: cfg, obs: obs, log: log, sentAt: make([]int64, size),
+		measHeaders: messageHeaders(1, "meas"), eventHeaders: messageHeaders(1, "event")}
 }
 
 // Run connects and reconnects until ctx ends, then closes the connection.
 func (p *Publisher) Run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		closed, err := p.connect()
+		w, err := dialWire(p.cfg.URL, p.cfg.Exchange, 5*time.Second)
 		if err != nil {
 			p.obs.BrokerUp(false, err.Error())
 			p.log.Warn("broker unreachable", "err", err, "retry_in", backoff.String())
@@ -102,82 +90,60 @@ func (p *Publisher) Run(ctx context.Context) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
+		p.mu.Lock()
+		p.w, p.blocked, p.nextTag, p.confirmed, p.inFlight = w, false, 1, 0, 0
+		p.mu.Unlock()
 		p.obs.BrokerUp(true, "connected to "+redact(p.cfg.URL))
 		p.log.Info("broker connected", "exchange", p.cfg.Exchange)
+		lost := make(chan error, 1)
+		go func() { lost <- w.acks(p.onAck, p.onBlocked) }()
 		select {
-		case err := <-closed:
-			p.drop()
-			detail := "connection closed"
-			if err != nil {
-				detail = err.Error()
-			}
-			p.obs.BrokerUp(false, detail)
-			p.log.Warn("broker connection lost", "err", detail)
+		case err := <-lost:
+			p.drop(w)
+			p.obs.BrokerUp(false, err.Error())
+			p.log.Warn("broker connection lost", "err", err)
 		case <-ctx.Done():
+			p.drop(w)
+			w.close()
 		}
 	}
-	p.mu.Lock()
-	conn := p.conn
-	p.mu.Unlock()
-	p.drop()
-	if conn != nil {
-		_ = conn.Close()
-	}
-}
-
-func (p *Publisher) connect() (<-chan *amqp.Error, error) {
-	var cork *corkConn
-	conn, err := amqp.DialConfig(p.cfg.URL, amqp.Config{
-		Heartbeat: 5 * time.Second,
-		Dial: func(network, addr string) (net.Conn, error) {
-			c, err := amqp.DefaultDial(5*time.Second)(network, addr)
-			if err != nil {
-				return nil, err
-			}
-			cork = &corkConn{Conn: c}
-			return cork, nil
-		},
-		Properties: amqp.Table{"connection_name": "rnis-adapter"},
-	})
-	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel()
-	if err == nil {
-		err = ch.ExchangeDeclare(p.cfg.Exchange, "topic", true, false, false, false, nil)
-	}
-	if err == nil {
-		err = ch.Confirm(false)
-	}
-	if err != nil {
-		_ = conn.Close()
-		return nil, err
-	}
-	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, p.cfg.MaxInFlight))
-	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
-	p.mu.Lock()
-	p.conn, p.ch, p.cork, p.nextTag, p.confirmed = conn, ch, cork, 1, 0
-	p.inFlight.Store(0)
-	p.mu.Unlock()
-	go p.countConfirms(confirms)
-	return closed, nil
 }
 
 // drop forgets the connection (it is closed or closing).
-func (p *Publisher) drop() {
+func (p *Publisher) drop(w *wire) {
 	p.mu.Lock()
-	p.ch, p.cork = nil, nil
+	if p.w == w {
+		p.w = nil
+	}
 	p.mu.Unlock()
+	_ = w.conn.Close()
 }
 
-func (p *Publisher) countConfirms(confirms <-chan amqp.Confirmation) {
-	for c := range confirms {
-		p.mu.Lock()
-		sent := p.sentAt[c.DeliveryTag&uint64(len(p.sentAt)-1)]
-		p.confirmed = max(p.confirmed, c.DeliveryTag)
-		p.mu.Unlock()
-		p.inFlight.Add(-1)
-		p.obs.Confirmed(time.Duration(time.Now().UnixNano()-sent), c.Ack)
+// onAck counts the broker's confirms (multiple = every tag up to this one).
+func (p *Publisher) onAck(tag uint64, multiple, ack bool) {
+	now := time.Now().UnixNano()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first := tag
+	if multiple {
+		first = p.confirmed + 1
+	}
+	for t := first; t <= tag && t < p.nextTag; t++ {
+		p.obs.Confirmed(time.Duration(now-p.sentAt[t&uint64(len(p.sentAt)-1)]), ack)
+		p.inFlight--
+	}
+	p.confirmed = max(p.confirmed, tag)
+	// Acks may come out of order across queues: never count more outstanding messages than
+	// were sent after the highest confirmed one (a drifting count would drop everything).
+	p.inFlight = max(0, min(p.inFlight, int(p.nextTag-1-p.confirmed)))
+}
+
+func (p *Publisher) onBlocked(blocked bool) {
+	p.mu.Lock()
+	p.blocked = blocked
+	p.mu.Unlock()
+	if blocked {
+		p.log.Warn("broker blocked publishing (resource alarm)")
 	}
 }
 
@@ -186,90 +152,53 @@ var (
 	errBehind       = errors.New("broker behind: batch dropped")
 )
 
-// Publish sends a batch (one poll's messages) without waiting for confirms. Messages that
-// cannot go out now are dropped and counted.
+// Publish sends a batch (one poll's messages) in one write, without waiting for confirms.
+// Messages that cannot go out now are dropped and counted.
 func (p *Publisher) Publish(batch []Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ch == nil {
+	if p.w == nil {
 		p.obs.Dropped("broker_down", len(batch))
 		return errNotConnected
 	}
 	now := time.Now()
-	if oldest := p.confirmed + 1; oldest < p.nextTag {
-		if lag := now.UnixNano() - p.sentAt[oldest&uint64(len(p.sentAt)-1)]; lag > p.cfg.MaxLag.Nanoseconds() {
-			// The broker is behind: what we would send now would arrive stale. Measurements
-			// are only useful fresh, so skip this batch rather than queue it.
-			p.obs.Dropped("backpressure", len(batch))
-			return errBehind
-		}
+	if p.behind(now) {
+		// What we would send now would arrive stale: skip it rather than queue it.
+		p.obs.Dropped("backpressure", len(batch))
+		return errBehind
 	}
-	room := p.cfg.MaxInFlight - int(p.inFlight.Load())
-	if room < len(batch) {
+	if room := p.cfg.MaxInFlight - p.inFlight; room < len(batch) {
 		p.obs.Dropped("backpressure", len(batch)-max(room, 0))
 		batch = batch[:max(room, 0)]
 	}
-	p.cork.cork()
-	defer func() {
-		if err := p.cork.uncork(); err != nil {
-			p.log.Warn("broker write failed", "err", err)
+	for _, m := range batch {
+		headers := p.measHeaders
+		if m.Kind == "event" {
+			headers = p.eventHeaders
 		}
-	}()
-	for i, m := range batch {
-		err := p.ch.Publish(p.cfg.Exchange, m.Key, false, false, amqp.Publishing{
-			ContentType: "application/json",
-			Headers:     amqp.Table{"schema": int32(1), "type": m.Kind},
-			Body:        m.Body,
-		})
-		if err != nil {
-			p.obs.Dropped("broker_down", len(batch)-i)
-			return err
-		}
+		p.w.publish(p.cfg.Exchange, m.Key, headers, m.Body)
 		p.sentAt[p.nextTag&uint64(len(p.sentAt)-1)] = now.UnixNano()
 		p.nextTag++
-		p.inFlight.Add(1)
+		p.inFlight++
+	}
+	_ = p.w.conn.SetWriteDeadline(now.Add(2 * time.Second))
+	if err := p.w.flush(); err != nil {
+		p.obs.Dropped("broker_down", len(batch))
+		_ = p.w.conn.Close() // the reader sees it and Run reconnects
+		return err
 	}
 	p.obs.Published(len(batch))
 	return nil
 }
 
-// corkConn buffers writes while corked, so that a batch of publishes leaves in one write.
-type corkConn struct {
-	net.Conn
-	mu     sync.Mutex
-	corked bool
-	buf    []byte
-}
-
-func (c *corkConn) Write(b []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.corked {
-		c.buf = append(c.buf, b...)
-		return len(b), nil
+// behind: the broker blocked us, or the oldest unconfirmed message is older than MaxLag.
+func (p *Publisher) behind(now time.Time) bool {
+	if p.blocked {
+		return true
 	}
-	return c.Conn.Write(b)
-}
-
-func (c *corkConn) cork() {
-	c.mu.Lock()
-	c.corked = true
-	c.mu.Unlock()
-}
-
-func (c *corkConn) uncork() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.corked = false
-	if len(c.buf) == 0 {
-		return nil
-	}
-	_, err := c.Conn.Write(c.buf)
-	c.buf = c.buf[:0]
-	if err != nil {
-		_ = c.Conn.Close() // the connection's reader sees it and reports the loss
-	}
-	return err
+	oldest := p.confirmed + 1
+	return oldest < p.nextTag &&
+		now.UnixNano()-p.sentAt[oldest&uint64(len(p.sentAt)-1)] > p.cfg.MaxLag.Nanoseconds()
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -285,14 +214,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.2*rand.Float64()))
-}
-
-// redact removes the password from an AMQP URL for logs and health.
-func redact(url string) string {
-	u, err := amqp.ParseURI(url)
-	if err != nil {
-		return "(invalid URL)"
-	}
-	u.Password = ""
-	return u.String()
 }
