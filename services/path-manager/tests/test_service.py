@@ -6,6 +6,7 @@ Actuation is off here (``PM_ACTUATION=none``): test_mptcp.py covers the kernel s
 import subprocess
 import time
 import uuid
+from ipaddress import IPv4Address
 
 import orjson
 import pytest
@@ -91,14 +92,17 @@ def test_feeds_drive_paths_and_decisions(service):
     r = client.put(f"/pm/v1/ues/{UE}", json={"paths": PATHS}, headers=AUTH)
     assert r.status_code == 200 and r.json()["active_paths"] == [PATHS[0]]
     # Radio: path 0 in NLoS (CQI 3, 100 Mbit/s), paths 1-2 in LoS (CQI 14, 900 Mbit/s).
-    for _ in range(5):
+    # The bindings apply asynchronously after the PUT: publish until every path has samples.
+    radios = manager.ues[IPv4Address(UE)].paths.values()
+
+    def publish_radio() -> bool:
         rnis.publish("rnis.v1.meas.10000-0.-." + PATHS[0].replace(".", "_"),
                      measurement(PATHS[0], 3, 100_000_000))  # fmt: skip
         for p in PATHS[1:]:
             rnis.publish("rnis.v1.meas.x.-." + p.replace(".", "_"), measurement(p, 14, 900_000_000))
-        time.sleep(0.02)
-    assert wait_until(lambda: all(p.samples >= 5 for p in manager.ues[
-        __import__("ipaddress").IPv4Address(UE)].paths.values()))  # fmt: skip
+        return all(r.samples >= 5 for r in radios)
+
+    assert wait_until(publish_radio, timeout=15)
     paths = client.get(f"/pm/v1/ues/{UE}/paths", headers=AUTH).json()
     by_ip = {p["path"]: p for p in paths}
     assert by_ip[PATHS[0]]["in_los"] is False and by_ip[PATHS[1]]["in_los"] is True
