@@ -286,39 +286,66 @@ def summarize(results: list[dict[str, Any]], warmup: float) -> list[dict[str, An
     return out
 
 
-def plot(results: list[dict[str, Any]], out: Path, warmup: float) -> None:
+def compact(run: dict[str, Any], window: float = 0.2) -> dict[str, Any]:
+    """A run for the result file: min/max per 200 ms window and the delay CDF at 1000 points."""
+    out = {k: v for k, v in run.items() if k not in ("queue", "delays", "paths")}
+    for name in ("queue", "delays"):
+        series = np.array(run[name])
+        if not len(series):
+            out[f"{name}_bands"] = []
+            continue
+        which = (series[:, 0] // window).astype(int)
+        bands = []
+        for w in np.unique(which):
+            values = series[which == w, 1]
+            bands.append([round(float(w * window), 3), float(values.min()), float(values.max())])
+        out[f"{name}_bands"] = bands
+    paths = np.array(run["paths"])
+    out["paths_every_100ms"] = paths[::10].tolist() if len(paths) else []
+    delays = np.sort(np.array([d for _, d in run["delays"]]))
+    out["delay_cdf_s"] = (
+        np.quantile(delays, np.linspace(0, 1, 1001)).tolist() if len(delays) else []
+    )
+    return out
+
+
+def plot(runs: list[dict[str, Any]], out: Path, scale: float) -> None:
+    """Plots from compacted runs (see ``compact``): time series per scheme and delay CDFs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, len(results), figsize=(4 * len(results), 8), sharex=True,
-                             squeeze=False)  # fmt: skip
-    for col, r in enumerate(results):
-        paths, queue, delays = (np.array(r[k]) for k in ("paths", "queue", "delays"))
+    fig, axes = plt.subplots(3, len(runs), figsize=(4 * len(runs), 8), sharex=True, squeeze=False)
+    for col, r in enumerate(runs):
         ax_p, ax_q, ax_d = axes[:, col]
+        paths = np.array(r["paths_every_100ms"])
         if len(paths):
             ax_p.step(paths[:, 0], paths[:, 1], where="post")
         for d in r["decisions"]:
             if d["trigger"] == "reactive":
                 ax_p.plot(d["time"] - r["t0"], 0.5, "r.", markersize=4)
         ax_p.set(title=r["mode"], ylim=(0, 4.5), ylabel="paths in use" if col == 0 else None)
-        if len(queue):
-            ax_q.plot(queue[:, 0], queue[:, 1], linewidth=0.5)
+        for ax, name, factor in ((ax_q, "queue_bands", 1.0), (ax_d, "delays_bands", 1e3)):
+            bands = np.array(r[name])
+            if len(bands):
+                ax.fill_between(bands[:, 0], bands[:, 1] * factor, bands[:, 2] * factor,
+                                step="post")  # fmt: skip
         ax_q.set(ylabel="backlog (packets)" if col == 0 else None)
-        if len(delays):
-            ax_d.plot(delays[:, 0], delays[:, 1] * 1e3, ",", alpha=0.5)
         ax_d.set(yscale="log", xlabel="time (s)", ylabel="delay (ms)" if col == 0 else None)
-    fig.suptitle("Emulated RAN, Table 7.2 scaled 1/10 (red dots: reactive changes)")
+    fig.suptitle(
+        f"Emulated RAN, Table 7.2 scaled 1/{scale:.0f}: min-max per 200 ms"
+        " (red dots: reactive changes)"
+    )
     fig.tight_layout()
     fig.savefig(out / "timeseries.png", dpi=100)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in results:
-        d = np.sort(np.array([x[1] for x in r["delays"] if x[0] >= warmup])) * 1e3
-        if len(d):
-            ax.plot(d, np.arange(1, len(d) + 1) / len(d), label=r["mode"])
+    for r in runs:
+        cdf = np.array(r["delay_cdf_s"]) * 1e3
+        if len(cdf):
+            ax.plot(cdf, np.linspace(0, 1, len(cdf)), label=r["mode"])
     ax.set(xscale="log", xlabel="delay, enqueue → UE (ms)", ylabel="CDF",
            title="Delay CDF per scheme (emulated RAN)")  # fmt: skip
     ax.legend()
@@ -355,9 +382,11 @@ def main() -> None:
         tb.close()
     args.out.mkdir(parents=True, exist_ok=True)
     summary = summarize(results, args.warmup)
-    (args.out / "emulated.json").write_text(json.dumps(
-        {"command": " ".join(sys.argv), "summary": summary, "runs": results}) + "\n")  # fmt: skip
-    plot(results, args.out, args.warmup)
+    runs = [compact(r) for r in results]
+    (args.out / "emulated.json").write_text(
+        json.dumps({"command": " ".join(sys.argv), "summary": summary, "runs": runs}) + "\n"
+    )
+    plot(runs, args.out, args.scale)
     for s in summary:
         print(json.dumps(s))
 
