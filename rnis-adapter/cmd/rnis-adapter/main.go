@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -205,6 +206,15 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	log.Info("rnis-adapter started", "version", version, "listen", listener.Addr().String(), "flexran", pcfg.BaseURL+pcfg.Path,
 		"poll_period", cfg.PollPeriod.String(), "exchange", cfg.Exchange)
 
+	if cfg.DebugAddr != "" {
+		go func() {
+			log.Warn("pprof served without auth", "addr", cfg.DebugAddr)
+			debugMux := http.NewServeMux()
+			debugMux.HandleFunc("/debug/pprof/", pprof.Index)
+			debugMux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			_ = http.ListenAndServe(cfg.DebugAddr, debugMux) //nolint:gosec // opt-in, for profiling
+		}()
+	}
 	var wg sync.WaitGroup
 	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	start(func() { pub.Run(ctx) })

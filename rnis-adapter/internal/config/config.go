@@ -36,6 +36,7 @@ type Config struct {
 	DetachAfter             time.Duration
 
 	NotifyTimeout time.Duration
+	DebugAddr     string
 
 	PlatformURL, AppInstanceID, ClientID, ClientSecret string
 }
@@ -72,6 +73,7 @@ func (c *Config) settings() []setting {
 		{"IP_MAP", "", "JSON file mapping IMSI or <bs_id>/<rnti> to UE IPv4 (docs/rnis-adapter.md)", str(&c.IPMapFile)},
 		{"DETACH_AFTER", "1s", "a UE missing from the statistics this long (and 2 polls) is detached", duration(&c.DetachAfter)},
 		{"NOTIFY_TIMEOUT", "2s", "timeout of one MEC 012 notification POST", duration(&c.NotifyTimeout)},
+		{"DEBUG_ADDR", "", "if set (e.g. 127.0.0.1:6060), serve Go's pprof profiles there, without auth: for profiling only", str(&c.DebugAddr)},
 		{"PLATFORM_URL", "", "MEC platform base URL (Mp1); unset = standalone", str(&c.PlatformURL)},
 		{"APP_INSTANCE_ID", "", "this app's instance id on the platform", str(&c.AppInstanceID)},
 		{"CLIENT_ID", "", "OAuth2 client id issued by the platform", str(&c.ClientID)},
