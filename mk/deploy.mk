@@ -25,7 +25,7 @@ images: base-images ## build every service image with the local base images
 
 test-deploy: test-deploy-chart test-deploy-compose ## every deployment test
 
-test-deploy-chart: python deploy-tools ## helm lint/template; install into a real kube-apiserver
+test-deploy-chart: python deploy-tools images ## helm lint, API-server validation, install; chart containers in Docker
 	uv run pytest -q deploy/tests/test_chart.py
 
 test-deploy-compose: python deploy-tools images ## compose up (emulated profile), checks, down

@@ -7,7 +7,9 @@ kube-apiserver, controller manager and scheduler v1.31; no kubelet).
   ServiceMonitor included (the Prometheus Operator's CRD is installed first);
 - least privilege in what is rendered: nothing privileged, capabilities dropped, only the
   PEP and the path manager run as root, with exactly the capabilities they need;
-- `helm install`, `upgrade` (credentials are kept) and `uninstall` (nothing left).
+- `helm install`, `upgrade` (credentials are kept) and `uninstall` (nothing left);
+- each container, run from its image in Docker exactly as the chart's pod spec says
+  (security context, volumes, environment), starts and answers.
 """
 
 from __future__ import annotations
@@ -263,3 +265,90 @@ def test_install_upgrade_uninstall(kube: Kube) -> None:
     for resource in ("services", "secrets", "persistentvolumeclaims", "configmaps"):
         left = kube.names(ns, "/api/v1/namespaces/{ns}/" + resource)
         assert [n for n in left if n.startswith("mts-")] == [], (resource, left)
+
+
+# --- the chart's containers, run as the chart specifies, in Docker ---------------------------
+# No kubelet runs here, so Docker stands in as the container runtime: each container of the
+# default values starts from its image with the rendered securityContext (user, read-only
+# root, dropped and added capabilities, no privilege escalation), volumes and environment,
+# and must come up listening without restarting. Dependencies (broker, RAN) are absent, so
+# readiness is not asked for, only that /healthz answers.
+
+# Docker 20.10 (Debian 12) does not know CAP_BPF/CAP_PERFMON; SYS_ADMIN includes both.
+DOCKER_CAPS = {"BPF": "SYS_ADMIN", "PERFMON": "SYS_ADMIN"}
+
+
+def docker_args(c: dict[str, Any], name: str) -> list[str]:
+    sc, pod = c["securityContext"], c["_pod"]
+    args = ["--name", name, "--network", "none", "--cap-drop", "ALL"]
+    args += [f"--cap-add={DOCKER_CAPS.get(cap, cap)}" for cap in sc["capabilities"].get("add", [])]
+    if sc.get("readOnlyRootFilesystem"):
+        args.append("--read-only")
+    if sc.get("allowPrivilegeEscalation") is False:
+        args += ["--security-opt", "no-new-privileges"]
+    if "runAsUser" in sc:
+        args += ["--user", str(sc["runAsUser"])]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for mount in c.get("volumeMounts", []):
+        if "hostPath" in volumes.get(mount["name"], {}):  # the node's bpffs: one of its own
+            args += [
+                "--mount",
+                f"type=volume,dst={mount['mountPath']},"
+                "volume-driver=local,volume-opt=type=bpf,volume-opt=device=bpf",
+            ]
+        else:  # emptyDir or a PVC: an anonymous volume, initialised from the image
+            args += ["--mount", f"type=volume,dst={mount['mountPath']}"]
+    secret = secrets.token_hex(8)
+    env = {  # a Secret holds the credentials; an optional key is absent
+        e["name"]: e.get("value", secret)
+        for e in c.get("env", [])
+        if not e.get("valueFrom", {}).get("secretKeyRef", {}).get("optional")
+    }
+    for key, value in env.items():  # Kubernetes expands $(VAR) of earlier variables
+        for ref, ref_value in env.items():
+            value = value.replace(f"$({ref})", ref_value)
+        args += ["--env", f"{key}={value}"]
+    return args
+
+
+def http_get(docker: str, container: str, port: int, path: str) -> tuple[int, str]:
+    """GET inside the container with bash alone (the images need no curl)."""
+    request = (
+        f"exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"
+    )
+    raw = run(docker, "exec", container, "bash", "-c", request)
+    head, _, body = raw.replace("\r\n", "\n").partition("\n\n")  # text mode keeps no \r
+    return int(head.split()[1]), body
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    "container", ["rabbitmq", "platform", "rnis-adapter", "pep", "path-manager"]
+)
+def test_container_starts_as_the_chart_runs_it(container: str) -> None:
+    docker = "/usr/bin/docker"
+    run(str(REPO / "deploy/scripts/docker-engine.sh"), "ensure")
+    c = containers(render(None, "--set", "image.tag=latest"))[container]
+    port = c["ports"][0]["containerPort"]
+    name = f"mts-chart-{container}-{secrets.token_hex(3)}"
+    run(docker, "run", "--detach", *docker_args(c, name), c["image"], *c.get("args", []))
+    try:
+        listening = [docker, "exec", name, "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if subprocess.run(listening, capture_output=True, check=False).returncode == 0:
+                break
+            time.sleep(1)
+        state = json.loads(run(docker, "inspect", "--format", "{{json .State}}", name))
+        restarts = run(docker, "inspect", "--format", "{{.RestartCount}}", name).strip()
+        logs = subprocess.run(
+            [docker, "logs", "--tail", "30", name], capture_output=True, text=True, check=False
+        )
+        assert state["Running"] and restarts == "0", logs.stdout + logs.stderr
+        if container != "rabbitmq":  # the others answer /healthz: 200, or 503 naming the cause
+            status, body = http_get(docker, name, port, "/healthz")
+            assert status in (200, 503) and json.loads(body)["checks"], body
+    finally:
+        subprocess.run(
+            [docker, "rm", "--force", "--volumes", name], capture_output=True, check=False
+        )
