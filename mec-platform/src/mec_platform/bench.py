@@ -180,7 +180,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     runs = result["discovery"]
-    labels = [f"{r['query']}\n{r['requests_per_s']:.0f} req/s" for r in runs]
+    labels = [f"{r['query']}, c={r['connections']}\n{r['requests_per_s']:.0f} req/s" for r in runs]
     for key, offset in (("p50", -0.25), ("p90", 0), ("p99", 0.25)):
         ax1.bar([i + offset for i in range(len(runs))],
                 [r["latency_us"][key] / 1e3 for r in runs], width=0.25, label=key)  # fmt: skip
@@ -205,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--services", type=int, default=1000)
     p.add_argument("--subscribers", type=int, default=100)
     p.add_argument("--seconds", type=int, default=10, help="duration of each wrk run")
-    p.add_argument("--connections", type=int, default=16)
+    p.add_argument(
+        "--connections",
+        default="4,16,64",
+        help="wrk connections for the by-name runs, comma-separated (%(default)s)",
+    )
     p.add_argument("--rounds", type=int, default=20, help="fan-out repetitions")
     args = p.parse_args(argv)
     if shutil.which("wrk") is None:
@@ -221,10 +225,12 @@ def main(argv: list[str] | None = None) -> int:
                      json=service(f"svc-{i:04d}")).raise_for_status()  # fmt: skip
         app_token = app.headers["Authorization"].removeprefix("Bearer ")
         discovery = []
-        for query in ("name", "all"):
-            print(f"discovery ({query}) for {args.seconds} s ...", file=sys.stderr)
+        runs = [("name", int(c)) for c in args.connections.split(",")] + [("all", 16)]
+        for query, connections in runs:
+            print(f"discovery ({query}, {connections} connections) for {args.seconds} s ...",
+                  file=sys.stderr)  # fmt: skip
             discovery.append(run_wrk(url, app_token, args.services, query, args.seconds,
-                                     args.connections, proc.pid))  # fmt: skip
+                                     connections, proc.pid))  # fmt: skip
         print(f"fan-out to {args.subscribers} subscribers ...", file=sys.stderr)
         fan = fanout(app, iid, args.subscribers, args.rounds)
     finally:
@@ -247,12 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "platform.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out / "platform.png")
-    print(f"\n{'discovery query':<16}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+    print(f"\n{'query, conns':<16}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
           f"{'errors':>8}{'req/CPU-s':>11}")  # fmt: skip
     for r in discovery:
-        lat = r["latency_us"]
+        lat, label = r["latency_us"], f"{r['query']}, {r['connections']}"
         print(
-            f"{r['query']:<16}{r['requests_per_s']:>10.0f}{lat['p50'] / 1e3:>9.2f}"
+            f"{label:<16}{r['requests_per_s']:>10.0f}{lat['p50'] / 1e3:>9.2f}"
             f"{lat['p99'] / 1e3:>9.2f}{lat['max'] / 1e3:>9.2f}"
             f"{r['non_2xx'] + r['socket_errors']:>8}{r['requests_per_cpu_s'] or 0:>11.0f}"
         )

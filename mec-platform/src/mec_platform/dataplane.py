@@ -2,7 +2,8 @@
 
 A rule with action ``FORWARD_DECAPSULATED`` to an ``IP`` ``dstInterface`` carrying
 ``dstIpAddress`` and ``dstPort`` (an extension: Mp1 has no port there) delivers matching
-TCP connections to the app's transparent proxy at that address and port: the PEP's
+TCP connections to the app's transparent proxy at that address (default: the address the
+packet arrived at) and port: the PEP's
 interception rule. The rules are written by ``mec_common.tproxy`` (the PEP's module): one
 table per app and target, ``mec_<app>_<n>``, replaced atomically on every change and
 deleted at termination; the fwmark routing TPROXY needs is removed with the last table.
@@ -28,7 +29,7 @@ TPROXY_MARK = 0x4D45  # "ME"
 TPROXY_TABLE = 4517
 TABLE_PREFIX = "mec_"
 
-Target = tuple[str, int]
+Target = tuple[str | None, int]
 
 
 class DataplaneError(RuntimeError):
@@ -94,7 +95,8 @@ def _target(rule: dict[str, Any]) -> Target:
     target = rule.get("dstInterface") or {}
     if rule.get("action") != "FORWARD_DECAPSULATED" or target.get("interfaceType") != "IP":
         raise ValueError(f"action {rule.get('action')} is not implemented")
-    address = str(ipaddress.IPv4Address(target.get("dstIpAddress") or "127.0.0.1"))
+    given = target.get("dstIpAddress")
+    address = str(ipaddress.IPv4Address(given)) if given else None  # None: where it arrived
     port = int(target.get("dstPort") or 0)
     if not 0 < port < 65536:
         raise ValueError("dstInterface.dstPort (the proxy's port) is required")
