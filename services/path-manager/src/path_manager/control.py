@@ -346,6 +346,8 @@ class PathControl:
             )
 
     def _evaluate(self, observation: Observation, s: ControlSettings) -> _Outcome:
+        if not observation.paths:
+            return _Outcome(Action.NONE, "no path known yet (no radio data)", predictions=0)
         active = [p for p in observation.paths if p.active]
         if not active:
             return _Outcome(Action.ADD, "no active path", predictions=0)
