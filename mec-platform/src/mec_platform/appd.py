@@ -68,6 +68,7 @@ class ProcessDeployment(AppdModel):
 
 class DockerDeployment(AppdModel):
     image: str | None = None
+    entrypoint: list[str] | None = None
     command: list[str] | None = None
     env: dict[str, str] = {}
     env_prefix: str | None = None

@@ -48,6 +48,8 @@ class DockerBackend:
                 "Memory": compute.virtual_memory.virtual_mem_size * 2**20,
             },
         }
+        if spec.entrypoint:
+            body["Entrypoint"] = spec.entrypoint
         if spec.command:
             body["Cmd"] = spec.command
         r = self._call("POST", "/containers/create", params={"name": f"mec-{app_instance_id}"},
