@@ -58,6 +58,9 @@ def test_study_writes_json_table_and_plots(tmp_path):
     assert data["complete"] and set(data["configs"]) == {
         "reactive", "cdf", "fpt", "cdf+r@25ms", "fpt+r@25ms", "cdf+r@100ms", "fpt+r@100ms"
     }  # fmt: skip
+    for config in data["configs"].values():
+        # Delivered within the last bin + lost (+ still queued at the end) = every packet.
+        assert config["delay_cdf"][-1] + config["loss_fraction"] == pytest.approx(1.0, abs=0.02)
     for name in ("delay_cdf", "tr_sweep_cdf", "reactive_triggers", "single_run"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
     assert "9.14" in "\n".join(table_lines(summary))  # published values beside ours

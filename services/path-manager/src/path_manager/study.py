@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -123,7 +124,9 @@ def summarize(
         reactive = np.array([r.reactive_changes for r in rs], dtype=float)
         histogram = np.sum([r.delay_histogram for r in rs], axis=0)
         loss = float(np.mean([r.loss_fraction for r in rs]))
-        cdf = np.cumsum(histogram) / len(rs)  # share of all virtual packets delivered by x
+        # Share of all virtual packets (delivered, lost or still queued) delivered within x.
+        samples = math.ceil(setup.duration / setup.delay_sample_step)
+        cdf = np.cumsum(histogram) / (len(rs) * samples)
         configs[key] = {
             "mode": rs[0].mode,
             "reactive_guard_s": rs[0].reactive_guard,
@@ -136,7 +139,11 @@ def summarize(
             "mean_active_paths": float(np.mean([r.mean_active_paths for r in rs])),
             "loss_fraction": loss,
             "delay_quantiles_s": {
-                q: _quantile(cdf, float(q)) for q in ("0.5", "0.9", "0.99", "0.999")
+                q: _quantile(cdf, float(q)) for q in ("0.5", "0.99", "0.995", "0.999")
+            },
+            "share_delayed_over": {
+                f"{ms}ms": float(1 - cdf[np.searchsorted(DELAY_BINS[1:], ms / 1e3)] - loss)
+                for ms in (1, 10, 100)
             },
             "delay_cdf": cdf.tolist(),
             "published_reactive_changes": PUBLISHED_TABLE_4_1.get(rs[0].mode, {}).get(
