@@ -5,7 +5,6 @@
 package state
 
 import (
-	"net/netip"
 	"sort"
 	"sync"
 	"time"
@@ -225,17 +224,6 @@ func (t *Tracker) Count() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return len(t.ues)
-}
-
-// FindByIP returns the UEs that have an address.
-func (t *Tracker) FindByIP(ip netip.Addr) []meas.Measurement {
-	var out []meas.Measurement
-	for _, m := range t.Latest() {
-		if m.IPv4 == ip {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // hash covers what the RAN reported for the UE (not when the adapter saw it), FNV-1a.
