@@ -72,6 +72,7 @@ def transports(settings: PlatformSettings) -> list[TransportInfo]:
 
 def build_platform(settings: PlatformSettings) -> Platform:
     health = Health()
+    settings.state_dir.mkdir(parents=True, exist_ok=True)  # the default SQLite lives there
     db = Database(settings.db_url())
     health.set("database", True, db.engine.url.get_backend_name())
     authority = Authority(db, settings.api_tokens, settings.token_ttl_s)
