@@ -118,7 +118,8 @@ def test_helm_backend_installs_and_uninstalls_a_release(tmp_path: Path) -> None:
 
         config = yaml.safe_load(Path(kubeconfig).read_text())
         cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
-        kube = httpx.Client(base_url=cluster["server"], verify=ssl.create_default_context(cafile=cluster["certificate-authority"]),
+        tls = ssl.create_default_context(cafile=cluster["certificate-authority"])
+        kube = httpx.Client(base_url=cluster["server"], verify=tls,
                             headers={"Authorization": f"Bearer {user['token']}"})  # fmt: skip
         cm = kube.get(f"/api/v1/namespaces/mec-apps-test/configmaps/mec-{iid[:12]}-env").json()
         assert cm["data"]["GREETING"] == "hi"
