@@ -9,13 +9,16 @@ leaves nothing behind.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import threading
 import time
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from harness import SERVICES
+import yaml
+from harness import DOCKER, SERVICES, run
 
 if TYPE_CHECKING:
     from harness import Stack
@@ -142,3 +145,32 @@ def test_download_through_the_pep_with_meld(stack: Stack) -> None:
 def test_down_leaves_nothing(stack: Stack) -> None:
     stack.down()
     assert stack.leftovers() == {"container": [], "volume": [], "network": [], "netns": []}
+
+
+def test_oai_profile_is_valid(docker_engine: None) -> None:
+    """The oai profile cannot run here (no OAI images): its configuration is checked."""
+    env = dict(os.environ, MTS_AMQP_PASSWORD="x", MTS_PROJECT=f"mtso{secrets.token_hex(3)}")
+    config = yaml.safe_load(
+        run(
+            DOCKER,
+            "compose",
+            "--env-file",
+            "deploy/compose/oai.env",
+            "--profile",
+            "oai",
+            "config",
+            env=env,
+        )
+    )
+    services = config["services"]
+    assert {"flexran-rtc", "oai-enb", "rnis-adapter", "pep"} <= set(services)
+    enb = services["oai-enb"]["environment"]
+    assert enb["FLEXRAN_ENABLED"] == "yes"
+    assert enb["FLEXRAN_IPV4_ADDRESS"] == "192.168.61.10"
+    flexran = services["flexran-rtc"]["networks"]["oai-public"]["ipv4_address"]
+    assert flexran == enb["FLEXRAN_IPV4_ADDRESS"]
+    for name in ("rabbitmq", "platform", "rnis-adapter", "pep", "path-manager"):
+        assert services[name]["network_mode"] == "host", name
+    rnis = services["rnis-adapter"]["environment"]
+    assert rnis["RNIS_FLEXRAN_URL"] == f"http://{flexran}:9999"
+    assert config["networks"]["oai-public"]["external"] is True
