@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -206,15 +207,28 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// BenchmarkParseLive parses the live OAI capture (one UE, the whole document).
-func BenchmarkParseLive(b *testing.B) {
-	doc, err := os.ReadFile(filepath.Join(fixtures, "live-oai-rfsim", "saturated.json"))
+// BenchmarkParse parses the live OAI capture (one UE, the whole document) and a 64-UE
+// mac_stats poll of the synthetic source.
+func BenchmarkParse(b *testing.B) {
+	b.Run("live-1ue", func(b *testing.B) { benchParse(b, filepath.Join(fixtures, "live-oai-rfsim", "saturated.json")) })
+	b.Run("mac_stats-64ue", func(b *testing.B) { benchParse(b, "../../testdata/synthetic/mac_stats-64ue.json") })
+}
+
+func benchParse(b *testing.B, path string) {
+	doc, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var p Parser
 	b.SetBytes(int64(len(doc)))
 	b.ReportAllocs()
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	defer func() {
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+		used := after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
+		b.ReportMetric(float64(used)/1e3/float64(b.N), "cpu-µs/op")
+	}()
 	for range b.N {
 		if _, err := p.Parse(doc); err != nil {
 			b.Fatal(err)
