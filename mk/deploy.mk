@@ -26,7 +26,7 @@ images: base-images ## build every service image with the local base images
 test-deploy: test-deploy-chart test-deploy-compose ## every deployment test
 
 test-deploy-chart: python deploy-tools images ## helm lint, API-server validation, install; chart containers in Docker
-	uv run pytest -q deploy/tests/test_chart.py
+	uv run pytest -q deploy/tests/test_chart.py deploy/tests/test_config.py
 
 test-deploy-compose: python deploy-tools images ## compose up (emulated profile), checks, down
 	uv run pytest -q deploy/tests/test_compose.py

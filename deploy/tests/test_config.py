@@ -1,0 +1,67 @@
+"""Compose and the chart configure the services with the services' own variable names.
+
+Every `PLATFORM_*`, `RNIS_*`, `PEP_*` and `PM_*` variable that docker-compose.yml or any
+rendering of the chart sets must be a setting the service reads: a misspelt or invented
+name would otherwise be ignored in silence. The Python services' names come from their
+settings classes, the RNIS adapter's from `rnis-adapter env` (its settings table).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import yaml
+from harness import DOCKER, REPO, run
+from pydantic_settings import BaseSettings
+from test_chart import VALUES, containers, render
+
+from mec_pep.config import PepSettings
+from mec_pep.ran_aware.settings import RanAwareSettings
+from mec_platform.config import PlatformSettings
+from path_manager.service import PmSettings
+
+PREFIXES = ("PLATFORM_", "RNIS_", "PEP_", "PM_")
+
+
+def python_names(*classes: type[BaseSettings]) -> set[str]:
+    return {c.model_config["env_prefix"] + f.upper() for c in classes for f in c.model_fields}
+
+
+@pytest.fixture(scope="module")
+def known(docker_engine: None) -> set[str]:
+    rnis_table = run(DOCKER, "run", "--rm", "mts/rnis-adapter:latest", "env")
+    rnis = set(re.findall(r"^\| `(RNIS_[A-Z0-9_]+)`", rnis_table, re.MULTILINE))
+    assert "RNIS_FLEXRAN_URL" in rnis
+    return rnis | python_names(PlatformSettings, PepSettings, RanAwareSettings, PmSettings)
+
+
+def unknown(names: set[str], known: set[str]) -> set[str]:
+    return {n for n in names if n.startswith(PREFIXES) and n not in known}
+
+
+def test_compose_uses_the_services_names(known: set[str]) -> None:
+    env = dict(os.environ, MTS_AMQP_PASSWORD="x")
+    used: set[str] = set()
+    for profile in ("emulated", "oai"):
+        config = run(DOCKER, "compose", "--profile", profile, "config", env=env)
+        for service in yaml.safe_load(config)["services"].values():
+            used |= set(service.get("environment", {}))
+    assert {"RNIS_FLEXRAN_URL", "PEP_ALLOWED_CLIENTS", "PM_MODE"} <= used
+    assert unknown(used, known) == set()
+
+
+def test_chart_uses_the_services_names(known: set[str]) -> None:
+    used: set[str] = set()
+    for values in VALUES.values():
+        for c in containers(render(values)).values():
+            used |= {e["name"] for e in c.get("env", [])}
+    assert {"RNIS_FLEXRAN_URL", "PEP_MELD_INSTANCE", "PLATFORM_PUBLIC_URL"} <= used
+    assert unknown(used, known) == set()
+
+
+def test_values_document_only_real_names(known: set[str]) -> None:
+    values = yaml.safe_load((REPO / "charts/mec-transport-suite/values.yaml").read_text())
+    for service in ("platform", "rnisAdapter", "pep", "pathManager"):
+        assert unknown(set(values[service]["env"]), known) == set(), service
