@@ -192,6 +192,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fan = result["fanout"]
     ax2.plot(range(1, len(fan["ms"]) + 1), fan["ms"], "o-")
     ax2.set_xlabel("round")
+    ax2.xaxis.get_major_locator().set_params(integer=True)
     ax2.set_ylabel("time to last notification (ms)")
     ax2.set_title(f"Fan-out to {fan['subscribers']} HTTP subscribers")
     ax2.set_ylim(bottom=0)
