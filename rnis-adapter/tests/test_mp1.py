@@ -130,3 +130,23 @@ def test_retries_while_the_platform_is_down(
             again.stop()
     finally:
         a.stop()
+
+
+def test_platform_issued_tokens_are_accepted(
+    tmp_path: Path, platform: Running, source: FlexranSource, exchange: str
+) -> None:
+    instance, client, secret = app_credentials(platform)
+    a = start_adapter(tmp_path, source, exchange, platform.url, instance, client, secret)
+    try:
+        token = platform.token(client, secret)
+        assert a.get("/rni/v2/queries/layer2_meas", token=token).status_code == 200
+        head, payload, sig = token.split(".")
+        forged = f"{head}.{payload}.{sig[:-4]}AAAA"
+        assert a.get("/rni/v2/queries/layer2_meas", token=forged).status_code == 401
+        other = payload[:-2] + ("A" if payload[-2] != "A" else "B") + payload[-1]
+        assert (
+            a.get("/rni/v2/queries/layer2_meas", token=f"{head}.{other}.{sig}").status_code == 401
+        )
+        assert a.get("/rni/v2/queries/layer2_meas", token="a.b.c").status_code == 401
+    finally:
+        a.stop()

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"mts.invalid/suite/rnis-adapter/internal/auth"
 	"mts.invalid/suite/rnis-adapter/internal/config"
 	"mts.invalid/suite/rnis-adapter/internal/feed"
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
@@ -189,8 +190,11 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	health.Set("broker", false, "not connected yet", true)
 	tracker := state.New(cfg.DetachAfter)
 	pub := feed.New(feed.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, MaxInFlight: cfg.MaxInFlight, MaxLag: cfg.MaxLag}, metrics, log)
-	api := mec012.New(mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, Tokens: tokens},
-		tracker, metrics, log)
+	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, Tokens: tokens}
+	if cfg.PlatformURL != "" { // apps on the platform call with the tokens it issues
+		apiCfg.Verifiers = append(apiCfg.Verifiers, auth.NewPlatform(strings.TrimSuffix(cfg.PlatformURL, "/")+"/oauth2/jwks"))
+	}
+	api := mec012.New(apiCfg, tracker, metrics, log)
 	pipeline := &service.Pipeline{IPs: ips, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics}
 
 	mux := http.NewServeMux()

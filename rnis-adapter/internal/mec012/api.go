@@ -30,6 +30,7 @@ type Config struct {
 	PublicURL     string // base URL clients use; links are built from it
 	NotifyTimeout time.Duration
 	Tokens        []string
+	Verifiers     []Verifier // more ways to accept a token (platform-issued JWTs)
 }
 
 // Verifier accepts a bearer token. Static tokens implement it; platform-issued JWTs (MEC 011
@@ -66,7 +67,7 @@ func New(cfg Config, tracker *state.Tracker, metrics *obs.Metrics, log *slog.Log
 	if cfg.NotifyTimeout <= 0 {
 		cfg.NotifyTimeout = 2 * time.Second
 	}
-	s := &Server{cfg: cfg, auth: []Verifier{StaticTokens(cfg.Tokens)}, tracker: tracker, metrics: metrics, log: log,
+	s := &Server{cfg: cfg, auth: append([]Verifier{StaticTokens(cfg.Tokens)}, cfg.Verifiers...), tracker: tracker, metrics: metrics, log: log,
 		subs: newStore(cfg.PublicURL + Base + "/subscriptions/")}
 	s.notifier = newNotifier(s.subs, cfg.NotifyTimeout, metrics, log)
 	return s

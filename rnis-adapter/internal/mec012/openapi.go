@@ -59,7 +59,7 @@ func OpenAPI(publicURL string) (map[string]any, error) {
 	}
 	components["securitySchemes"] = map[string]any{
 		"bearer": map[string]any{"type": "http", "scheme": "bearer",
-			"description": "A static token (RNIS_API_TOKENS) or the generated one in STATE_DIR/rnis-adapter.token"},
+			"description": "A static token (RNIS_API_TOKENS, or the generated one in STATE_DIR/rnis-adapter.token), or an OAuth2 access token issued by the MEC platform"},
 	}
 	doc["security"] = []any{map[string]any{"bearer": []any{}}}
 	doc["servers"] = []any{map[string]any{"url": publicURL + Base}}

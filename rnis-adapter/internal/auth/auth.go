@@ -1,0 +1,213 @@
+// Package auth verifies OAuth2 access tokens issued by the MEC platform, as
+// mec_common.auth.TokenVerifier does for the Python services: a JWT signed with EdDSA or
+// RS256 by a key of the platform's JWKS (<platform>/oauth2/jwks), issuer "mec-platform",
+// audience "mec-api", not expired. Notification tokens (audience "mec-notification") are
+// refused, so a leaked one cannot call the API.
+package auth
+
+import (
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	issuer   = "mec-platform"
+	audience = "mec-api"
+)
+
+// Platform verifies platform-issued tokens against the platform's JWKS.
+type Platform struct {
+	jwksURL string
+	client  *http.Client
+
+	mu       sync.Mutex
+	keys     map[string]crypto.PublicKey
+	fetched  time.Time
+	verified map[string]time.Time // token → expiry, for tokens already checked
+}
+
+// NewPlatform returns a verifier for the JWKS at jwksURL (fetched on first use).
+func NewPlatform(jwksURL string) *Platform {
+	return &Platform{jwksURL: jwksURL, client: &http.Client{Timeout: 5 * time.Second},
+		keys: map[string]crypto.PublicKey{}, verified: map[string]time.Time{}}
+}
+
+// Verify implements mec012.Verifier.
+func (p *Platform) Verify(token string) bool {
+	if strings.Count(token, ".") != 2 {
+		return false
+	}
+	now := time.Now()
+	p.mu.Lock()
+	exp, ok := p.verified[token]
+	p.mu.Unlock()
+	if ok && now.Before(exp) {
+		return true
+	}
+	exp, err := p.check(token, now)
+	if err != nil {
+		return false
+	}
+	p.mu.Lock()
+	if len(p.verified) > 4096 {
+		clear(p.verified) // bounded; simpler than an LRU
+	}
+	p.verified[token] = exp
+	p.mu.Unlock()
+	return true
+}
+
+type header struct {
+	Alg string `json:"alg"`
+	Kid string `json:"kid"`
+}
+
+type claims struct {
+	Iss string          `json:"iss"`
+	Sub string          `json:"sub"`
+	Aud json.RawMessage `json:"aud"`
+	Exp *float64        `json:"exp"`
+	Iat *float64        `json:"iat"`
+}
+
+// check verifies a token and returns when it expires.
+func (p *Platform) check(token string, now time.Time) (time.Time, error) {
+	parts := strings.Split(token, ".")
+	var h header
+	var c claims
+	if err := decodePart(parts[0], &h); err != nil {
+		return time.Time{}, err
+	}
+	if err := decodePart(parts[1], &c); err != nil {
+		return time.Time{}, err
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return time.Time{}, err
+	}
+	key, err := p.key(h.Kid)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if err := verifySignature(h.Alg, key, []byte(parts[0]+"."+parts[1]), sig); err != nil {
+		return time.Time{}, err
+	}
+	switch {
+	case c.Iss != issuer || c.Sub == "" || c.Exp == nil || c.Iat == nil:
+		return time.Time{}, errors.New("missing or wrong claims")
+	case !hasAudience(c.Aud, audience):
+		return time.Time{}, errors.New("wrong audience")
+	}
+	exp := time.Unix(0, int64(*c.Exp*1e9))
+	if !now.Before(exp) {
+		return time.Time{}, errors.New("expired")
+	}
+	return exp, nil
+}
+
+func decodePart(part string, v any) error {
+	raw, err := base64.RawURLEncoding.DecodeString(part)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, v)
+}
+
+func hasAudience(raw json.RawMessage, want string) bool {
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return one == want
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) == nil {
+		for _, a := range many {
+			if a == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func verifySignature(alg string, key crypto.PublicKey, signed, sig []byte) error {
+	switch k := key.(type) {
+	case ed25519.PublicKey:
+		if alg == "EdDSA" && ed25519.Verify(k, signed, sig) {
+			return nil
+		}
+	case *rsa.PublicKey:
+		digest := sha256.Sum256(signed)
+		if alg == "RS256" && rsa.VerifyPKCS1v15(k, crypto.SHA256, digest[:], sig) == nil {
+			return nil
+		}
+	}
+	return errors.New("bad signature")
+}
+
+// key returns the JWKS key kid. The JWKS is fetched on first use, when it is older than
+// 5 minutes, and for an unknown kid (key rotation), at most every 10 s.
+func (p *Platform) key(kid string) (crypto.PublicKey, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	age := time.Since(p.fetched)
+	if k, ok := p.keys[kid]; ok && age < 5*time.Minute {
+		return k, nil
+	}
+	if age >= 10*time.Second {
+		if keys, err := fetchJWKS(p.client, p.jwksURL); err == nil {
+			p.keys = keys
+		}
+		p.fetched = time.Now()
+	}
+	if k, ok := p.keys[kid]; ok {
+		return k, nil
+	}
+	return nil, fmt.Errorf("unknown key %q", kid)
+}
+
+type jwk struct {
+	Kty, Crv, Kid, X, N, E string
+}
+
+func fetchJWKS(client *http.Client, url string) (map[string]crypto.PublicKey, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("JWKS: HTTP %d", resp.StatusCode)
+	}
+	var set struct{ Keys []jwk }
+	if err := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(&set); err != nil {
+		return nil, fmt.Errorf("JWKS: %w", err)
+	}
+	keys := map[string]crypto.PublicKey{}
+	for _, k := range set.Keys {
+		switch {
+		case k.Kty == "OKP" && k.Crv == "Ed25519":
+			x, err := base64.RawURLEncoding.DecodeString(k.X)
+			if err == nil && len(x) == ed25519.PublicKeySize {
+				keys[k.Kid] = ed25519.PublicKey(x)
+			}
+		case k.Kty == "RSA":
+			n, err1 := base64.RawURLEncoding.DecodeString(k.N)
+			e, err2 := base64.RawURLEncoding.DecodeString(k.E)
+			if err1 == nil && err2 == nil && len(e) <= 4 {
+				keys[k.Kid] = &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+			}
+		}
+	}
+	return keys, nil
+}

@@ -1,0 +1,69 @@
+package auth
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func sign(t *testing.T, key ed25519.PrivateKey, head, claims map[string]any) string {
+	t.Helper()
+	enc := func(v any) string {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(raw)
+	}
+	signed := enc(head) + "." + enc(claims)
+	return signed + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(key, []byte(signed)))
+}
+
+func TestPlatformTokens(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	jwks := map[string]any{"keys": []map[string]string{{"kty": "OKP", "crv": "Ed25519", "kid": "k1",
+		"x": base64.RawURLEncoding.EncodeToString(pub)}}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(jwks)
+	}))
+	defer srv.Close()
+	p := NewPlatform(srv.URL)
+	now := float64(time.Now().Unix())
+	good := map[string]any{"iss": "mec-platform", "aud": "mec-api", "sub": "app", "iat": now, "exp": now + 60}
+	with := func(k string, v any) map[string]any {
+		c := map[string]any{}
+		for key, val := range good {
+			c[key] = val
+		}
+		c[k] = v
+		return c
+	}
+	head := map[string]any{"alg": "EdDSA", "kid": "k1"}
+	cases := map[string]struct {
+		token string
+		ok    bool
+	}{
+		"valid":         {sign(t, priv, head, good), true},
+		"audience list": {sign(t, priv, head, with("aud", []string{"x", "mec-api"})), true},
+		"expired":       {sign(t, priv, head, with("exp", now-1)), false},
+		"notification":  {sign(t, priv, head, with("aud", "mec-notification")), false},
+		"issuer":        {sign(t, priv, head, with("iss", "someone")), false},
+		"other key":     {sign(t, other, head, good), false},
+		"unknown kid":   {sign(t, priv, map[string]any{"alg": "EdDSA", "kid": "k2"}, good), false},
+		"alg mismatch":  {sign(t, priv, map[string]any{"alg": "RS256", "kid": "k1"}, good), false},
+		"not a JWT":     {"static-looking-token", false},
+		"garbage parts": {"a.b.c", false},
+		"no subject":    {sign(t, priv, head, with("sub", "")), false},
+	}
+	for name, c := range cases {
+		if got := p.Verify(c.token); got != c.ok {
+			t.Errorf("%s: Verify = %v, want %v", name, got, c.ok)
+		}
+	}
+}
