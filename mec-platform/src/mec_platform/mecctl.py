@@ -86,10 +86,20 @@ def _secret(args: argparse.Namespace) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mecctl", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="mecctl",
+        description="User CLI of the MEC platform: onboard AppDs, instantiate and terminate "
+        "apps, list packages, apps, services and operations.",
+        epilog="Authenticates as the platform admin: MECCTL_CLIENT_SECRET, or the secret file "
+        "the platform writes at its first start.",
+    )
     p.add_argument("--url", default=os.environ.get("MECCTL_URL", "http://127.0.0.1:8100"),
                    help="platform URL (MECCTL_URL; default %(default)s)")  # fmt: skip
-    p.add_argument("--client-id", default=os.environ.get("MECCTL_CLIENT_ID", "admin"))
+    p.add_argument(
+        "--client-id",
+        default=os.environ.get("MECCTL_CLIENT_ID", "admin"),
+        help="admin client id (MECCTL_CLIENT_ID; default %(default)s)",
+    )
     p.add_argument(
         "--secret-file",
         default=str(default_state_dir() / "platform-admin.secret"),
