@@ -1,8 +1,9 @@
-# pep: the split-TCP PEP (Python mec_pep), its C clients and its benchmark.
+# pep: the split-TCP PEP (Python mec_pep), its C clients, benchmark and experiment.
 APT_PACKAGES += gcc libc6-dev haproxy iperf3
 BUILD_TARGETS += build/lib/libpep_preload.so
 TEST_TARGETS += test-pep
 BENCH_TARGETS += bench-pep
+EXPERIMENT_TARGETS += experiment-pep-split
 
 PEP_PRELOAD := build/lib/libpep_preload.so
 
@@ -11,9 +12,12 @@ $(PEP_PRELOAD): pep/clients/c/pep_preload.c pep/clients/c/pep_tlv.h
 	@mkdir -p $(@D)
 	gcc -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl -lpthread
 
-.PHONY: test-pep bench-pep
-test-pep: python rabbitmq $(PEP_PRELOAD) ## PEP tests in network namespaces (root)
+.PHONY: test-pep bench-pep experiment-pep-split
+test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator ## PEP tests in network namespaces (root)
 	uv run pytest -q pep/tests
 
-bench-pep: python $(PEP_PRELOAD) ## PEP vs direct vs HAProxy: throughput, conn/s, memory, CPU
+bench-pep: python $(PEP_PRELOAD) ## PEP vs direct vs HAProxy: throughput, CPU/Gbit, conn/s, memory -> docs/results/pep/
 	uv run python -m mec_pep.bench --out docs/results/pep
+
+experiment-pep-split: python build ## split-TCP benefit on the emulated RAN, E2E vs PEP, capacity step -> docs/results/pep-split/
+	uv run python -m mec_pep.experiment --out docs/results/pep-split

@@ -130,8 +130,9 @@ def test_config_reads_back(pep: PepProcess) -> None:
     assert config["tlv_port"] == TLV_PORT and config["socks5_port"] == SOCKS_PORT
     assert config["allowed_clients"] == ["10.201.1.0/24"]
     assert config["tproxy_rules_installed"] is True
-    # 64 MiB forced: the kernel doubles it for its bookkeeping.
-    assert config["effective_ran_buffers"] == {"rcvbuf": 128 << 20, "sndbuf": 128 << 20}
+    # 16 MiB forced: the kernel doubles it for its bookkeeping.
+    assert config["ran_rcvbuf"] == 16 << 20
+    assert config["effective_ran_buffers"] == {"rcvbuf": 32 << 20, "sndbuf": 32 << 20}
 
 
 def _socks_refused(lab: Lab) -> bool:
@@ -193,8 +194,8 @@ def test_buffers_and_clients_change_at_run_time(
     finally:
         restore = {
             "allowed_clients": ["10.201.1.0/24"],
-            "ran_rcvbuf": 64 << 20,
-            "ran_sndbuf": 64 << 20,
+            "ran_rcvbuf": 16 << 20,
+            "ran_sndbuf": 16 << 20,
         }
         assert pep.request("PATCH", "/pep/v1/config", json=restore).status_code == 200
     with connect_tlv(lab, server.address) as sock:

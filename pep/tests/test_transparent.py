@@ -31,13 +31,21 @@ def _rules(lab: Lab) -> tuple[str, str, str]:
 def test_wan_leg_keeps_the_ue_address(
     lab: Lab, start_pep: Callable[..., PepProcess], server: DataServer
 ) -> None:
-    pep = start_pep(keep_ue_source="true")
+    pep = start_pep(
+        keep_ue_source="true", ran_congestion_control="reno", wan_congestion_control="cubic"
+    )
     try:
         local = _echo_once(lab, server)
         assert server.peers[-1][0] == lab.client_ip  # not the PEP's address
         assert server.peers[-1] != local  # a separate connection, with its own port
         flows = pep.get("/pep/v1/stats").json()
         assert flows["established"] == 1
+        with connect_direct(lab, server.address) as sock:  # each leg its own algorithm
+            sock.sendall(request(b"E") + b"cc")
+            assert sock.recv(2) == b"cc"
+            (flow,) = pep.get("/pep/v1/flows").json()["flows"]
+            assert flow["ran"]["tcp"]["congestion_control"] == "reno"
+            assert flow["wan"]["tcp"]["congestion_control"] == "cubic"
     finally:
         assert pep.stop() == 0
 

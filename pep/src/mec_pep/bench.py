@@ -112,8 +112,9 @@ class Bench:
             self._spawn_ready(lab.server_ns, [*_self_cmd(), "echo", lab.server_ip, str(port)])
         self.pep = self._start_pep()
         self.haproxy = self._start_haproxy()
-        for port in (HAPROXY_IPERF, HAPROXY_ECHO, TPROXY_PORT):
+        for port in (HAPROXY_IPERF, HAPROXY_ECHO):
             _wait_listening(lab, lab.pep_ns, port)
+        self.wait_pep_ready()
         for port in (IPERF_PEP, IPERF_DIRECT):
             _wait_listening(lab, lab.server_ns, port)
 
@@ -151,6 +152,22 @@ class Bench:
         self.procs.append(proc)
         return proc
 
+    def wait_pep_ready(self, timeout: float = 60) -> None:
+        """Until /healthz says the relay and the TPROXY rules are in place."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.pep is not None
+            if self.pep.poll() is not None:
+                raise RuntimeError((self.workdir / "pep.log").read_text())
+            try:
+                ok = in_netns(self.lab.pep_ns, _pep_healthy)
+            except OSError:
+                ok = False
+            if ok:
+                return
+            time.sleep(0.2)
+        raise TimeoutError("the PEP did not become healthy")
+
     def _start_haproxy(self) -> subprocess.Popen[Any]:
         lab = self.lab
         config = self.workdir / "haproxy.cfg"
@@ -186,6 +203,12 @@ class Bench:
 
     def process(self, system: str) -> subprocess.Popen[Any] | None:
         return {"pep": self.pep, "haproxy": self.haproxy}.get(system)
+
+
+def _pep_healthy() -> bool:
+    with socket.create_connection(("127.0.0.1", 8102), timeout=2) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        return sock.recv(64).startswith(b"HTTP/1.1 200")
 
 
 def _self_cmd() -> list[str]:
@@ -231,7 +254,10 @@ def iperf3(
     cpu_before = cpu_seconds(proc)
     out = bench.lab.sh(bench.lab.client_ns, " ".join(cmd))
     cpu = cpu_seconds(proc) - cpu_before
-    received = json.loads(out)["end"]["sum_received"]
+    report = json.loads(out)
+    if "error" in report:
+        raise RuntimeError(f"iperf3 through {system}: {report['error']}")
+    received = report["end"]["sum_received"]
     gbit = received["bytes"] * 8 / 1e9
     return {
         "gbps": received["bits_per_second"] / 1e9,
@@ -373,7 +399,7 @@ def _environment(seconds: float, rounds: int) -> dict[str, Any]:
         "haproxy": subprocess.run(
             ["haproxy", "-v"], capture_output=True, text=True
         ).stdout.splitlines()[0],
-        "pep": "transparent mode, 2 relay threads, 64 MiB forced socket buffers (defaults)",
+        "pep": "transparent mode, defaults (2 relay threads, splice, 16 MiB forced buffers)",
     }
 
 

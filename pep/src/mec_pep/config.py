@@ -12,11 +12,16 @@ from mec_common.config import CommaList, Port, ServiceSettings, _split_commas
 
 MiB = 1024 * 1024
 
-# The research PEP forced 64 MiB per socket (128 MiB effective: the kernel doubles it) on
-# all four buffers of a flow; its buffer sweep plateaued from about 85 MB on a 3 Gbit/s,
-# 101 ms path (000 §1.6, §3.4). We keep that default: memory is only used when a leg backs
-# up, and a smaller value caps what the PEP can absorb during a radio capacity swing.
-DEFAULT_SOCKET_BUFFER = 64 * MiB
+# Socket buffers. The research PEP forced 64 MiB per socket (128 MiB effective: the
+# kernel doubles it) on all four buffers of a flow, for one flow at 3 Gbit/s on a 101 ms
+# path; its buffer sweep plateaued from ~85 MB, about 2.25x that path's BDP (000 §1.6,
+# §3.4). A MEC PEP serves many flows of UEs at up to ~1 Gbit/s over WAN RTTs up to
+# ~100 ms: BDP <= 12.5 MB, x 2.25 = ~28 MB. So: 16 MiB forced = 32 MiB effective per
+# buffer, 128 MiB per flow at most instead of 512 MiB, which keeps a few busy flows from
+# pushing the host into TCP memory pressure (net.ipv4.tcp_mem) and measured as fast as
+# or faster than 64 MiB in the relay benchmark (docs/results.md). The research value is
+# one setting away, and TLV clients can ask for more per flow (BUFFER_SIZE).
+DEFAULT_SOCKET_BUFFER = 16 * MiB
 
 Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(_split_commas)]
 
@@ -80,6 +85,17 @@ class PepSettings(ServiceSettings):
     ran_sndbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="RAN-leg SO_SNDBUF")
     wan_rcvbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="WAN-leg SO_RCVBUF")
     wan_sndbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="WAN-leg SO_SNDBUF")
+    ran_congestion_control: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9_]{1,15}$",
+        description="TCP congestion control of the RAN leg (e.g. cubic); unset = the "
+        "namespace default. MELD/RAPID set theirs per flow",
+    )
+    wan_congestion_control: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9_]{1,15}$",
+        description="TCP congestion control of the WAN leg; unset = the namespace default",
+    )
     force_buffers: bool = Field(
         True, description="use SO_*BUFFORCE (needs CAP_NET_ADMIN) to exceed net.core.*mem_max"
     )

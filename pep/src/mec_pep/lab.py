@@ -93,6 +93,10 @@ class Lab:
             self.sh(ns, "ip link set lo up")
             # TFO on both ends (client bit for the client, server bit for the PEP).
             self.sh(ns, "sysctl -qw net.ipv4.tcp_fastopen=3")
+            # Connection-rate runs open tens of thousands of connections to one address:
+            # reuse TIME_WAIT ports for new outgoing connections, and use the whole range.
+            self.sh(ns, "sysctl -qw net.ipv4.tcp_tw_reuse=1")
+            self.sh(ns, "sysctl -qw net.ipv4.ip_local_port_range='1024 65535'")
         self._link(
             self.client_ns, "c0", self.client_ip, self.pep_client_if, self.pep_client_side_ip
         )

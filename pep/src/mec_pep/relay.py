@@ -451,10 +451,17 @@ class Relay:
                 elif fd == self._wake:
                     self._run_calls()
                 else:
-                    self._on_listener_event(fd)
+                    self._guarded(self._on_listener_event, fd)
             if self.now >= self._next_sweep:
-                self._sweep()
+                self._guarded(self._sweep)
                 self._next_sweep = self.now + 1.0
+
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run fn; a bug or an unexpected error is logged, the relay keeps running."""
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("relay error", relay=self.index)
 
     def _on_listener_event(self, fd: int) -> None:
         for listener in self.listeners.values():
@@ -527,6 +534,10 @@ class Relay:
             return
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if s.ran_congestion_control:
+            sock.setsockopt(
+                socket.IPPROTO_TCP, socket.TCP_CONGESTION, s.ran_congestion_control.encode()
+            )
         flow = Flow(next(self.shared.ids), mode, Leg(sock, sock.getsockname(), peer))
         stage = {
             Mode.SOCKS5: Stage.SOCKS_GREETING,
@@ -632,6 +643,10 @@ class Relay:
         wan = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
         try:
             wan.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if s.wan_congestion_control:
+                wan.setsockopt(
+                    socket.IPPROTO_TCP, socket.TCP_CONGESTION, s.wan_congestion_control.encode()
+                )
             size = conn.buffer_size
             if size:
                 set_buffers(wan, size, size, force=s.force_buffers)

@@ -55,6 +55,7 @@ class PepService:
 
     def start(self) -> None:
         s = self.settings
+        check_congestion_controls(s)
         if s.tlv_port is not None:
             self._enable_tfo_server()
         # Extensions first: descriptors they open (BPF maps) are then valid in the relays.
@@ -209,6 +210,16 @@ class PepService:
                 self._apply_tproxy()
         if {"ran_rcvbuf", "ran_sndbuf", "force_buffers"} & changes.keys():
             self.dataplane.resize_buffers()
+
+
+def check_congestion_controls(settings: PepSettings) -> None:
+    """Fail at start, not per flow, if a configured congestion control is not in the kernel."""
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    for leg in ("ran", "wan"):
+        name = getattr(settings, f"{leg}_congestion_control")
+        if name and name not in available:
+            raise OSError(f"PEP_{leg.upper()}_CONGESTION_CONTROL={name} is not available "
+                          f"(kernel has: {' '.join(available)})")  # fmt: skip
 
 
 def service_info(public_url: str) -> dict[str, Any]:
