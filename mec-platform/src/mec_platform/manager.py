@@ -26,6 +26,7 @@ from mec_platform.appd import AppD, AppdError, parse_appd
 from mec_platform.backends import Backend, BackendError
 from mec_platform.dataplane import DataplaneAgent, DataplaneError
 from mec_platform.db import AppInstance, AppPackage, AppRule, Database, LcmOpOcc
+from mec_platform.models import timestamp
 from mec_platform.registry import Registry
 from mec_platform.security import Authority
 
@@ -210,8 +211,8 @@ class Manager:
         body: dict[str, Any] = {
             "id": op.id,
             "operationState": op.state,
-            "stateEnteredTime": _timestamp(op.state_entered_time),
-            "startTime": _timestamp(op.start_time),
+            "stateEnteredTime": timestamp(op.state_entered_time),
+            "startTime": timestamp(op.start_time),
             "lcmOperation": op.operation,
             "operationParams": op.params,
             "appInstanceId": op.app_instance_id,
@@ -389,8 +390,3 @@ class Manager:
     def join(self, timeout: float = 30) -> None:
         for thread in self._threads:
             thread.join(timeout)
-
-
-def _timestamp(t: float) -> dict[str, int]:
-    seconds, fraction = divmod(t, 1)
-    return {"seconds": int(seconds), "nanoSeconds": int(fraction * 1e9)}

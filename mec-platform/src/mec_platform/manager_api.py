@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mec_common.api import ProblemError
 from mec_common.auth import Principal
 from mec_platform.manager import LCM, PKGM, Manager
-from mec_platform.mp1_api import Caller
+from mec_platform.mp1_api import Caller, json_response
 from mec_platform.security import Authority
 
 
@@ -46,10 +46,6 @@ class CreateAppInstance(BaseModel):
     app_instance_description: str | None = Field(None, alias="appInstanceDescription")
 
 
-def _json(body: Any, status: int = 200, location: str | None = None) -> JSONResponse:
-    return JSONResponse(body, status, headers={"Location": location} if location else None)
-
-
 async def _optional_json(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw.strip():
@@ -73,24 +69,24 @@ def pkgm_router() -> APIRouter:
                 "application/json": {"schema": {"type": "object"}}}}})  # fmt: skip
     async def onboard(request: Request, mgr: Mgr, who: Admin) -> JSONResponse:
         created = mgr.onboard(await request.body())
-        return _json(created, 201, created["_links"]["self"]["href"])
+        return json_response(created, 201, created["_links"]["self"]["href"])
 
     @r.get("/app_packages", summary="Onboarded app packages")
     def packages(mgr: Mgr, who: Admin, appDId: str | None = None) -> JSONResponse:  # noqa: N803
-        return _json(mgr.packages(appDId))
+        return json_response(mgr.packages(appDId))
 
     @r.get("/app_packages/{appPkgId}", summary="One app package (by id or appDId)")
     def package(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
-        return _json(mgr.package(appPkgId))
+        return json_response(mgr.package(appPkgId))
 
     @r.get("/app_packages/{appPkgId}/appd", summary="The AppD of a package")
     def appd(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
-        return _json(mgr.appd(appPkgId))
+        return json_response(mgr.appd(appPkgId))
 
     @r.patch("/app_packages/{appPkgId}", summary="Enable or disable a package")
     def modify(mgr: Mgr, who: Admin, appPkgId: str,  # noqa: N803
                body: PackageModification) -> JSONResponse:  # fmt: skip
-        return _json(mgr.set_package_state(appPkgId, body.operation_state))
+        return json_response(mgr.set_package_state(appPkgId, body.operation_state))
 
     @r.delete("/app_packages/{appPkgId}", status_code=204, summary="Delete a package")
     def delete(mgr: Mgr, who: Admin, appPkgId: str) -> Response:  # noqa: N803
@@ -108,15 +104,15 @@ def lcm_router() -> APIRouter:
     def create(mgr: Mgr, who: Admin, body: CreateAppInstance) -> JSONResponse:
         created = mgr.create_instance(body.app_d_id, body.app_instance_name,
                                       body.app_instance_description)  # fmt: skip
-        return _json(created, 201, created["_links"]["self"]["href"])
+        return json_response(created, 201, created["_links"]["self"]["href"])
 
     @r.get("/app_instances", summary="App instances")
     def instances(mgr: Mgr, who: Admin) -> JSONResponse:
-        return _json(mgr.instances())
+        return json_response(mgr.instances())
 
     @r.get(item, summary="One app instance")
     def instance(mgr: Mgr, who: Admin, appInstanceId: str) -> JSONResponse:  # noqa: N803
-        return _json(mgr.instance(appInstanceId))
+        return json_response(mgr.instance(appInstanceId))
 
     @r.delete(item, status_code=204, summary="Delete a NOT_INSTANTIATED app instance")
     def delete(mgr: Mgr, who: Admin, appInstanceId: str) -> Response:  # noqa: N803
@@ -127,7 +123,7 @@ def lcm_router() -> APIRouter:
     async def instantiate(request: Request, mgr: Mgr, who: Admin,
                           appInstanceId: str) -> JSONResponse:  # noqa: N803  # fmt: skip
         op = mgr.instantiate(appInstanceId, await _optional_json(request))
-        return _json(op, 202, op["_links"]["self"]["href"])
+        return json_response(op, 202, op["_links"]["self"]["href"])
 
     @r.post(
         item + "/terminate",
@@ -137,7 +133,7 @@ def lcm_router() -> APIRouter:
     async def terminate(request: Request, mgr: Mgr, who: Admin,
                         appInstanceId: str) -> JSONResponse:  # noqa: N803  # fmt: skip
         op = mgr.terminate(appInstanceId, await _optional_json(request))
-        return _json(op, 202, op["_links"]["self"]["href"])
+        return json_response(op, 202, op["_links"]["self"]["href"])
 
     @r.post(
         item + "/credentials",
@@ -145,15 +141,15 @@ def lcm_router() -> APIRouter:
         summary="New OAuth2 credentials for an app run outside the platform (extension)",
     )
     def credentials(mgr: Mgr, who: Admin, appInstanceId: str) -> JSONResponse:  # noqa: N803
-        return _json(mgr.credentials(appInstanceId), 201)
+        return json_response(mgr.credentials(appInstanceId), 201)
 
     @r.get("/app_lcm_op_occs", summary="Lifecycle operation occurrences")
     def ops(mgr: Mgr, who: Admin, appInstanceId: str | None = None) -> JSONResponse:  # noqa: N803
-        return _json(mgr.ops(appInstanceId))
+        return json_response(mgr.ops(appInstanceId))
 
     @r.get("/app_lcm_op_occs/{opId}", summary="One operation occurrence")
     def op(mgr: Mgr, who: Admin, opId: str) -> JSONResponse:  # noqa: N803
-        return _json(mgr.op(opId))
+        return json_response(mgr.op(opId))
 
     return r
 

@@ -17,6 +17,12 @@ UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
 
 
+def timestamp(seconds: float) -> dict[str, int]:
+    """An ETSI TimeStamp {seconds, nanoSeconds} of a Unix time."""
+    ns = int(seconds * 1e9)
+    return {"seconds": ns // 1_000_000_000, "nanoSeconds": ns % 1_000_000_000}
+
+
 class Mp1Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True

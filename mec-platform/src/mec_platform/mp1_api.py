@@ -23,6 +23,7 @@ from mec_platform.models import (
     ServiceInfo,
     ServiceInfoPost,
     TrafficRule,
+    timestamp,
 )
 from mec_platform.registry import APP_SUPPORT, SERVICE_MGMT, Registry
 
@@ -62,7 +63,7 @@ async def registry(request: Request) -> Registry:
 Reg = Annotated[Registry, Depends(registry)]
 
 
-def _json(body: Any, status: int = 200, location: str | None = None) -> JSONResponse:
+def json_response(body: Any, status: int = 200, location: str | None = None) -> JSONResponse:
     headers = {"Location": location} if location else None
     return JSONResponse(body, status, headers=headers)
 
@@ -132,7 +133,7 @@ def service_mgmt_router() -> APIRouter:
 
     @r.get("/services/{serviceId}", summary="One MEC service")
     def service(reg: Reg, who: Caller, serviceId: str) -> JSONResponse:  # noqa: N803
-        return _json(reg.get_service(serviceId))
+        return json_response(reg.get_service(serviceId))
 
     @r.get("/applications/{appInstanceId}/services", summary="Services of an app instance",
            openapi_extra=DISCOVERY_PARAMS)  # fmt: skip
@@ -147,18 +148,18 @@ def service_mgmt_router() -> APIRouter:
     def register(reg: Reg, who: Caller, appInstanceId: str, body: ServiceInfoPost  # noqa: N803
                  ) -> JSONResponse:  # fmt: skip
         created = reg.register(who, appInstanceId, body)
-        return _json(created, 201, created["_links"]["self"]["href"])
+        return json_response(created, 201, created["_links"]["self"]["href"])
 
     @r.get("/applications/{appInstanceId}/services/{serviceId}", summary="One service of an app")
     def app_service(reg: Reg, who: Caller, appInstanceId: str, serviceId: str  # noqa: N803
                     ) -> JSONResponse:  # fmt: skip
         _check_app(reg, who, appInstanceId)
-        return _json(reg.get_service(serviceId, appInstanceId))
+        return json_response(reg.get_service(serviceId, appInstanceId))
 
     @r.put("/applications/{appInstanceId}/services/{serviceId}", summary="Update a service")
     def update(reg: Reg, who: Caller, appInstanceId: str, serviceId: str,  # noqa: N803
                body: ServiceInfo) -> JSONResponse:  # fmt: skip
-        return _json(reg.update(who, appInstanceId, serviceId, body))
+        return json_response(reg.update(who, appInstanceId, serviceId, body))
 
     @r.delete("/applications/{appInstanceId}/services/{serviceId}", status_code=204,
               summary="Deregister a service")  # fmt: skip
@@ -171,16 +172,16 @@ def service_mgmt_router() -> APIRouter:
 
     @r.get("/transports", summary="Transports the platform offers")
     def transports(reg: Reg, who: Caller) -> JSONResponse:
-        return _json(list(reg.transports.values()))
+        return json_response(list(reg.transports.values()))
 
     @r.get("/liveness/{serviceId}", summary="Liveness of a service (MEC 011 v2.2 extension)")
     def liveness(reg: Reg, who: Caller, serviceId: str) -> JSONResponse:  # noqa: N803
-        return _json(reg.liveness(who, serviceId))
+        return json_response(reg.liveness(who, serviceId))
 
     @r.patch("/liveness/{serviceId}", summary='Heartbeat: {"state": "ACTIVE"}')
     def heartbeat(reg: Reg, who: Caller, serviceId: str, body: LivenessUpdate  # noqa: N803
                   ) -> JSONResponse:  # fmt: skip
-        return _json(reg.heartbeat(who, serviceId, body.state))
+        return json_response(reg.heartbeat(who, serviceId, body.state))
 
     return r
 
@@ -195,11 +196,11 @@ def _subscription_routes(r: APIRouter, api: str, model: type[Any]) -> None:
 
     @r.get(path, summary="Subscriptions of an app instance")
     def subscriptions(reg: Reg, who: Caller, appInstanceId: str) -> JSONResponse:  # noqa: N803
-        return _json(reg.subscriptions(who, api, appInstanceId))
+        return json_response(reg.subscriptions(who, api, appInstanceId))
 
     def subscribe(reg: Reg, who: Caller, appInstanceId: str, body: Any) -> JSONResponse:  # noqa: N803
         created, location = reg.subscribe(who, api, appInstanceId, body)
-        return _json(created, 201, location)
+        return json_response(created, 201, location)
 
     subscribe.__annotations__["body"] = model  # a runtime type, so FastAPI parses the body
     r.post(path, status_code=201, summary=f"Subscribe ({model.__name__})")(subscribe)
@@ -207,7 +208,9 @@ def _subscription_routes(r: APIRouter, api: str, model: type[Any]) -> None:
     @r.get(path + "/{subscriptionId}", summary="One subscription")
     def subscription(reg: Reg, who: Caller, appInstanceId: str, subscriptionId: str  # noqa: N803
                      ) -> JSONResponse:  # fmt: skip
-        return _json(reg.subscription(who, api, appInstanceId, subscriptionId, delete=False))
+        return json_response(
+            reg.subscription(who, api, appInstanceId, subscriptionId, delete=False)
+        )
 
     @r.delete(path + "/{subscriptionId}", status_code=204, summary="Unsubscribe")
     def unsubscribe(reg: Reg, who: Caller, appInstanceId: str, subscriptionId: str  # noqa: N803
@@ -242,12 +245,12 @@ def app_support_router() -> APIRouter:
 
     @r.get("/timing/timing_caps", summary="Timing capabilities")
     def timing_caps(who: Caller) -> JSONResponse:
-        return _json({"timeStamp": _timestamp()})
+        return json_response({"timeStamp": timestamp(time.time())})
 
     @r.get("/timing/current_time", summary="Current time of the platform")
     def current_time(who: Caller) -> JSONResponse:
         # NONTRACEABLE: the host clock is not known to be traceable to a primary reference.
-        return _json({**_timestamp(), "timeSourceStatus": "NONTRACEABLE"})
+        return json_response({**timestamp(time.time()), "timeSourceStatus": "NONTRACEABLE"})
 
     return r
 
@@ -260,21 +263,16 @@ def _rule_routes(r: APIRouter, kind: str, model: type[Any], id_name: str) -> Non
 
     @r.get(base, summary=f"{kind} rules of an app instance")
     def rules(reg: Reg, who: Caller, appInstanceId: str) -> JSONResponse:  # noqa: N803
-        return _json(reg.rules(who, appInstanceId, kind))
+        return json_response(reg.rules(who, appInstanceId, kind))
 
     @r.get(item, summary=f"One {kind} rule")
     def rule(reg: Reg, who: Caller, appInstanceId: str, ruleId: str  # noqa: N803
              ) -> JSONResponse:  # fmt: skip
-        return _json(reg.rule(who, appInstanceId, kind, ruleId))
+        return json_response(reg.rule(who, appInstanceId, kind, ruleId))
 
     def put_rule(reg: Reg, who: Caller, appInstanceId: str, ruleId: str,  # noqa: N803
                  body: Any) -> JSONResponse:  # fmt: skip
-        return _json(reg.put_rule(who, appInstanceId, ruleId, body))
+        return json_response(reg.put_rule(who, appInstanceId, ruleId, body))
 
     put_rule.__annotations__["body"] = model  # a runtime type, so FastAPI parses the body
     r.put(item, summary=f"Update a {kind} rule (e.g. its state)")(put_rule)
-
-
-def _timestamp() -> dict[str, int]:
-    now = time.time_ns()
-    return {"seconds": now // 1_000_000_000, "nanoSeconds": now % 1_000_000_000}

@@ -30,6 +30,7 @@ from mec_platform.models import (
     ServiceInfoPost,
     TrafficRule,
     TransportInfo,
+    timestamp,
 )
 from mec_platform.notifier import CallbackNotAllowedError, Notifier, check_callback
 
@@ -451,9 +452,8 @@ def _matches(service: dict[str, Any], query: dict[str, Any]) -> bool:
 
 
 def _liveness(row: Service) -> dict[str, Any]:
-    seconds, fraction = divmod(row.last_heartbeat, 1)
     return {
         "state": row.state,
-        "timeStamp": {"seconds": int(seconds), "nanoSeconds": int(fraction * 1e9)},
+        "timeStamp": timestamp(row.last_heartbeat),
         "interval": row.liveness_interval,
     }
