@@ -48,6 +48,8 @@ func main() {
 	stateDir := fs.String("state-dir", env("EMU_STATE_DIR", "/var/lib/mts"), "where a generated token is written [EMU_STATE_DIR]")
 	level := fs.String("log-level", env("EMU_LOG_LEVEL", "info"), "debug, info, warn or error [EMU_LOG_LEVEL]")
 	format := fs.String("log-format", env("EMU_LOG_FORMAT", "json"), "json or console [EMU_LOG_FORMAT]")
+	rtRuntime := fs.Bool("rt-runtime", env("EMU_RT_RUNTIME", "true") == "true",
+		"run every runtime thread at SCHED_FIFO 1 so that the TTI clock never waits for an ordinary thread [EMU_RT_RUNTIME]")
 	memLimit := fs.Int("memory-limit-mb", atoiOr(env("EMU_MEMORY_LIMIT_MB", "512"), 512),
 		"heap size at which Go collects garbage; below it the GC never runs, as a GC pause can stall the TTI clock [EMU_MEMORY_LIMIT_MB]")
 	fs.Parse(os.Args[1:])
@@ -66,13 +68,13 @@ func main() {
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(int64(*memLimit) << 20)
 	runtime.GOMAXPROCS(runtime.NumCPU() + 1) // the TTI clock keeps one P for itself
-	if err := run(*config, net.JoinHostPort(*host, *port), *tokens, *stateDir, log); err != nil {
+	if err := run(*config, net.JoinHostPort(*host, *port), *tokens, *stateDir, *rtRuntime, log); err != nil {
 		log.Error("ran-emulator failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(configPath, listen, tokenList, stateDir string, log *slog.Logger) error {
+func run(configPath, listen, tokenList, stateDir string, rtRuntime bool, log *slog.Logger) error {
 	cfg, err := ran.LoadConfig(configPath)
 	if err != nil {
 		return err
@@ -80,6 +82,11 @@ func run(configPath, listen, tokenList, stateDir string, log *slog.Logger) error
 	emu, err := ran.New(cfg, log)
 	if err != nil {
 		return err
+	}
+	if cfg.RTPriority > 0 && rtRuntime {
+		if err := ran.RealtimeRuntime(); err != nil {
+			log.Warn("runtime threads stay ordinary threads: the TTI clock may stall under load", "err", err)
+		}
 	}
 	tokens, err := api.Tokens(tokenList, stateDir, log)
 	if err != nil {

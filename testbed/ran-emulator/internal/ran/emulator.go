@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,7 +216,7 @@ func (e *Emulator) clock() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if e.Cfg.RTPriority > 0 {
-		if err := setFIFO(e.Cfg.RTPriority); err != nil {
+		if err := setFIFO(0, e.Cfg.RTPriority); err != nil {
 			e.log.Warn("TTI clock stays a normal thread: no real-time priority", "err", err)
 		}
 	}
@@ -315,12 +317,12 @@ func (e *Emulator) TickNs() int64 { return e.tick }
 // WAN lists the WAN stage's two directions (none without a WAN stage).
 func (e *Emulator) WAN() []*WANDir { return e.wan }
 
-// setFIFO gives the calling thread SCHED_FIFO priority prio, so that a loaded machine
-// does not delay the TTI clock (it sleeps most of each TTI; the kernel's RT throttling
-// bounds it anyway).
-func setFIFO(prio int) error {
+// setFIFO gives thread tid (0: the caller) SCHED_FIFO priority prio, so that a loaded
+// machine does not delay the TTI clock (it sleeps most of each TTI; the kernel's RT
+// throttling bounds it anyway).
+func setFIFO(tid, prio int) error {
 	param := struct{ priority int32 }{int32(prio)}
-	_, _, errno := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, 0, 1 /* SCHED_FIFO */, uintptr(unsafe.Pointer(&param)))
+	_, _, errno := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(tid), 1 /* SCHED_FIFO */, uintptr(unsafe.Pointer(&param)))
 	if errno != 0 {
 		return errno
 	}
@@ -354,4 +356,28 @@ func (b *Bearer) Delivered(now int64) []*pkt.Packet {
 		out = append(out, b.dlDelay.ring.Pop())
 	}
 	return out
+}
+
+// RealtimeRuntime puts every thread of the process at SCHED_FIFO priority 1 (threads the
+// runtime starts later inherit it). The Go scheduler preempts a goroutine that ran 10 ms
+// without yielding, and the TTI clock, locked to its thread, then waits for another
+// runtime thread to reschedule it: if those threads are ordinary ones on a loaded
+// machine, that wait is milliseconds to hundreds of milliseconds. Priority 1 is below
+// the clock's and above every ordinary process; the emulator's threads sleep when there
+// is no packet, and the kernel's RT throttling leaves ordinary processes 5 % in any case.
+func RealtimeRuntime() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := setFIFO(tid, 1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
