@@ -199,6 +199,13 @@ def _outq(sock: socket.socket) -> int:
         return 0
 
 
+def delete_exchange(name: str) -> None:
+    """The experiment's exchanges are its own: remove them from the shared broker."""
+    sh("rabbitmqctl", "-q", "eval",
+       f'rabbit_exchange:delete(rabbit_misc:r(<<"/">>, exchange, <<"{name}">>), false, <<"pmx">>).',
+       check=False)  # fmt: skip
+
+
 def run_scheme(
     tb: Testbed, mode: Mode, seconds: float, rate: float, rnis: str, scale: float
 ) -> dict[str, Any]:
@@ -259,6 +266,7 @@ def run_scheme(
     transfer.close()
     publisher.close()
     manager.close()
+    delete_exchange(pep_exchange)
     return result
 
 
@@ -380,6 +388,7 @@ def main() -> None:
             log(f"{mode}: {summarize(results[-1:], args.warmup)[0]}")
     finally:
         tb.close()
+        delete_exchange(rnis)
     args.out.mkdir(parents=True, exist_ok=True)
     summary = summarize(results, args.warmup)
     runs = [compact(r) for r in results]
