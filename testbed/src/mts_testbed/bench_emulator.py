@@ -207,8 +207,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     a.legend(loc="lower right")
     quantiles = ["lateness_p50_us", "lateness_p90_us", "lateness_p99_us", "lateness_p999_us"]
     runs = {
-        **{f"{k.replace('_', ' ')}": v["timing"] for k, v in results["lateness"].items()},
-        "saturated (1 UE)": caps["1_ue"]["timing"],
+        **{k.replace("_mbps", " Mbit/s"): v["timing"] for k, v in results["lateness"].items()},
+        "saturated (1 UE, rt)": caps["1_ue"]["timing"],
     }
     width = 0.8 / len(runs)
     for i, (label, t) in enumerate(runs.items()):
