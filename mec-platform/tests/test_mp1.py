@@ -7,6 +7,8 @@ import time
 import httpx
 
 from mec_common.auth import TokenVerifier, jwks_key_lookup
+from mec_common.health import Health
+from mec_common.mp1 import MecAppRegistration, Mp1Client
 from mec_platform.testing import Receiver, Running, external_app, onboard
 
 SM = "/mec_service_mgmt/v1"
@@ -180,3 +182,37 @@ def test_oauth2_token_endpoint(platform: Running) -> None:
     assert r.status_code == 200 and r.json()["token_type"] == "Bearer"
     jwks = httpx.get(f"{platform.url}/oauth2/jwks").json()
     assert jwks["keys"][0]["kty"] == "OKP" and "d" not in jwks["keys"][0]
+
+
+def test_deleting_an_instance_revokes_it_and_removes_its_services(
+    platform: Running, receiver: Receiver
+) -> None:
+    onboard(platform)
+    app_id, app = external_app(platform)
+    sub = {"subscriptionType": "SerAvailabilityNotificationSubscription",
+           "callbackReference": receiver.start()}  # fmt: skip
+    app.post(f"{SM}/applications/{app_id}/subscriptions", json=sub)
+    app.post(f"{SM}/applications/{app_id}/services", json=SERVICE)
+    assert platform.admin.delete(f"/app_lcm/v1/app_instances/{app_id}").status_code == 204
+    assert platform.admin.get(f"{SM}/services").json() == []
+    assert app.get(f"{SM}/transports").status_code == 401  # its token died with it
+    assert platform.admin.get(f"/app_lcm/v1/app_instances/{app_id}").status_code == 404
+
+
+def test_registration_heartbeats_keep_a_service_alive(platform: Running) -> None:
+    onboard(platform)
+    app_id, _ = external_app(platform)
+    creds = platform.admin.post(f"/app_lcm/v1/app_instances/{app_id}/credentials").json()
+    client = Mp1Client(platform.url, app_id, creds["clientId"], creds["clientSecret"])
+    registration = MecAppRegistration(client, [{**SERVICE, "livenessInterval": 1}],
+                                      health=Health())  # fmt: skip
+    registration.start()
+    try:
+        assert registration.ready.wait(10)
+        time.sleep(3.5)  # expiry is after two missed 1 s intervals
+        [service] = platform.admin.get(f"{SM}/services").json()
+        assert service["state"] == "ACTIVE" and service["livenessInterval"] == 1
+    finally:
+        registration.stop()
+        client.close()
+    assert platform.admin.get(f"{SM}/services").json() == []

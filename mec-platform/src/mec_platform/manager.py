@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from mec_common.api import ProblemError
 from mec_common.logging import get_logger
@@ -187,11 +187,17 @@ class Manager:
             return self.instance_json(*self._instance(s, instance_id))
 
     def delete_instance(self, instance_id: str) -> None:
+        """Delete a NOT_INSTANTIATED instance with whatever an app run elsewhere left
+        (services, subscriptions, rules) and its credentials."""
         with self.db.session() as s:
             row, _ = self._instance(s, instance_id)
             if row.instantiation_state != "NOT_INSTANTIATED" or self._busy(s, instance_id):
                 raise ProblemError(409, "terminate the app instance before deleting it")
-            s.delete(row)
+        self.registry.remove_app_resources(instance_id)
+        self.authority.revoke_app_clients(instance_id)
+        with self.db.session() as s:
+            s.execute(delete(LcmOpOcc).where(LcmOpOcc.app_instance_id == instance_id))
+            s.execute(delete(AppInstance).where(AppInstance.id == instance_id))
 
     def credentials(self, instance_id: str) -> dict[str, str]:
         """New credentials for an app that runs outside the platform's backends."""

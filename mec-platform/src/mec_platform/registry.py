@@ -89,6 +89,8 @@ class Registry:
 
     def service_json(self, row: Service) -> dict[str, Any]:
         body = {"serInstanceId": row.id, **row.info, "state": row.state}
+        if row.liveness_interval:
+            body["livenessInterval"] = row.liveness_interval
         href = f"{self.base_url}{SERVICE_MGMT}/applications/{row.app_instance_id}/services/{row.id}"
         links: dict[str, Any] = {"self": {"href": href}}
         if row.liveness_interval:
