@@ -8,8 +8,8 @@ import httpx
 
 from mec_common.auth import TokenVerifier, jwks_key_lookup
 from mec_common.health import Health
-from mec_common.mp1 import MecAppRegistration, Mp1Client
-from mec_platform.testing import Receiver, Running, external_app, onboard
+from mec_common.mp1 import MecAppRegistration, Mp1Client, termination_router
+from mec_platform.testing import Receiver, Running, external_app, onboard, wait_until
 
 SM = "/mec_service_mgmt/v1"
 AS = "/mec_app_support/v1"
@@ -216,3 +216,41 @@ def test_registration_heartbeats_keep_a_service_alive(platform: Running) -> None
         registration.stop()
         client.close()
     assert platform.admin.get(f"{SM}/services").json() == []
+
+
+def test_termination_endpoint_of_an_app_admits_only_the_platform(platform: Running) -> None:
+    from fastapi.testclient import TestClient
+
+    from mec_common.api import create_app
+    from mec_common.config import ServiceSettings
+
+    onboard(platform)
+    app_id, app = external_app(platform)
+    creds = platform.admin.post(f"/app_lcm/v1/app_instances/{app_id}/credentials").json()
+    client = Mp1Client(platform.url, app_id, creds["clientId"], creds["clientSecret"])
+    stopped: list[bool] = []
+    registration = MecAppRegistration(client, [], on_termination=lambda: stopped.append(True))
+    verifier = TokenVerifier([], jwt_keys=jwks_key_lookup(f"{platform.url}/oauth2/jwks"))
+    api = create_app(
+        title="app",
+        version="1",
+        description="a MEC app",
+        settings=ServiceSettings(),
+        health=Health(),
+        token_verifier=verifier,
+    )
+    api.include_router(termination_router(registration, verifier))
+    http = TestClient(api)
+    path = "/mec/notifications/app_termination"
+    body = {"notificationType": "AppTerminationNotification", "operationAction": "TERMINATING",
+            "maxGracefulTimeout": 5, "_links": {"subscription": {"href": "x"}}}  # fmt: skip
+    notify = {"Authorization": f"Bearer {platform.platform.authority.notification_token()}"}
+    app_token = {"Authorization": app.headers["Authorization"]}  # an API token: not enough
+    assert http.post(path, json=body, headers=app_token).status_code == 401
+    assert http.post(path, json=body).status_code == 401
+    assert http.post(path, content=b"{nope", headers=notify).status_code == 400
+    assert http.post(path, json={**body, "operationAction": "X"}, headers=notify).status_code == 400
+    assert stopped == []
+    assert http.post(path, json=body, headers=notify).status_code == 204
+    wait_until(lambda: stopped == [True], 10, "on_termination")
+    client.close()

@@ -348,7 +348,10 @@ def termination_router(
         credentials = await bearer(request)
         if credentials is None or verifier.verify_notification(credentials.credentials) is None:
             raise ProblemError(401, "a platform notification token is required")
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
         action = body.get("operationAction") if isinstance(body, dict) else None
         if action not in ("STOPPING", "TERMINATING"):
             raise ProblemError(400, "operationAction must be STOPPING or TERMINATING")
