@@ -29,7 +29,10 @@ def stack(docker_engine: None) -> Iterator[Stack]:
     """The suite with the emulated RAN, up and healthy; removed afterwards, also on failure."""
     suffix = secrets.token_hex(3)
     s = Stack(project=f"mtst{suffix}", testbed=f"t{suffix}", env=dict(os.environ))
-    s.ports = {name: free_port() for name in (*SERVICES, "rabbitmq", "rabbitmq-management")}
+    s.ports = {
+        name: free_port()
+        for name in (*SERVICES, "rabbitmq", "rabbitmq-management", "rabbitmq-metrics")
+    }
     s.env.update(
         MTS_PROJECT=s.project,
         TESTBED_NAME=s.testbed,
@@ -44,6 +47,7 @@ def stack(docker_engine: None) -> Iterator[Stack]:
         PM_HOST_PORT=str(s.ports["path-manager"]),
         RABBITMQ_HOST_PORT=str(s.ports["rabbitmq"]),
         RABBITMQ_MANAGEMENT_HOST_PORT=str(s.ports["rabbitmq-management"]),
+        RABBITMQ_METRICS_HOST_PORT=str(s.ports["rabbitmq-metrics"]),
     )
     try:
         started = time.monotonic()

@@ -53,6 +53,9 @@ def test_every_service_is_healthy(stack: Stack) -> None:
         r = httpx.get(stack.url(service, "/healthz"), timeout=5)
         assert r.status_code == 200, (service, r.text)
         assert r.json()["status"] == "ok"
+    for service in (*SERVICES, "rabbitmq-metrics"):  # Prometheus metrics, without a token
+        r = httpx.get(stack.url(service, "/metrics"), timeout=5)
+        assert r.status_code == 200 and "# TYPE" in r.text, service
 
 
 def test_apis_deny_without_token(stack: Stack) -> None:
