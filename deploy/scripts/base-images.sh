@@ -10,7 +10,7 @@
 #   base-images.sh build-args print the --build-arg flags only
 #
 # With a registry at hand, skip this: the Dockerfiles default to the public images
-# (debian:bookworm-slim, python:3.11-slim, golang:1.22-bookworm).
+# (debian:bookworm-slim, python:3.11-slim, golang:1.24-bookworm).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -65,3 +65,20 @@ def test_values_document_only_real_names(known: set[str]) -> None:
     values = yaml.safe_load((REPO / "charts/mec-transport-suite/values.yaml").read_text())
     for service in ("platform", "rnisAdapter", "pep", "pathManager"):
         assert unknown(set(values[service]["env"]), known) == set(), service
+
+
+def version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def test_public_base_images_fit_the_sources() -> None:
+    """The Dockerfile's default bases can build what go.mod and pyproject.toml ask for."""
+    dockerfile = (REPO / "deploy/docker/Dockerfile").read_text()
+    go_image = re.search(r"^ARG GO_IMAGE=golang:(\d+\.\d+)", dockerfile, re.MULTILINE)
+    go_mod = re.search(r"^go (\d+\.\d+)", (REPO / "go.mod").read_text(), re.MULTILINE)
+    assert go_image and go_mod
+    assert version(go_image[1]) >= version(go_mod[1]), "raise GO_IMAGE to go.mod's version"
+    python_image = re.search(r"^ARG PYTHON_IMAGE=python:(\d+\.\d+)", dockerfile, re.MULTILINE)
+    requires = re.search(r'requires-python = ">=(\d+\.\d+)"', (REPO / "pyproject.toml").read_text())
+    assert python_image and requires
+    assert version(python_image[1]) >= version(requires[1])
