@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import pwd
 import shutil
@@ -10,9 +11,17 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from mec_platform.testing import Running, external_app, free_port, make_settings, onboard
+from mec_platform.testing import (
+    Running,
+    external_app,
+    free_port,
+    make_settings,
+    onboard,
+    wait_until,
+)
 
 SM = "/mec_service_mgmt/v1"
 
@@ -25,50 +34,46 @@ def _pg_bin() -> Path:
     return Path(found[-1]).parent
 
 
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
+class Cluster:
     """A throwaway cluster owned by the postgres user (the server refuses to run as root)."""
-    bindir, port = _pg_bin(), free_port()
-    data = Path(tempfile.mkdtemp(prefix="mts-pg-"))
-    user = pwd.getpwnam("postgres")
-    shutil.chown(data, user.pw_uid, user.pw_gid)
 
-    def as_postgres(*cmd: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *cmd], check=True,
-                       capture_output=True, cwd=data)  # fmt: skip
+    def __init__(self) -> None:
+        self.bindir, self.port = _pg_bin(), free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="mts-pg-"))
+        user = pwd.getpwnam("postgres")
+        shutil.chown(self.dir, user.pw_uid, user.pw_gid)
+        self.url = f"postgresql+psycopg://mts@127.0.0.1:{self.port}/postgres"
+        self._as_postgres("initdb", "-D", str(self.dir / "db"), "-U", "mts", "--auth=trust",
+                          "-E", "UTF8")  # fmt: skip
 
+    def _as_postgres(self, tool: str, *args: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", str(self.bindir / tool), *args],
+                       check=True, capture_output=True, cwd=self.dir)  # fmt: skip
+
+    def start(self) -> None:
+        self._as_postgres("pg_ctl", "-D", str(self.dir / "db"), "-l", str(self.dir / "log"), "-w",
+                          "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1",
+                          "start")  # fmt: skip
+
+    def stop(self) -> None:
+        self._as_postgres("pg_ctl", "-D", str(self.dir / "db"), "-m", "immediate", "-w", "stop")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
     try:
-        as_postgres(str(bindir / "initdb"), "-D", str(data / "db"), "-U", "mts",
-                    "--auth=trust", "-E", "UTF8")  # fmt: skip
-        as_postgres(
-            str(bindir / "pg_ctl"),
-            "-D",
-            str(data / "db"),
-            "-l",
-            str(data / "log"),
-            "-w",
-            "-o",
-            f"-p {port} -k {data} -c listen_addresses=127.0.0.1",
-            "start",
-        )
-        yield f"postgresql+psycopg://mts@127.0.0.1:{port}/postgres"
+        c.start()
+        yield c
     finally:
-        subprocess.run(
-            [
-                "runuser",
-                "-u",
-                "postgres",
-                "--",
-                str(bindir / "pg_ctl"),
-                "-D",
-                str(data / "db"),
-                "-m",
-                "immediate",
-                "stop",
-            ],
-            capture_output=True,
-        )
-        shutil.rmtree(data, ignore_errors=True)
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+            c.stop()
+        shutil.rmtree(c.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(cluster: Cluster) -> str:
+    return cluster.url
 
 
 def test_platform_on_postgresql_keeps_state_across_restarts(
@@ -102,3 +107,18 @@ def test_platform_on_postgresql_keeps_state_across_restarts(
         assert [r["trafficRuleId"] for r in rules] == ["intercept-http"]
     finally:
         again.stop()
+
+
+def test_a_lost_database_shows_in_health_and_comes_back(tmp_path: Path, cluster: Cluster) -> None:
+    platform = Running(make_settings(tmp_path, database_url=cluster.url))
+    try:
+        health = f"{platform.url}/healthz"
+        assert httpx.get(health).status_code == 200
+        cluster.stop()
+        wait_until(lambda: httpx.get(health).status_code == 503, 20, "health to show the loss")
+        assert not httpx.get(health).json()["checks"]["database"]["ok"]
+        cluster.start()
+        wait_until(lambda: httpx.get(health).status_code == 200, 30, "health to recover")
+        assert platform.admin.get(f"{SM}/services").status_code == 200
+    finally:
+        platform.stop()

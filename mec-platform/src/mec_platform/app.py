@@ -104,7 +104,8 @@ def build_platform(settings: PlatformSettings) -> Platform:
         app.include_router(router)
 
     stop = threading.Event()
-    threading.Thread(target=_liveness_loop, args=(registry, settings.liveness_check_s, stop),
+    threading.Thread(target=_liveness_loop,
+                     args=(registry, health, settings.liveness_check_s, stop),
                      name="liveness", daemon=True).start()  # fmt: skip
     return Platform(app, db, authority, registry, manager, notifier, admin_secret, stop)
 
@@ -134,9 +135,14 @@ def _extra_headers(response: Response) -> dict[str, str]:
     return {k: v for k, v in response.headers.items() if k not in skip}
 
 
-def _liveness_loop(registry: Registry, period: float, stop: threading.Event) -> None:
+def _liveness_loop(registry: Registry, health: Health, period: float, stop: threading.Event
+                   ) -> None:  # fmt: skip
+    """Expire silent services; this periodic query also tells /healthz about the database."""
+    backend = registry.db.engine.url.get_backend_name()
     while not stop.wait(period):
         try:
             registry.expire_silent_services()
-        except Exception as exc:  # keep checking after a database hiccup
+            health.set("database", True, backend)
+        except Exception as exc:  # keep checking; the database may come back
+            health.set("database", False, f"{backend}: {type(exc).__name__}")
             log.error("liveness check failed", error=str(exc))
