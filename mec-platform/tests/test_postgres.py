@@ -117,6 +117,9 @@ def test_a_lost_database_shows_in_health_and_comes_back(tmp_path: Path, cluster:
         cluster.stop()
         wait_until(lambda: httpx.get(health).status_code == 503, 20, "health to show the loss")
         assert not httpx.get(health).json()["checks"]["database"]["ok"]
+        r = platform.admin.get("/app_lcm/v1/app_instances")
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert r.json()["detail"] == "the database is unavailable; retry later"
         cluster.start()
         wait_until(lambda: httpx.get(health).status_code == 200, 30, "health to recover")
         assert platform.admin.get(f"{SM}/services").status_code == 200

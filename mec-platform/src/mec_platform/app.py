@@ -10,8 +10,9 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 
-from mec_common.api import PROBLEM_JSON, create_app
+from mec_common.api import PROBLEM_JSON, create_app, problem_response
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.tproxy import Runner
@@ -98,6 +99,13 @@ def build_platform(settings: PlatformSettings) -> Platform:
         token_verifier=authority.verifier,
     )
     app.state.registry, app.state.manager = registry, manager
+
+    async def database_down(request: Request, exc: Exception) -> Response:
+        health.set("database", False, f"{type(exc).__name__}")
+        return problem_response(request, 503, "the database is unavailable; retry later",
+                                headers={"Retry-After": "5"})  # fmt: skip
+
+    app.add_exception_handler(DBAPIError, database_down)
     _absolute_problem_instances(app, base)
     for router in (service_mgmt_router(), app_support_router(), pkgm_router(), lcm_router(),
                    oauth_router(authority)):  # fmt: skip
