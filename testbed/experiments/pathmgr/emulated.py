@@ -5,7 +5,7 @@ One UE on four cells (``testbed/configs/multipath-4path.yaml``: LoS/NLoS Markov 
 manager; the path manager switches the subflows of an MPTCP connection from the MEC host to
 the UE. The sender in the MEC namespace stands in for the PEP's RAN leg (the PEP's RAN leg is
 not MPTCP yet): it offers 100 Mbit/s (Table 7.2: 1 Gbit/s) in 1500-byte records stamped at
-enqueue, and publishes its backlog (its own queue + the MPTCP socket's unacked bytes) on the
+enqueue, and publishes its backlog (its own queue + the MPTCP socket's unsent bytes) on the
 PEP's backlog contract every 2 ms. The receiver in the UE namespace measures each record's
 delay from enqueue to arrival (one host, one clock).
 
@@ -47,7 +47,7 @@ from path_manager.service import PathManager, PmSettings
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 RECORD = 1500
 IPPROTO_MPTCP = 262
-SIOCOUTQ = 0x5411
+SIOCOUTQ, SIOCOUTQNSD = 0x5411, 0x894B  # unacked bytes; bytes not sent yet
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -153,17 +153,12 @@ class Transfer:
                     pending[0] = pending[0][sent:]
             if now >= next_report:
                 backlog = queued + _outq(self.conn)
-                self.queue_samples.append((now - self.t0, backlog / RECORD))
+                unsent = queued + _outq(self.conn, SIOCOUTQNSD)
+                self.queue_samples.append((now - self.t0, unsent / RECORD))
+                message = {"schema": 1, "ue": self.ue_ip, "backlog_bytes": backlog,
+                           "unsent_bytes": unsent, "ts_ns": time.time_ns()}  # fmt: skip
                 self.publisher.publish(
-                    "pep.v1.backlog." + self.ue_ip.replace(".", "_"),
-                    orjson.dumps(
-                        {
-                            "schema": 1,
-                            "ue": self.ue_ip,
-                            "backlog_bytes": backlog,
-                            "ts_ns": time.time_ns(),
-                        }
-                    ),
+                    "pep.v1.backlog." + self.ue_ip.replace(".", "_"), orjson.dumps(message)
                 )
                 next_report = now + 0.002
             select.select([], [self.conn] if pending else [], [], 0.0005)
@@ -191,9 +186,9 @@ class Transfer:
             s.close()
 
 
-def _outq(sock: socket.socket) -> int:
+def _outq(sock: socket.socket, request: int = SIOCOUTQ) -> int:
     try:
-        raw = fcntl.ioctl(sock.fileno(), SIOCOUTQ, struct.pack("=i", 0))
+        raw = fcntl.ioctl(sock.fileno(), request, struct.pack("=i", 0))
         return int(struct.unpack("=i", raw)[0])
     except OSError:
         return 0
@@ -373,8 +368,8 @@ def main() -> None:
         default=Path(__file__).with_name("multipath-4path-short-queue.yaml"),
         help="testbed scenario (4 cells, LoS/NLoS Markov)",
     )
-    parser.add_argument("--rate", type=float, default=40e6, help="offered load, bit/s (4e7)")
-    parser.add_argument("--scale", type=float, default=25.0, help="Table 7.2 / this (25)")
+    parser.add_argument("--rate", type=float, default=20e6, help="offered load, bit/s (2e7)")
+    parser.add_argument("--scale", type=float, default=50.0, help="Table 7.2 / this (50)")
     parser.add_argument("--modes", default="reactive,cdf,fpt,cdf+r,fpt+r")
     parser.add_argument("--out", type=Path, default=ROOT / "docs/results/pathmgr/emulated")
     args = parser.parse_args()

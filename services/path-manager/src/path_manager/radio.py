@@ -1,8 +1,9 @@
 """Per-path radio state from the RNIS feed: capacity, LoS/NLoS, dwell-time estimates.
 
-- Capacity: the cell's rate for this UE from RNIS (``cqi_capacity_bps`` = TBS(MCS(CQI),
-  cell PRBs)/TTI; else the scheduled TBS/TTI), smoothed by an EWMA kept per state, so the
-  predictor gets C_LoS and C_NLoS of each path.
+- Capacity: the TBS the cell gives the UE per TTI (``dl_tbs_bytes``/TTI when scheduled),
+  smoothed by an EWMA kept per state, so the predictor gets C_LoS and C_NLoS of each path;
+  until a state has been seen scheduled, the cell's rate at the reported CQI
+  (``cqi_capacity_bps`` = TBS(MCS(CQI), cell PRBs)/TTI) stands in.
 - LoS/NLoS: wideband CQI with hysteresis: LoS at or above ``los_cqi``, NLoS at or below
   ``nlos_cqi``, unchanged in between, and a state must hold ``min_dwell`` before it counts.
 - Dwell times: rates μ̂ (LoS→NLoS) and λ̂ (NLoS→LoS) = transitions / time in the state, with
@@ -62,6 +63,7 @@ class PathRadio:
     _los: _StateTime = field(default_factory=_StateTime)
     _nlos: _StateTime = field(default_factory=_StateTime)
     _last_decay: float | None = None
+    _tbs_seen: dict[bool, bool] = field(default_factory=lambda: {True: False, False: False})
 
     def update(self, m: RnisMeasurement, now: float, s: RadioSettings) -> None:
         self.cell, self.samples, self.last_sample = m.cell, self.samples + 1, now
@@ -97,13 +99,22 @@ class PathRadio:
         self._state_since = until
 
     def _capacity(self, m: RnisMeasurement, s: RadioSettings) -> None:
-        sample = m.cqi_capacity_bps
-        if sample is None and m.dl_tbs_bytes is not None and m.dl_tbs_bytes > 0:
-            sample = int(m.dl_tbs_bytes * 8 * 1e6 / m.tti_us)
-        if sample is None:
-            return
-        name = "capacity_los" if self.in_los else "capacity_nlos"
+        """EWMA per state of the TBS the cell gives the UE per TTI (what it really carries).
+
+        Before the first scheduled TTI in a state (an idle or inactive path) the estimate is
+        the cell's rate at the reported CQI, ``cqi_capacity_bps``; TBS samples replace it.
+        """
+        los = self.in_los
+        name = "capacity_los" if los else "capacity_nlos"
         old = getattr(self, name)
+        if m.dl_tbs_bytes is not None and m.dl_tbs_bytes > 0:
+            sample = m.dl_tbs_bytes * 8 * 1e6 / m.tti_us
+            if not self._tbs_seen[los]:
+                self._tbs_seen[los], old = True, None  # the first TBS replaces the CQI guess
+        elif not self._tbs_seen[los] and m.cqi_capacity_bps is not None:
+            sample = float(m.cqi_capacity_bps)
+        else:
+            return
         new = sample if old is None else (1 - s.capacity_alpha) * old + s.capacity_alpha * sample
         setattr(self, name, float(new))
 

@@ -267,7 +267,9 @@ class PathManager:
         try:
             msg = orjson.loads(body)
             ue = self.ues.get(IPv4Address(msg["ue"]))
-            backlog = float(msg["backlog_bytes"])
+            # The proxy's queue is what it has not sent yet; bytes in flight on the UE leg are
+            # in the radio's queues, not the proxy's (older messages: the whole backlog).
+            backlog = float(msg.get("unsent_bytes", msg["backlog_bytes"]))
         except (ValueError, KeyError, TypeError):
             return
         if ue is None or ue.control is None:
