@@ -195,8 +195,7 @@ class Manager:
                 raise ProblemError(409, "terminate the app instance before deleting it")
         self.registry.remove_app_resources(instance_id)
         self.authority.revoke_app_clients(instance_id)
-        with self.db.session() as s:
-            s.execute(delete(LcmOpOcc).where(LcmOpOcc.app_instance_id == instance_id))
+        with self.db.session() as s:  # its operation occurrences stay, as history
             s.execute(delete(AppInstance).where(AppInstance.id == instance_id))
 
     def credentials(self, instance_id: str) -> dict[str, str]:

@@ -38,7 +38,7 @@ class Running:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # generous: the machine is shared
         while not self.server.started:
             assert time.monotonic() < deadline, "platform did not start"
             time.sleep(0.02)
@@ -109,7 +109,7 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}/notify"
 
-    def wait_for(self, count: int, timeout: float = 10) -> list[dict[str, Any]]:
+    def wait_for(self, count: int, timeout: float = 30) -> list[dict[str, Any]]:
         with self.arrived:
             self.arrived.wait_for(lambda: len(self.received) >= count, timeout)
             return list(self.received)
@@ -155,7 +155,7 @@ def external_app(platform: Running, appd_id: str = "test-app") -> tuple[str, htt
     return instance_id, platform.client(creds["clientId"], creds["clientSecret"])
 
 
-def wait_op(platform: Running, op: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
+def wait_op(platform: Running, op: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     seen = [op["operationState"]]
     while op["operationState"] not in ("COMPLETED", "FAILED"):
@@ -167,7 +167,7 @@ def wait_op(platform: Running, op: dict[str, Any], timeout: float = 30) -> dict[
     return op
 
 
-def wait_until(predicate: Any, timeout: float = 20, what: str = "condition") -> None:
+def wait_until(predicate: Any, timeout: float = 30, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
