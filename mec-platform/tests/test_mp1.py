@@ -116,6 +116,8 @@ def test_availability_notifications_are_filtered_retried_and_signed(
     app.post(f"{SM}/applications/{app_id}/services", json={**SERVICE, "serName": "ignored"})
     ser_id = app.post(f"{SM}/applications/{app_id}/services", json=SERVICE).json()[
         "serInstanceId"]  # fmt: skip
+    assert len(receiver.wait_for(1)) == 1  # ADDED, after two refusals and retries
+    # (Deleting now would race the retries: a retried notification may be overtaken.)
     app.delete(f"{SM}/applications/{app_id}/services/{ser_id}")
     got = receiver.wait_for(2)
     changes = [(n["serviceReferences"][0]["serName"], n["serviceReferences"][0]["changeType"])
