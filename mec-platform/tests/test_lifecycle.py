@@ -52,12 +52,12 @@ def test_instantiate_register_terminate_gracefully(platform: Running) -> None:
     started = time.monotonic()
     r = admin.post(
         f"{LCM}/app_instances/{iid}/terminate",
-        json={"terminationType": "GRACEFUL", "gracefulTerminationTimeout": 20},
+        json={"terminationType": "GRACEFUL", "gracefulTerminationTimeout": 60},
     )
     op = wait_op(platform, r.json())
     assert op["operationState"] == "COMPLETED", op
-    # The app confirmed: the platform did not wait for the 20 s timeout.
-    assert time.monotonic() - started < 10
+    # The app confirmed: the platform did not wait for the 60 s timeout.
+    assert time.monotonic() - started < 30
     assert admin.get(services, params={"ser_name": "sample"}).json() == []
     assert admin.get(f"{LCM}/app_instances/{iid}").json()["instantiationState"] == (
         "NOT_INSTANTIATED")  # fmt: skip
