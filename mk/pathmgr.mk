@@ -17,7 +17,7 @@ experiment-pathmgr-sim: python ## path manager: the simulation study (8 paths, 2
 	nice -n 10 uv run path-manager simulate --runs 100 --workers 2 --out $(PATHMGR_RESULTS)/simulation
 
 # Not in EXPERIMENT_TARGETS yet: it runs end to end, but on the shared machine the MPTCP leg over
-# the emulator carries less than the offered load, so every scheme saturates (docs/path-manager.md).
+# the emulator does not yet behave like the research's proxy (docs/path-manager.md).
 .PHONY: experiment-pathmgr
-experiment-pathmgr: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter ## path manager on the emulated RAN (Table 7.2 scaled 1/25; work in progress)
+experiment-pathmgr: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter ## path manager on the emulated RAN (Table 7.2 scaled 1/50; work in progress, see docs/path-manager.md)
 	uv run python testbed/experiments/pathmgr/emulated.py --out $(PATHMGR_RESULTS)/emulated
