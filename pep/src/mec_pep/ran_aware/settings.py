@@ -47,9 +47,13 @@ class RanAwareSettings(BaseSettings):
         None, description="loader binary; default: build/bin/meld-loader of the source tree"
     )
 
-    rnis_exchange: str = Field("rnis", description="RNIS AMQP exchange (Mp1 discovery overrides)")
+    rnis_exchange: str = Field(
+        "rnis", description="RNIS AMQP exchange; with a platform, found through Mp1 unless set"
+    )
     rnis_amqp_url: str | None = Field(
-        None, description="broker of the RNIS feed; default: PEP_AMQP_URL (Mp1 discovery overrides)"
+        None,
+        description="broker of the RNIS feed; with a platform, found through Mp1 (with the "
+        "credentials of PEP_AMQP_URL) unless set; else PEP_AMQP_URL",
     )
     rnis_ue_networks: Networks = Field(
         default_factory=list,

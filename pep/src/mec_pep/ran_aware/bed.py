@@ -1,0 +1,403 @@
+"""The whole RAN-aware chain on the emulated testbed, for the MELD and RAPID experiments.
+
+    RAN emulator ─FlexRAN API→ rnis-adapter ─AMQP→ RabbitMQ ─→ PEP (MEC namespace) ─BPF maps→ kernel
+
+``RanAwareBed`` brings up a testbed topology from a scenario file, a content server (one
+port per server congestion control), the RNIS adapter (root namespace, polling the
+emulator every 8 ms like the thesis's MELD), and the PEP in the MEC namespace with the
+MELD/RAPID extension, intercepting some ports (TPROXY) and leaving others end to end.
+
+The testbed's management link reaches the root namespace, but RabbitMQ's ``guest`` user
+only logs in over loopback; the bed therefore relays the PEP's AMQP connection from the
+MEC namespace's loopback to the broker's (``_AmqpRelay``) instead of adding users to the
+shared broker.
+
+Also ``python -m mec_pep.ran_aware.bed serve PORT:CCA ...`` (the content server: sends the
+requested number of bytes with that congestion control), run inside the server namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from mec_pep.lab import in_netns
+
+if TYPE_CHECKING:
+    from mts_testbed.topology import Topology
+
+REPO = Path(__file__).resolve().parents[4]
+BROKER = ("127.0.0.1", 5672)
+REQUEST = struct.Struct("!Q")  # the size to send, as mec_pep.experiment's fetch asks it
+API = "http://127.0.0.1:8102"
+TOKEN = "bed"  # noqa: S105 - the API token of a throwaway PEP on a loopback address
+
+
+# ---- the content server ------------------------------------------------------------------------
+
+
+def serve(specs: list[str]) -> None:
+    """``PORT:CCA``: on each connection to PORT, send the requested bytes with CCA, close."""
+    chunk = memoryview(os.urandom(1 << 20))
+
+    def send(conn: socket.socket) -> None:
+        with conn:
+            (size,) = REQUEST.unpack(conn.recv(REQUEST.size, socket.MSG_WAITALL))
+            while size > 0:
+                n = conn.send(chunk[: min(size, len(chunk))])
+                size -= n
+            conn.shutdown(socket.SHUT_WR)
+            conn.recv(1)
+
+    def accept(listener: socket.socket, cca: bytes) -> None:
+        while True:
+            conn, _ = listener.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca)
+            threading.Thread(target=send, args=(conn,), daemon=True).start()
+
+    threads = []
+    for spec in specs:
+        port, cca = spec.split(":")
+        listener = socket.create_server(("0.0.0.0", int(port)), backlog=64)
+        t = threading.Thread(target=accept, args=(listener, cca.encode()), daemon=True)
+        t.start()
+        threads.append(t)
+    print("ready", flush=True)
+    for t in threads:
+        t.join()
+
+
+# ---- AMQP from the MEC namespace to the broker -------------------------------------------------
+
+
+class _AmqpRelay:
+    """TCP relay: 127.0.0.1:5672 inside a namespace → the broker on the root's loopback."""
+
+    def __init__(self, netns: str) -> None:
+        self.listener = in_netns(netns, lambda: socket.create_server(("127.0.0.1", BROKER[1])))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                inner, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                outer = socket.create_connection(BROKER, timeout=5)
+            except OSError:
+                inner.close()
+                continue
+            outer.settimeout(None)
+            for a, b in ((inner, outer), (outer, inner)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+
+
+# ---- the bed -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Download:
+    proc: subprocess.Popen[str]
+    started: float  # Unix time at the UE
+    size: int
+
+
+@dataclass
+class BedConfig:
+    scenario: Path
+    servers: dict[int, str]  # port -> server congestion control
+    intercepted: list[int]  # ports the PEP splits (the others go end to end)
+    ran_cca: str = "cubic"  # PEP_MELD_CCA
+    mode: str = "off"  # PEP_MELD_MODE at start
+    poll_period: str = "8ms"
+    pep_env: dict[str, str] = field(default_factory=dict)
+
+
+class RanAwareBed:
+    def __init__(self, config: BedConfig, workdir: Path, *, quiet: bool = True) -> None:
+        from mts_testbed import builder
+
+        self.config = config
+        self.workdir = workdir
+        self.name = f"rb{secrets.token_hex(2)}"
+        self.exchange = f"rnis-{self.name}"
+        self.procs: list[subprocess.Popen[Any]] = []
+        self.relay: _AmqpRelay | None = None
+        log = (lambda *a, **k: None) if quiet else print
+        self.topo: Topology = builder.up(config.scenario, self.name, log=log)
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- addresses
+    @property
+    def ue_ip(self) -> str:
+        return self.topo.ue(1).paths[0].ip
+
+    @property
+    def server_ip(self) -> str:
+        return self.topo.server.addresses["wan0"]
+
+    # -- processes
+    def _start(self) -> None:
+        topo, cfg = self.topo, self.config
+        # Every sender picks its congestion control per socket (the server per port, the PEP
+        # per RAN leg): a namespace's default may not be settable (only the "allowed" ones).
+        server = topo.popen(
+            topo.server.ns, sys.executable, "-m", "mec_pep.ran_aware.bed", "serve",
+            *(f"{p}:{c}" for p, c in cfg.servers.items()), stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.procs.append(server)
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        self._start_adapter()
+        self.relay = _AmqpRelay(topo.mec.ns)
+        self._start_pep()
+
+    def _start_adapter(self) -> None:
+        emu = self.topo.emulator
+        env = {
+            **os.environ,
+            "RNIS_FLEXRAN_URL": emu.url,
+            "RNIS_FLEXRAN_TOKEN": emu.token,
+            "RNIS_AMQP_URL": f"amqp://guest:guest@{BROKER[0]}:{BROKER[1]}/%2F",
+            "RNIS_AMQP_EXCHANGE": self.exchange,
+            "RNIS_HTTP_HOST": "127.0.0.1",
+            "RNIS_HTTP_PORT": str(_free_port()),
+            "RNIS_API_TOKENS": secrets.token_hex(8),
+            "RNIS_POLL_PERIOD": self.config.poll_period,
+            "RNIS_LOG_LEVEL": "WARNING",
+        }
+        log = (self.workdir / f"{self.name}-rnis-adapter.log").open("wb")
+        self.procs.append(subprocess.Popen(
+            [str(REPO / "build/bin/rnis-adapter"), "serve"], env=env, stdout=log,
+            stderr=subprocess.STDOUT,
+        ))  # fmt: skip
+
+    def _start_pep(self) -> None:
+        topo, cfg = self.topo, self.config
+        env = {
+            **os.environ,
+            "PEP_API_TOKENS": TOKEN,
+            "PEP_HTTP_HOST": "127.0.0.1",
+            "PEP_STATE_DIR": str(self.workdir),
+            "PEP_TRANSPARENT_PORT": "5999",
+            "PEP_TPROXY_PORTS": ",".join(map(str, cfg.intercepted)),
+            "PEP_ALLOWED_CLIENTS": "10.30.0.0/16",
+            "PEP_ALLOWED_DESTINATIONS": f"{self.server_ip}/32",
+            "PEP_BACKLOG_INTERVAL_MS": "0",
+            "PEP_RAN_AWARE": "true",
+            "PEP_MELD_INSTANCE": self.name,
+            "PEP_MELD_CCA": cfg.ran_cca,
+            "PEP_MELD_MODE": cfg.mode,
+            "PEP_AMQP_URL": f"amqp://guest:guest@127.0.0.1:{BROKER[1]}/%2F",
+            "PEP_RNIS_EXCHANGE": self.exchange,
+            "PEP_RNIS_UE_NETWORKS": ",".join(f"{p.ip}/32" for u in topo.ues for p in u.paths),
+            "PEP_LOG_LEVEL": "WARNING",
+            **cfg.pep_env,
+        }
+        log = (self.workdir / f"{self.name}-pep.log").open("wb")
+        pep = topo.popen(topo.mec.ns, sys.executable, "-m", "mec_pep", "serve",
+                         env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        self.procs.append(pep)
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if self.api("GET", "/pep/v1/ran_aware/state").status_code == 200:
+                    break
+            if time.monotonic() > deadline or pep.poll() is not None:
+                raise RuntimeError(f"the PEP did not start: {self.pep_log()}")
+            time.sleep(0.3)
+
+    def pep_log(self) -> str:
+        return (self.workdir / f"{self.name}-pep.log").read_text(errors="replace")[-3000:]
+
+    # -- the PEP's API
+    def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return in_netns(self.topo.mec.ns, lambda: httpx.request(
+            method, API + path, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10, **kw,
+        ))  # fmt: skip
+
+    def set_mode(self, mode: str) -> None:
+        r = self.api("PUT", "/pep/v1/ran_aware/mode", json={"mode": mode})
+        r.raise_for_status()
+
+    def ue_state(self) -> dict[str, Any]:
+        r = self.api("GET", f"/pep/v1/ran_aware/ues/{self.ue_ip}")
+        r.raise_for_status()
+        return dict(r.json())
+
+    def wait_for_radio(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Until the PEP has fresh radio state for the UE (the feed is flowing)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            radio = self.ue_state()["radio"]
+            if radio is not None and not radio["stale"]:
+                return dict(radio)
+            time.sleep(0.2)
+        raise RuntimeError(f"no fresh radio state for {self.ue_ip}: {self.pep_log()}")
+
+    # -- traffic
+    def fetch(self, port: int, size: int) -> Download:
+        """Start a download of ``size`` bytes from the server at the UE (mec_pep.experiment)."""
+        proc = self.topo.popen(
+            self.topo.ue(1).ns, sys.executable, "-m", "mec_pep.experiment", "fetch",
+            self.server_ip, str(port), str(size), stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        started = json.loads(proc.stdout.readline())["started"]
+        return Download(proc, float(started), size)
+
+    @staticmethod
+    def result(download: Download, timeout: float = 900) -> dict[str, Any]:
+        """Wait for a download: ``fct_s``, ``bytes``, ``timeline`` [(s, bytes)], ``started``."""
+        out, _ = download.proc.communicate(timeout=timeout)
+        if download.proc.returncode != 0:
+            raise RuntimeError("download failed")
+        result = dict(json.loads(out))
+        if result["bytes"] != download.size:
+            raise RuntimeError(f"got {result['bytes']} of {download.size} bytes")
+        result["started"] = download.started
+        return result
+
+    @contextlib.contextmanager
+    def ping(self, interval: float = 0.1) -> Iterator[list[tuple[float, float]]]:
+        """Ping the server from the UE meanwhile; yields the (time s, RTT ms) list it fills."""
+        samples: list[tuple[float, float]] = []
+        proc = self.topo.popen(self.topo.ue(1).ns, "ping", "-D", "-n", "-i", str(interval),
+                               self.server_ip, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        start = time.time()
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if "time=" in line and line.startswith("["):
+                    stamp = float(line[1 : line.index("]")])
+                    rtt = float(line.split("time=")[1].split()[0])
+                    samples.append((round(stamp - start, 3), rtt))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            yield samples
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(5)
+            reader.join(5)
+
+    def udp(
+        self, port: int, rate_bps: float, seconds: float, size: int = 1250
+    ) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+        """A CBR UDP stream server → UE (mts_testbed.traffic); returns (sink, sender)."""
+        pps = rate_bps / 8 / size
+        count = int(pps * seconds)
+        sink = self.topo.popen(
+            self.topo.ue(1).ns, sys.executable, "-m", "mts_testbed.traffic", "sink",
+            self.ue_ip, str(port), "--count", str(count), "--timeout", "3",
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert sink.stderr is not None and sink.stderr.readline().strip() == "ready"
+        sender = self.topo.popen(
+            self.topo.server.ns, sys.executable, "-m", "mts_testbed.traffic", "send",
+            self.ue_ip, str(port), "--rate", str(pps), "--count", str(count),
+            "--size", str(size), text=True,
+        )  # fmt: skip
+        return sink, sender
+
+    def close(self) -> None:
+        from mts_testbed import builder
+
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self.relay is not None:
+            self.relay.close()
+        builder.down(self.name, log=lambda *a, **k: None)
+
+
+# ---- statistics shared by the experiments ------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def mean_ci95(values: list[float]) -> tuple[float, float]:
+    """Mean and half-width of its 95 % confidence interval (Student's t)."""
+    from scipy import stats
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, float("nan")
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    return mean, float(half)
+
+
+def environment() -> dict[str, Any]:
+    """Where and when: results on a shared machine need the load next to them."""
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "kernel": os.uname().release,
+        "cpus": os.cpu_count(),
+        "loadavg_at_end": os.getloadavg(),
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m mec_pep.ran_aware.bed")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="content server: PORT:CCA ...")
+    s.add_argument("specs", nargs="+", metavar="PORT:CCA")
+    args = parser.parse_args()
+    serve(args.specs)
+
+
+if __name__ == "__main__":
+    main()
