@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import orjson
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 
-from mec_common.api import PROBLEM_JSON, create_app, problem_response
+from mec_common.api import create_app, problem_response
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.tproxy import Runner
@@ -97,6 +94,7 @@ def build_platform(settings: PlatformSettings) -> Platform:
         settings=settings,
         health=health,
         token_verifier=authority.verifier,
+        public_url=base,
     )
     app.state.registry, app.state.manager = registry, manager
 
@@ -106,7 +104,6 @@ def build_platform(settings: PlatformSettings) -> Platform:
                                 headers={"Retry-After": "5"})  # fmt: skip
 
     app.add_exception_handler(DBAPIError, database_down)
-    _absolute_problem_instances(app, base)
     for router in (service_mgmt_router(), app_support_router(), pkgm_router(), lcm_router(),
                    oauth_router(authority)):  # fmt: skip
         app.include_router(router)
@@ -116,31 +113,6 @@ def build_platform(settings: PlatformSettings) -> Platform:
                      args=(registry, health, settings.liveness_check_s, stop),
                      name="liveness", daemon=True).start()  # fmt: skip
     return Platform(app, db, authority, registry, manager, notifier, admin_secret, stop)
-
-
-def _absolute_problem_instances(app: FastAPI, base_url: str) -> None:
-    """MEC 011 types ProblemDetails.instance as an absolute URI; make it one."""
-
-    def absolute(handler: Any) -> Any:
-        async def wrapped(request: Request, exc: Exception) -> Response:
-            response: Response = await handler(request, exc)
-            if response.media_type == PROBLEM_JSON:
-                body = orjson.loads(bytes(response.body))
-                raw_path = request.scope.get("raw_path") or request.url.path.encode()
-                body["instance"] = base_url + raw_path.decode("ascii", "replace")
-                return JSONResponse(body, response.status_code, media_type=PROBLEM_JSON,
-                                    headers=_extra_headers(response))  # fmt: skip
-            return response
-
-        return wrapped
-
-    for exc_class, handler in list(app.exception_handlers.items()):
-        app.exception_handlers[exc_class] = absolute(handler)
-
-
-def _extra_headers(response: Response) -> dict[str, str]:
-    skip = {"content-length", "content-type"}
-    return {k: v for k, v in response.headers.items() if k not in skip}
 
 
 def _liveness_loop(registry: Registry, health: Health, period: float, stop: threading.Event

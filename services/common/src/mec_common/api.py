@@ -39,7 +39,7 @@ class ProblemDetails(BaseModel):
     title: str | None = Field(None, description="short, human-readable summary")
     status: int = Field(..., description="HTTP status code")
     detail: str = Field(..., description="explanation specific to this occurrence")
-    instance: str | None = Field(None, description="URI of the request that failed")
+    instance: str | None = Field(None, description="absolute URI of the request that failed")
 
 
 class ProblemError(Exception):
@@ -73,11 +73,22 @@ def problem_response(
         title=title or HTTPStatus(status).phrase,
         status=status,
         detail=detail,
-        instance=request.url.path,
+        instance=_absolute_uri(request),
     )
     return JSONResponse(
         body.model_dump(exclude_none=True), status, headers=headers, media_type=PROBLEM_JSON
     )
+
+
+def _absolute_uri(request: Request) -> str:
+    """ETSI MEC types ProblemDetails.instance as an absolute URI.
+
+    The service's public URL (``public_url`` of ``create_app``) wins over the Host header,
+    so the URI is right behind a reverse proxy or a Kubernetes Service.
+    """
+    base = getattr(request.app.state, "public_url", None) or str(request.base_url)
+    raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    return base.rstrip("/") + raw_path.decode("ascii", "replace")
 
 
 # Declared on routes so the OpenAPI document shows ProblemDetails for error responses.
@@ -147,10 +158,14 @@ def create_app(
     settings: ServiceSettings,
     health: Health,
     token_verifier: TokenVerifier,
+    public_url: str | None = None,
     openapi_tags: list[dict[str, Any]] | None = None,
     **fastapi_kwargs: Any,
 ) -> FastAPI:
-    """A FastAPI app that follows the suite's conventions (see the module docstring)."""
+    """A FastAPI app that follows the suite's conventions (see the module docstring).
+
+    ``public_url`` is the base URL clients use to reach the service (default: the request's).
+    """
     app = FastAPI(
         title=title,
         version=version,
@@ -164,6 +179,7 @@ def create_app(
     app.state.settings = settings
     app.state.health = health
     app.state.token_verifier = token_verifier
+    app.state.public_url = public_url
     _install_problem_handlers(app)
     _install_docs(app, title)
 
