@@ -92,6 +92,11 @@ def test_nr_tbs_matches_independent_formula(n_prb: int, mcs: int, table: int) ->
     assert tables.nr_tbs_bits(n_prb, mcs, mcs_table=table) == expected
 
 
+@pytest.mark.parametrize(("cqi", "table", "mcs"), [(15, 1, 28), (15, 2, 27), (1, 1, 0), (0, 2, 0)])
+def test_nr_cqi_to_mcs_matches_the_go_twin(cqi: int, table: int, mcs: int) -> None:
+    assert tables.nr_cqi_to_mcs(cqi, table) == mcs
+
+
 def test_tti() -> None:
     assert tables.tti_seconds(0) == 1e-3
     assert tables.tti_seconds(3) == 125e-6

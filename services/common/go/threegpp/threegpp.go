@@ -31,6 +31,28 @@ func CQIToMCS(cqi int) int {
 	return int(oaiCQIToMCS[clamp(cqi, 0, MaxCQI)])
 }
 
+// NRCQIToMCS picks the NR PDSCH MCS for a CQI: the highest MCS of MCS table 1 (64QAM) or 2
+// (256QAM) whose spectral efficiency does not exceed the CQI's (CQI table 1 or 2 of TS 38.214
+// Table 5.2.2.1-2/-3). The choice is the gNB's; this is the usual efficiency match.
+func NRCQIToMCS(cqi, table int) (int, error) {
+	effs, mcss := nrCQIEfficiency1, nrMCS1
+	if table == 2 {
+		effs, mcss = nrCQIEfficiency2, nrMCS2
+	} else if table != 1 {
+		return 0, fmt.Errorf("threegpp: NR table %d, want 1 or 2", table)
+	}
+	if cqi < 0 || cqi > MaxCQI {
+		return 0, fmt.Errorf("threegpp: CQI %d outside 0..%d", cqi, MaxCQI)
+	}
+	best := 0
+	for mcs, m := range mcss {
+		if float64(m.qm)*m.rateX1024/1024 <= effs[cqi]+1e-4 {
+			best = mcs
+		}
+	}
+	return best, nil
+}
+
 // MCSToITBS maps an LTE PDSCH MCS (0..28) to its TBS index.
 func MCSToITBS(mcs int) (int, error) {
 	if mcs < 0 || mcs > MaxLTEMCS {

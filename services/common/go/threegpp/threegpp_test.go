@@ -29,6 +29,19 @@ func TestLTEChainAt25PRB(t *testing.T) {
 	}
 }
 
+func TestNRCQIToMCS(t *testing.T) {
+	// CQI 15 of CQI table 1 (64QAM, R=948/1024) → MCS 28 of MCS table 1 (64QAM, R=948).
+	// CQI 15 of table 2 (256QAM, R=948) → MCS 27 of table 2 (256QAM, R=948). CQI 1 → MCS 0.
+	for _, c := range []struct{ cqi, table, want int }{{15, 1, 28}, {15, 2, 27}, {1, 1, 0}, {0, 1, 0}} {
+		if got, err := NRCQIToMCS(c.cqi, c.table); err != nil || got != c.want {
+			t.Errorf("NRCQIToMCS(%d, %d) = %d, %v; want %d", c.cqi, c.table, got, err, c.want)
+		}
+	}
+	if _, err := NRCQIToMCS(16, 1); err == nil {
+		t.Error("CQI 16 accepted")
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	if _, err := MCSToITBS(29); err == nil {
 		t.Error("MCS 29 accepted")

@@ -59,6 +59,13 @@ def _nr_mcs(table: int) -> tuple[tuple[int, float], ...]:
 
 
 @cache
+def _nr_cqi_efficiency(table: int) -> tuple[float, ...]:
+    """Bits per RE per CQI, NR CQI table 1 (Table 5.2.2.1-2) or 2 (Table 5.2.2.1-3)."""
+    rows = _rows(f"nr_cqi_38214_table_5.2.2.1-{table + 1}.csv")
+    return tuple(float(r["efficiency"]) for r in sorted(rows, key=lambda r: int(r["cqi"])))
+
+
+@cache
 def _nr_tbs_small() -> tuple[int, ...]:
     return tuple(int(r["tbs"]) for r in _rows("nr_tbs_38214_table_5.1.3.2-1.csv"))
 
@@ -105,6 +112,22 @@ def lte_tbs_bytes_for_mcs(mcs: int, n_prb: int) -> int:
 def lte_tbs_bytes_for_cqi(cqi: int, n_prb: int, cqi_map: Sequence[int] | None = None) -> int:
     """TBS in bytes per TTI that a UE reporting ``cqi`` gets on ``n_prb`` PRBs."""
     return lte_tbs_bytes_for_mcs(cqi_to_mcs(cqi, cqi_map), n_prb)
+
+
+def nr_cqi_to_mcs(cqi: int, table: int = 1) -> int:
+    """NR PDSCH MCS for a CQI: the highest MCS of MCS table ``table`` (1: 64QAM, 2: 256QAM)
+    whose spectral efficiency does not exceed the CQI's (CQI table 1 or 2, TS 38.214).
+
+    The choice is the gNB's; this is the usual efficiency match (same as the Go twin).
+    """
+    if table not in (1, 2):
+        raise ValueError(f"NR table must be 1 or 2, got {table}")
+    _check("CQI", cqi, 0, CQI_MAX)
+    target = _nr_cqi_efficiency(table)[cqi] + 1e-4
+    return max(
+        (mcs for mcs, (qm, rate) in enumerate(_nr_mcs(table)) if qm * rate / 1024 <= target),
+        default=0,
+    )
 
 
 def nr_tbs_bits(

@@ -34,6 +34,8 @@ func main() {
 	writeColumn(&b, "oaiCQIToMCS", "OpenAirInterface's eNB cqi_to_mcs map.", read(*data, "oai_lte_cqi_to_mcs.csv"), 1)
 	writeColumn(&b, "nrTBSSmall", "TS 38.214 Table 5.1.3.2-1 (TBS for N_info <= 3824), bits.", read(*data, "nr_tbs_38214_table_5.1.3.2-1.csv"), 1)
 	for table := 1; table <= 2; table++ {
+		cqi := read(*data, fmt.Sprintf("nr_cqi_38214_table_5.2.2.1-%d.csv", table+1))
+		fmt.Fprintf(&b, "// nrCQIEfficiency%d: bits per RE per CQI, TS 38.214 Table 5.2.2.1-%d.\nvar nrCQIEfficiency%d = []float64{%s}\n\n", table, table+1, table, join(column(cqi, 3)))
 		rows := read(*data, fmt.Sprintf("nr_mcs_38214_table_5.1.3.1-%d.csv", table))
 		fmt.Fprintf(&b, "// nrMCS%d: (Qm, R*1024) per MCS, TS 38.214 Table 5.1.3.1-%d.\nvar nrMCS%d = []nrMCS{\n", table, table, table)
 		for _, r := range rows {
