@@ -130,7 +130,16 @@ class Bench:
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"{cmd} did not start")
 
-    def _start_pep(self) -> subprocess.Popen[Any]:
+    def restart_pep(self, overrides: dict[str, str]) -> None:
+        """Run the PEP again with other settings (for A/B comparisons)."""
+        assert self.pep is not None
+        self.pep.send_signal(signal.SIGTERM)
+        self.pep.wait(30)
+        self.procs.remove(self.pep)
+        self.pep = self._start_pep(overrides)
+        self.wait_pep_ready()
+
+    def _start_pep(self, overrides: dict[str, str] | None = None) -> subprocess.Popen[Any]:
         lab = self.lab
         env = {
             **os.environ,
@@ -145,6 +154,7 @@ class Bench:
             "PEP_BACKLOG_INTERVAL_MS": "0",
             "PEP_RAN_AWARE": "false",
             "PEP_LOG_LEVEL": "WARNING",
+            **(overrides or {}),
         }
         log = (self.workdir / "pep.log").open("wb")
         cmd = [sys.executable, "-m", "mec_pep", "serve"]
@@ -467,6 +477,61 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
+            seconds: float, out: Path) -> dict[str, Any]:  # fmt: skip
+    """A/B: PEP settings variants (and HAProxy) on the same topology, interleaved."""
+    lab = Lab.create("pa")
+    bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-ab-")))
+    samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    try:
+        bench.start()
+        for r in range(rounds):
+            for name, overrides in [*variants.items(), ("haproxy", {})]:
+                if name != "haproxy":
+                    bench.restart_pep(overrides)
+                for case in cases:
+                    direction, streams = case.split("_")
+                    system = "haproxy" if name == "haproxy" else "pep"
+                    sample = iperf3(bench, system, int(streams), direction == "download", seconds)
+                    samples.setdefault(case, {}).setdefault(name, []).append(sample)
+                    print(f"round {r + 1}/{rounds} {case:<11} {name:<12} "
+                          f"{sample['gbps']:6.2f} Gbit/s", flush=True)  # fmt: skip
+    finally:
+        bench.stop()
+        lab.down()
+    summary = {
+        case: {name: _medians(runs) for name, runs in by_name.items()}
+        for case, by_name in samples.items()
+    }
+    results = {
+        "variants": variants,
+        "summary": summary,
+        "environment": _environment(seconds, rounds),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(results, indent=2) + "\n")
+    for case, by_name in summary.items():
+        print(case, ", ".join(f"{n} {v['gbps_median']:.2f} Gbit/s "
+                              f"({v['cpu_s_per_gbit_median']:.3f} CPU-s/Gbit)"
+                              for n, v in by_name.items()))  # fmt: skip
+    return results
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "gbps_median": statistics.median(x["gbps"] for x in runs),
+        "gbps_samples": [round(x["gbps"], 3) for x in runs],
+        "cpu_s_per_gbit_median": statistics.median(x["cpu_s_per_gbit"] for x in runs),
+    }
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    """NAME or NAME:PEP_X=1,PEP_Y=2"""
+    name, _, assignments = text.partition(":")
+    pairs = [a.split("=", 1) for a in assignments.split(",") if a]
+    return name, {k: v for k, v in pairs}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mec_pep.bench",
@@ -480,6 +545,12 @@ def main(argv: list[str] | None = None) -> int:
     rate.add_argument("host")
     rate.add_argument("port", type=int)
     rate.add_argument("seconds", type=float)
+    ab = sub.add_parser("compare", help="A/B of PEP settings against each other and HAProxy")
+    ab.add_argument("variants", nargs="+", help="NAME[:PEP_SETTING=VALUE,...]")
+    ab.add_argument("--cases", default="download_8,upload_8", help="DIRECTION_STREAMS,...")
+    ab.add_argument("--rounds", type=int, default=4)
+    ab.add_argument("--seconds", type=float, default=3.0)
+    ab.add_argument("--out", type=Path, default=Path("docs/results/pep"))
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep"), help="output dir")
     parser.add_argument("--seconds", type=float, default=4.0, help="per iperf3 run")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are reported)")
@@ -490,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
         echo_server(args.host, args.port)
     elif args.command == "connrate":
         connection_rate(args.host, args.port, args.seconds)
+    elif args.command == "compare":
+        variants = dict(_variant(v) for v in args.variants)
+        compare(variants, args.cases.split(","), args.rounds, args.seconds, args.out)
     else:
         run(args.out, args.seconds, args.rounds, args.idle, args.conn_seconds)
     return 0
