@@ -170,8 +170,8 @@ class System:
         self.status.step("MEC platform in the MEC namespace (Mp1, app LCM, data plane)")
         log = (self.work / "platform.log").open("wb")
         platform = str(REPO / ".venv/bin/mec-platform")
-        proc = topo.popen(topo.mec.ns, platform, "serve", env=self.platform_env(),
-                          stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = topo.popen(topo.mec.ns, platform, "serve", env=self.platform_env(), stdout=log,
+                          stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         self.procs.append(proc)
         url = f"http://{topo.mgmt['mec_peer']}:{PLATFORM_PORT}"
         wait_for(lambda: httpx.get(f"{url}/healthz", timeout=2).status_code == 200,
@@ -233,6 +233,17 @@ class System:
 
         wait_for(registered, timeout, f"Mp1 services {sorted(names)}")
 
+    def access(self) -> str:
+        """Where the APIs are and how to authenticate (for --keep)."""
+        peer = self.require_topo().mgmt["mec_peer"]
+        return "\n".join([
+            f"    platform (Mp1, app LCM): http://{peer}:{PLATFORM_PORT}/docs"
+            f"  admin client secret: {self.admin_secret}",
+            f"    RNIS (MEC 012):          http://{peer}:8101/docs  (platform-issued tokens)",
+            f"    PEP:                     http://{peer}:{PEP_PORT}/docs  token: {self.pep_token}",
+            f"    logs: {self.work}",
+        ])  # fmt: skip
+
     # -- the PEP's API (from the root namespace over the management link)
     def pep(self, method: str, path: str, **kw: Any) -> Any:
         url = f"http://{self.require_topo().mgmt['mec_peer']}:{PEP_PORT}/pep/v1{path}"
@@ -289,7 +300,20 @@ class System:
 
     # -- tear-down
     def down(self) -> None:
+        """Stop everything in order. The children run in sessions of their own, so a Ctrl-C
+        reaches only this process, and a second one does not cut the tear-down short."""
         self.status.clear()
+        previous = (
+            signal.signal(signal.SIGINT, signal.SIG_IGN),
+            signal.signal(signal.SIGTERM, signal.SIG_IGN),
+        )
+        try:
+            self._stop_all()
+        finally:
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGTERM, previous[1])
+
+    def _stop_all(self) -> None:
         for app in reversed(list(self.instances)):
             with contextlib.suppress(Exception):
                 self.terminate(self.instances[app])
@@ -317,7 +341,8 @@ class System:
     # -- helpers
     def popen(self, ns: str, *args: str, **kw: Any) -> subprocess.Popen[str]:
         topo = self.require_topo()
-        proc = topo.popen(ns, sys.executable, "-m", "mts_testbed.run", *args, text=True, **kw)
+        proc = topo.popen(ns, sys.executable, "-m", "mts_testbed.run", *args, text=True,
+                          start_new_session=True, **kw)  # fmt: skip
         self.procs.append(proc)
         return proc
 
@@ -387,7 +412,8 @@ def run(args: argparse.Namespace, status: Status) -> list[Download]:
             downloads.append(system.download(label, args.size, via_pep=True))
             report_one(downloads[-1])
         if args.keep:
-            status.step(f"--keep: the system stays up; Ctrl-C stops it (logs in {system.work})")
+            status.step("--keep: the system stays up until Ctrl-C")
+            print(system.access(), flush=True)
             signal.pause()
     finally:
         status.step("stopping the apps, the platform and the testbed")
