@@ -60,8 +60,13 @@ def metric(text: str, name: str) -> float:
 
 
 def run_case(
-    tmp: Path, broker: PrivateBroker, ues: int, period: str, seconds: float, warmup: float
+    tmp: Path,
+    broker: PrivateBroker,
+    case: tuple[int, str, str],
+    seconds: float,
+    warmup: float,
 ) -> dict[str, Any]:
+    ues, period, publish = case
     exchange = f"rnis-bench-{uuid.uuid4().hex[:8]}"
     source = FlexranSource(tmp, ues=ues, cells=1, refresh="1ms")
     adapter = Adapter(
@@ -69,7 +74,12 @@ def run_case(
         source.url,
         exchange,
         amqp_url=broker.url,
-        env={"RNIS_POLL_PERIOD": period, "RNIS_LOG_LEVEL": "WARNING", "RNIS_DETACH_AFTER": "2s"},
+        env={
+            "RNIS_POLL_PERIOD": period,
+            "RNIS_AMQP_PUBLISH": publish,
+            "RNIS_LOG_LEVEL": "WARNING",
+            "RNIS_DETACH_AFTER": "2s",
+        },
     ).start()
     consumer = subprocess.Popen(
         [
@@ -78,6 +88,7 @@ def run_case(
             f"--duration={seconds}s",
             f"--warmup={warmup}s",
             f"--amqp-url={broker.url}",
+            f"--binding=rnis.v1.{'cell' if publish == 'cell' else 'meas'}.#",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -119,6 +130,7 @@ def run_case(
     return {
         "ues": ues,
         "poll_period": period,
+        "publish": publish,
         "seconds": round(wall, 2),
         "polls_per_s": round(rate("rnis_polls_total"), 1),
         "measurements_per_s": round(rate("rnis_measurements_total"), 1),
@@ -129,7 +141,9 @@ def run_case(
             + rate('rnis_amqp_dropped_total{reason="broker_down"}'),
             1,
         ),
-        "consumed_per_s": round(received["messages_per_s"], 1),
+        "consumed_per_s": round(received["measurements_per_s"], 1),
+        "consumed_messages_per_s": round(received["messages_per_s"], 1),
+        "poll_to_consumer_by_position_us": received["by_position_us"],
         "source_to_consumer_us": received["source_to_consumer_us"],
         "adapter_poll_to_consumer_us": received["adapter_poll_to_consumer_us"],
         "cpu_cores": {k: round((after[k] - before[k]) / wall, 3) for k in after},
@@ -137,6 +151,10 @@ def run_case(
         "latency_sample_us": received["source_to_consumer_sample_us"],
         "per_second_consumed": received["per_second"],
     }
+
+
+def label(r: dict[str, Any]) -> str:
+    return f"{r['ues']} UEs, poll {r['poll_period']}, per {r['publish']}"
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
@@ -150,7 +168,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         sample = sorted(v / 1000 for v in r["latency_sample_us"])
         if sample:
             ys = [(i + 1) / len(sample) for i in range(len(sample))]
-            ax1.plot(sample, ys, label=f"{r['ues']} UEs, poll {r['poll_period']}")
+            ax1.plot(sample, ys, label=label(r))
     ax1.set_xscale("log")
     ax1.set_xlabel("source snapshot → consumer (ms)")
     ax1.set_ylabel("CDF")
@@ -165,7 +183,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
             xs,
             [r["cpu_cores"].get(n, 0) for n in names],
             width,
-            label=f"{r['ues']} UEs, {r['poll_period']}",
+            label=label(r),
         )
     ax2.set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(names))], names)
     ax2.axhline(0.5, color="grey", linestyle=":", label="goal adapter < 0.5 core")
@@ -182,26 +200,36 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20, help="measured time per case")
     parser.add_argument("--quick", action="store_true", help="small version (8 UEs, 2 s)")
     args = parser.parse_args()
-    cases = [(8, "1ms")] if args.quick else [(64, "1ms"), (64, "8ms")]
+    cases = (
+        [(8, "1ms", "cell")]
+        if args.quick
+        else [(64, p, mode) for p in ("1ms", "8ms") for mode in ("ue", "cell")]
+    )
     seconds, warmup = (2.0, 1.0) if args.quick else (args.seconds, 3.0)
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / ".work"
     tmp.mkdir(exist_ok=True)
     results = []
+    loadavg_start = Path("/proc/loadavg").read_text().split()[:3]
     # A broker node of our own: other developers' traffic on the shared one stays out of the
     # figures, and its CPU is the feed's alone.
     broker = PrivateBroker(tmp)
     broker.start()
     try:
-        for ues, period in cases:
-            print(f"bench-rnis: {ues} UEs, poll {period}, {seconds:.0f} s ...", flush=True)
-            results.append(run_case(tmp, broker, ues, period, seconds, warmup))
+        for case in cases:
+            ues, period, publish = case
+            print(
+                f"bench-rnis: {ues} UEs, poll {period}, per {publish}, {seconds:.0f} s ...",
+                flush=True,
+            )
+            results.append(run_case(tmp, broker, case, seconds, warmup))
     finally:
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     meta = {
         "command": " ".join(sys.argv),
         "cpus": os.cpu_count(),
+        "loadavg_at_start": loadavg_start,
         "loadavg_at_end": Path("/proc/loadavg").read_text().split()[:3],
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -210,17 +238,22 @@ def main() -> None:
     )
     plot(results, args.out / "bench-rnis.png")
     print(
-        f"{'UEs':>4} {'poll':>5} {'polls/s':>8} {'msg/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'UEs':>4} {'poll':>5} {'per':>4} {'polls/s':>8} {'meas/s':>8} {'msg/s':>7} "
+        f"{'p50 ms':>7} {'p99 ms':>7} "
         f"{'adapter':>8} {'broker':>7} {'source':>7} {'consumer':>8} {'machine':>8}"
     )
     for r in results:
         lat, cpu = r["source_to_consumer_us"] or {}, r["cpu_cores"]
         print(
-            f"{r['ues']:>4} {r['poll_period']:>5} {r['polls_per_s']:>8.0f} "
-            f"{r['consumed_per_s']:>8.0f} {lat.get('p50', 0) / 1e3:>7.2f} "
+            f"{r['ues']:>4} {r['poll_period']:>5} {r['publish']:>4} {r['polls_per_s']:>8.0f} "
+            f"{r['consumed_per_s']:>8.0f} {r['consumed_messages_per_s']:>7.0f} "
+            f"{lat.get('p50', 0) / 1e3:>7.2f} "
             f"{lat.get('p99', 0) / 1e3:>7.2f} {cpu['adapter']:>8.2f} {cpu.get('broker', 0):>7.2f} "
             f"{cpu['source']:>7.2f} {cpu['consumer']:>8.2f} {r['machine_busy_cores']:>8.2f}"
         )
+    print(
+        f"load average before {' '.join(loadavg_start)}, after {' '.join(meta['loadavg_at_end'])}"
+    )
     print(f"bench-rnis: wrote {args.out}/bench-rnis.json and bench-rnis.png")
 
 

@@ -3,6 +3,7 @@ mec_common.rnis), bindings by UE address and by cell, events, skipped repeats.""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -44,6 +45,44 @@ def test_bind_by_ue_address_and_by_cell(adapter: Adapter, shared_amqp: str, exch
     assert ip_msgs and {str(b["ue_ipv4"]) for _, b, _ in ip_msgs} == {"10.30.2.4"}
     assert cell_msgs and {b["cell"] for _, b, _ in cell_msgs} == {"10000-0"}
     assert {b["rnti"] for _, b, _ in cell_msgs} == {1000, 1001}
+
+
+def test_cell_messages_carry_the_per_ue_measurements(
+    tmp_path: Path, source: FlexranSource, shared_amqp: str, exchange: str
+) -> None:
+    a = Adapter(tmp_path, source.url, exchange, env={"RNIS_AMQP_PUBLISH": "both"}).start()
+    try:
+        consumer = Consumer(shared_amqp, exchange, [rnis.bind_all("meas"), rnis.bind_all("cell")])
+        messages = consumer.collect(1.5)
+        consumer.close()
+    finally:
+        a.stop()
+    per_ue = {
+        (b["observed_ns"], b["rnti"]): rnis.RnisMeasurement.model_validate(b)
+        for _, b, p in messages
+        if p.headers["type"] == "meas"
+    }
+    cells = [(k, b, p) for k, b, p in messages if p.headers["type"] == "cell"]
+    assert len(cells) > 20, "a 10 ms poll of 2 cells gives hundreds of cell messages in 1.5 s"
+    ue_fields = set(rnis.RnisCellUe.model_fields)
+    for key, body, props in cells:
+        assert set(body) == set(rnis.RnisCellMeasurements.model_fields), "exactly the schema"
+        assert all(set(ue) == ue_fields for ue in body["ues"])
+        batch = rnis.RnisCellMeasurements.model_validate(body)
+        assert key == batch.routing_key() == f"rnis.v1.cell.{batch.cell}"
+        assert props.headers == {"schema": rnis.SCHEMA_VERSION, "type": "cell"}
+        assert len(batch.ues) == batch.cell_ues == 2
+        unpacked = list(rnis.measurements(json.dumps(body)))
+        assert unpacked == batch.measurements()
+        for m in unpacked:  # the same values as the per-UE message of the same poll
+            assert m == per_ue.get((m.observed_ns, m.rnti), m)
+    paired = sum(
+        (m.observed_ns, m.rnti) in per_ue
+        for _, b, _ in cells
+        for m in rnis.RnisCellMeasurements.model_validate(b).measurements()
+    )
+    assert paired > 40, "cell and per-UE messages of the same polls were compared"
+    assert {k for k, _, _ in cells} == {"rnis.v1.cell.10000-0", "rnis.v1.cell.10001-1"}
 
 
 def test_attach_detach_and_cell_change_events(

@@ -195,7 +195,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		apiCfg.Verifiers = append(apiCfg.Verifiers, auth.NewPlatform(strings.TrimSuffix(cfg.PlatformURL, "/")+"/oauth2/jwks"))
 	}
 	api := mec012.New(apiCfg, tracker, metrics, log)
-	pipeline := &service.Pipeline{IPs: ips, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics}
+	pipeline := &service.Pipeline{IPs: ips, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", health)
@@ -208,7 +208,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	}
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Info("rnis-adapter started", "version", version, "listen", listener.Addr().String(), "flexran", pcfg.BaseURL+pcfg.Path,
-		"poll_period", cfg.PollPeriod.String(), "exchange", cfg.Exchange)
+		"poll_period", cfg.PollPeriod.String(), "exchange", cfg.Exchange, "publish", cfg.Publish)
 
 	if cfg.DebugAddr != "" {
 		go func() {

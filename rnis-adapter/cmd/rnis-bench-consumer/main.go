@@ -1,6 +1,10 @@
 // Command rnis-bench-consumer consumes the RNIS feed for the benchmark (make bench-rnis) and
 // prints, as JSON, how many measurements arrived and how late: from the source's snapshot
-// time (source_time_ns) and from the adapter's poll (observed_ns) to the consumer.
+// time (source_time_ns) and from the adapter's poll (observed_ns) to the consumer. It reads
+// per-UE messages (rnis.v1.meas.*) and cell messages (rnis.v1.cell.*: one sample per UE).
+// by_position_us tells where a poll's messages wait: the latency of the n-th message of the
+// same poll (per-UE messages leave the adapter in one write, so a growth with n is queueing
+// behind the earlier ones, in the broker or here).
 package main
 
 import (
@@ -19,7 +23,7 @@ import (
 func main() {
 	url := flag.String("amqp-url", "amqp://guest:guest@127.0.0.1:5672/%2F", "broker")
 	exchange := flag.String("exchange", "rnis", "exchange of the feed")
-	binding := flag.String("binding", "rnis.v1.meas.#", "binding key")
+	binding := flag.String("binding", "rnis.v1.meas.#", "binding key (rnis.v1.cell.# for cell messages)")
 	duration := flag.Duration("duration", 10*time.Second, "how long to measure (after the first message)")
 	warmup := flag.Duration("warmup", 2*time.Second, "messages in this first period are not counted")
 	flag.Parse()
@@ -50,6 +54,9 @@ func main() {
 	fmt.Fprintln(os.Stderr, "consumer ready")
 	var p fastjson.Parser
 	var fromSource, fromAdapter []float64
+	byPosition := map[int][]float64{} // n-th message of a poll → poll-to-consumer latencies
+	var lastPoll int64
+	position, messages := 0, 0
 	perSecond := map[int64]int{}
 	var start, end time.Time
 	timeout := time.After(*duration + *warmup + 30*time.Second)
@@ -74,11 +81,28 @@ func main() {
 		if err != nil {
 			log.Fatalf("bad message: %v", err)
 		}
-		if src := v.GetInt64("source_time_ns"); src > 0 {
-			fromSource = append(fromSource, float64(now.UnixNano()-src)/1e3)
+		ues := 1 // measurements in this message
+		if v.Exists("ues") {
+			ues = len(v.GetArray("ues"))
 		}
-		fromAdapter = append(fromAdapter, float64(now.UnixNano()-v.GetInt64("observed_ns"))/1e3)
-		perSecond[int64(now.Sub(start)/time.Second)]++
+		messages++
+		poll := v.GetInt64("observed_ns")
+		if poll != lastPoll {
+			lastPoll, position = poll, 0
+		}
+		position++
+		src := v.GetInt64("source_time_ns")
+		wait := float64(now.UnixNano()-poll) / 1e3
+		for range ues {
+			if src > 0 {
+				fromSource = append(fromSource, float64(now.UnixNano()-src)/1e3)
+			}
+			fromAdapter = append(fromAdapter, wait)
+		}
+		if position <= 64 {
+			byPosition[position] = append(byPosition[position], wait)
+		}
+		perSecond[int64(now.Sub(start)/time.Second)] += ues
 	}
 	seconds := make([]int, int(duration.Seconds()))
 	for s, n := range perSecond {
@@ -86,9 +110,15 @@ func main() {
 			seconds[s] = n
 		}
 	}
+	positions := map[string]float64{} // position → median poll-to-consumer latency
+	for n, v := range byPosition {
+		positions[fmt.Sprint(n)] = summary(v)["p50"]
+	}
 	out := map[string]any{
-		"messages": len(fromAdapter), "seconds": duration.Seconds(),
-		"messages_per_s":               float64(len(fromAdapter)) / duration.Seconds(),
+		"measurements": len(fromAdapter), "messages": messages, "seconds": duration.Seconds(),
+		"measurements_per_s":           float64(len(fromAdapter)) / duration.Seconds(),
+		"messages_per_s":               float64(messages) / duration.Seconds(),
+		"by_position_us":               positions,
 		"per_second":                   seconds,
 		"source_to_consumer_us":        summary(fromSource),
 		"adapter_poll_to_consumer_us":  summary(fromAdapter),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ type Config struct {
 	AMQPURL, Exchange string
 	MaxInFlight       int
 	MaxLag            time.Duration
+	Publish           string // ue, cell or both
 
 	FlexRANURL, FlexRANPath string
 	FlexRANToken            string
@@ -59,6 +61,7 @@ func (c *Config) settings() []setting {
 		{"PUBLIC_URL", "", "base URL clients reach the API at (links, Mp1 registration); default http://<host>:<port>", str(&c.PublicURL)},
 		{"AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F", "RabbitMQ URL (AMQP 0-9-1)", str(&c.AMQPURL)},
 		{"AMQP_EXCHANGE", "rnis", "topic exchange of the feed (durable)", str(&c.Exchange)},
+		{"AMQP_PUBLISH", "ue", "measurement messages: ue (one per UE per poll, rnis.v1.meas.*), cell (one per cell per poll with every UE, rnis.v1.cell.*; for 1 ms polling) or both", oneOf(&c.Publish, "ue", "cell", "both")},
 		{"AMQP_MAX_IN_FLIGHT", "4096", "unconfirmed messages before new ones are dropped (bounds the delay when the broker is slow)", integer(&c.MaxInFlight)},
 		{"AMQP_MAX_LAG", "200ms", "when the oldest unconfirmed message is older, new ones are dropped (they would arrive stale)", duration(&c.MaxLag)},
 		{"FLEXRAN_URL", "http://127.0.0.1:9999", "FlexRAN controller (or RAN emulator) northbound base URL", str(&c.FlexRANURL)},
@@ -180,6 +183,16 @@ func duration(p *time.Duration) func(string) error {
 			return fmt.Errorf("%q is not a duration (e.g. 8ms, 1s)", v)
 		}
 		*p = d
+		return nil
+	}
+}
+
+func oneOf(p *string, allowed ...string) func(string) error {
+	return func(v string) error {
+		if !slices.Contains(allowed, v) {
+			return fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))
+		}
+		*p = v
 		return nil
 	}
 }

@@ -15,11 +15,18 @@ import (
 	"time"
 )
 
+// Kinds of message: the "type" header.
+const (
+	KindMeas  = "meas"  // one UE's measurement
+	KindCell  = "cell"  // the measurements of one cell's UEs
+	KindEvent = "event" // attach, detach, cell change
+)
+
 // Message is one AMQP message of the feed.
 type Message struct {
 	Key  string
 	Body []byte
-	Kind string // "meas" or "event": the "type" header
+	Kind string // KindMeas, KindCell or KindEvent
 }
 
 // Observer receives what the publisher sees; obs.Metrics implements it.
@@ -41,11 +48,10 @@ type Config struct {
 
 // Publisher owns one connection with one confirm-mode channel.
 type Publisher struct {
-	cfg          Config
-	obs          Observer
-	log          *slog.Logger
-	measHeaders  []byte
-	eventHeaders []byte
+	cfg     Config
+	obs     Observer
+	log     *slog.Logger
+	headers map[string][]byte // the headers table of each Kind
 
 	mu        sync.Mutex // guards everything below
 	w         *wire
@@ -71,8 +77,12 @@ func New(cfg Config, obs Observer, log *slog.Logger) *Publisher {
 	for size < 2*cfg.MaxInFlight {
 		size <<= 1
 	}
-	return &Publisher{cfg: cfg, obs: obs, log: log, sentAt: make([]int64, size),
-		measHeaders: messageHeaders(1, "meas"), eventHeaders: messageHeaders(1, "event")}
+	p := &Publisher{cfg: cfg, obs: obs, log: log, sentAt: make([]int64, size),
+		headers: map[string][]byte{}}
+	for _, kind := range []string{KindMeas, KindCell, KindEvent} {
+		p.headers[kind] = messageHeaders(1, kind)
+	}
+	return p
 }
 
 // Run connects and reconnects until ctx ends, then closes the connection.
@@ -172,11 +182,7 @@ func (p *Publisher) Publish(batch []Message) error {
 		batch = batch[:max(room, 0)]
 	}
 	for _, m := range batch {
-		headers := p.measHeaders
-		if m.Kind == "event" {
-			headers = p.eventHeaders
-		}
-		p.w.publish(p.cfg.Exchange, m.Key, headers, m.Body)
+		p.w.publish(p.cfg.Exchange, m.Key, p.headers[m.Kind], m.Body)
 		p.sentAt[p.nextTag&uint64(len(p.sentAt)-1)] = now.UnixNano()
 		p.nextTag++
 		p.inFlight++

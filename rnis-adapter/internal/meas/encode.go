@@ -7,14 +7,60 @@ import (
 )
 
 // AppendJSON appends the measurement as the JSON body of an AMQP message
-// (mec_common.rnis.RnisMeasurement), without allocating. Field order follows the schema.
-// It is the hot path (64 UEs × 1 kHz); encode_test.go checks it against encoding/json.
+// (mec_common.rnis.RnisMeasurement), without allocating. It is the hot path (64 UEs × 1 kHz);
+// meas_test.go checks it against encoding/json.
 func (m *Measurement) AppendJSON(b []byte) []byte {
-	b = append(b, `{"schema_version":1,"cell":`...)
+	b = append(b, `{"schema_version":1,`...)
+	b = m.appendCellFields(b)
+	b = append(b, ',')
+	b = m.appendUEFields(b)
+	return append(b, '}')
+}
+
+// AppendCellJSON appends the measurements of one cell at one poll as one message
+// (mec_common.rnis.RnisCellMeasurements): the cell's fields once, taken from ms[0], and the
+// UE's own fields of each measurement in "ues". Every measurement must be of the same cell
+// and poll.
+func AppendCellJSON(b []byte, ms []Measurement) []byte {
+	b = append(b, `{"schema_version":1,`...)
+	b = ms[0].appendCellFields(b)
+	b = append(b, `,"ues":[`...)
+	for i := range ms {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		b = ms[i].appendUEFields(b)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// appendCellFields writes what every UE of a cell shares at one poll (mec_common.rnis
+// CELL_FIELDS), starting with "cell".
+func (m *Measurement) appendCellFields(b []byte) []byte {
+	b = append(b, `"cell":`...)
 	b = appendString(b, m.Cell)
 	b = appendKeyInt(b, "bs_id", m.BSID)
 	b = appendKeyOpt(b, "phy_cell_id", m.PhyCellID)
-	b = appendKeyInt(b, "rnti", m.RNTI)
+	b = appendKeyOpt(b, "cell_prbs", m.CellPRBs)
+	b = appendKeyOpt(b, "source_time_ns", m.SourceTimeNs)
+	b = appendKeyInt(b, "observed_ns", m.ObservedNs)
+	b = appendKeyInt(b, "tti_us", TTIMicros)
+	b = appendKeyOpt(b, "cell_best_cqi_tbs_bytes", m.CellBestCQITBS)
+	b = appendKeyInt(b, "cell_ues", int64(m.CellUEs))
+	b = appendKeyOpt(b, "cell_allocated_prbs", m.CellAllocPRBs)
+	b = append(b, `,"cell_prb_usage":`...)
+	if m.HasPRBUsage() {
+		return strconv.AppendFloat(b, m.CellPRBUsage, 'g', 6, 64)
+	}
+	return append(b, "null"...)
+}
+
+// appendUEFields writes the UE's own fields, starting with "rnti".
+func (m *Measurement) appendUEFields(b []byte) []byte {
+	b = append(b, `"rnti":`...)
+	b = strconv.AppendInt(b, m.RNTI, 10)
 	b = append(b, `,"imsi":`...)
 	b = appendStringOrNull(b, m.IMSI)
 	b = append(b, `,"ue_ipv4":`...)
@@ -23,7 +69,6 @@ func (m *Measurement) AppendJSON(b []byte) []byte {
 	b = appendKeyOpt(b, "dl_mcs", m.DLMCS)
 	b = appendKeyOpt(b, "dl_tbs_bytes", m.DLTBS)
 	b = appendKeyOpt(b, "dl_prbs", m.DLPRBs)
-	b = appendKeyOpt(b, "cell_prbs", m.CellPRBs)
 	b = appendKeyOpt(b, "rlc_queue_bytes", m.RLCQueue)
 	b = appendKeyOpt(b, "rlc_hol_delay_ms", m.RLCHOL)
 	b = append(b, `,"rlc":[`...)
@@ -49,23 +94,10 @@ func (m *Measurement) AppendJSON(b []byte) []byte {
 	b = appendKeyOpt(b, "sfn_sf", m.SFNSF)
 	b = appendKeyOpt(b, "frame", m.Frame)
 	b = appendKeyOpt(b, "subframe", m.Subframe)
-	b = appendKeyOpt(b, "source_time_ns", m.SourceTimeNs)
-	b = appendKeyInt(b, "observed_ns", m.ObservedNs)
-	b = appendKeyInt(b, "tti_us", TTIMicros)
 	b = appendKeyOpt(b, "best_cqi_tbs_bytes", m.BestCQITBS)
-	b = appendKeyOpt(b, "cell_best_cqi_tbs_bytes", m.CellBestCQITBS)
-	b = appendKeyInt(b, "cell_ues", int64(m.CellUEs))
-	b = appendKeyOpt(b, "cell_allocated_prbs", m.CellAllocPRBs)
-	b = append(b, `,"cell_prb_usage":`...)
-	if m.HasPRBUsage() {
-		b = strconv.AppendFloat(b, m.CellPRBUsage, 'g', 6, 64)
-	} else {
-		b = append(b, "null"...)
-	}
 	b = appendKeyOpt(b, "rapid_prbs", m.RapidPRBs)
 	b = appendKeyOpt(b, "rapid_capacity_bps", m.RapidCapacity)
-	b = appendKeyOpt(b, "cqi_capacity_bps", m.CQICapacity)
-	return append(b, '}')
+	return appendKeyOpt(b, "cqi_capacity_bps", m.CQICapacity)
 }
 
 func appendKeyInt(b []byte, key string, v int64) []byte {
@@ -118,6 +150,11 @@ func needsEscape(s string) bool {
 // RoutingKey is rnis.v1.meas.<cell>.<imsi>.<ipv4> (docs/development.md).
 func (m *Measurement) RoutingKey() string {
 	return "rnis.v1.meas." + KeyWord(m.Cell) + "." + KeyWord(m.IMSI) + "." + AddrWord(m.IPv4)
+}
+
+// CellRoutingKey is rnis.v1.cell.<cell>: the key of a cell message (AppendCellJSON).
+func CellRoutingKey(cell string) string {
+	return "rnis.v1.cell." + KeyWord(cell)
 }
 
 // EventRoutingKey is rnis.v1.event.<kind>.<cell>.<imsi>.<ipv4>.

@@ -227,6 +227,39 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// A cell message carries the same values as the per-UE messages: the cell's fields once, the
+// UE's own in "ues"; merged back they give each UE's document.
+func TestAppendCellJSONMatchesPerUE(t *testing.T) {
+	ms := normalizeFile(t, "v2/monolithic-s1flex-2ue.json", nil)
+	var cell map[string]any
+	doc := AppendCellJSON(nil, ms)
+	if err := json.Unmarshal(doc, &cell); err != nil {
+		t.Fatalf("invalid JSON %s: %v", doc, err)
+	}
+	ues, _ := cell["ues"].([]any)
+	if len(ues) != len(ms) || len(ms) < 2 {
+		t.Fatalf("%d UEs in %s", len(ues), doc)
+	}
+	delete(cell, "ues")
+	for i, entry := range ues {
+		merged := entry.(map[string]any)
+		for k, v := range cell {
+			if _, dup := merged[k]; dup {
+				t.Errorf("%s is both a cell and a UE field", k)
+			}
+			merged[k] = v
+		}
+		var want map[string]any
+		_ = json.Unmarshal(ms[i].AppendJSON(nil), &want)
+		if !reflect.DeepEqual(merged, want) {
+			t.Errorf("UE %d:\n got %v\nwant %v", i, merged, want)
+		}
+	}
+	if !bytes.HasPrefix(doc, []byte(`{"schema_version":1,"cell":"123456-0",`)) || CellRoutingKey(ms[0].Cell) != "rnis.v1.cell.123456-0" {
+		t.Errorf("%s", doc)
+	}
+}
+
 func TestStringsAreEscaped(t *testing.T) {
 	m := Measurement{Cell: "a\"b\\c\n", IMSI: "é"}
 	var v map[string]any

@@ -23,6 +23,13 @@ type EventSink interface {
 	Events(events []state.Event)
 }
 
+// What measurement messages a Pipeline publishes (RNIS_AMQP_PUBLISH).
+const (
+	PublishUE   = "ue"   // one message per UE per poll: rnis.v1.meas.<cell>.<imsi>.<ipv4>
+	PublishCell = "cell" // one message per cell per poll with its UEs: rnis.v1.cell.<cell>
+	PublishBoth = "both"
+)
+
 // Pipeline processes snapshots; it is used by the poller goroutine only.
 type Pipeline struct {
 	IPs     meas.Resolver
@@ -30,25 +37,29 @@ type Pipeline struct {
 	Pub     Publisher
 	Sink    EventSink
 	Metrics *obs.Metrics
+	Publish string // PublishUE (also when empty), PublishCell or PublishBoth
 
 	arena []byte
 	batch []feed.Message
+	fresh []meas.Measurement // this poll's measurements that are not repeats
 }
 
 // Handle processes one snapshot observed at the given time.
 func (p *Pipeline) Handle(s *flexran.Snapshot, observed time.Time) {
 	ms := meas.Normalize(s, observed.UnixNano(), p.IPs)
 	fresh, events := p.Tracker.Update(ms, observed)
-	p.arena, p.batch = p.arena[:0], p.batch[:0]
-	repeats := 0
+	p.arena, p.batch, p.fresh = p.arena[:0], p.batch[:0], p.fresh[:0]
 	for i := range ms {
-		if !fresh[i] {
-			repeats++
-			continue
+		if fresh[i] {
+			p.fresh = append(p.fresh, ms[i])
 		}
-		start := len(p.arena)
-		p.arena = ms[i].AppendJSON(p.arena)
-		p.batch = append(p.batch, feed.Message{Key: ms[i].RoutingKey(), Body: p.arena[start:len(p.arena):len(p.arena)], Kind: "meas"})
+	}
+	repeats := len(ms) - len(p.fresh)
+	if p.Publish != PublishCell {
+		p.addUEMessages()
+	}
+	if p.Publish == PublishCell || p.Publish == PublishBoth {
+		p.addCellMessages()
 	}
 	counts := map[string]int{}
 	for _, e := range events {
@@ -65,6 +76,38 @@ func (p *Pipeline) Handle(s *flexran.Snapshot, observed time.Time) {
 	}
 	if p.Metrics != nil {
 		p.Metrics.Poll(len(ms), repeats, p.Tracker.Count(), counts)
+	}
+}
+
+// addUEMessages adds one message per fresh measurement.
+func (p *Pipeline) addUEMessages() {
+	for i := range p.fresh {
+		m := &p.fresh[i]
+		start := len(p.arena)
+		p.arena = m.AppendJSON(p.arena)
+		p.batch = append(p.batch, feed.Message{Key: m.RoutingKey(), Body: p.arena[start:len(p.arena):len(p.arena)], Kind: feed.KindMeas})
+	}
+}
+
+// addCellMessages adds one message per cell with the cell's fresh measurements. Normalize
+// lists a station's UEs together, and a station's cells are few: the cells are found by
+// scanning, in the order they first appear.
+func (p *Pipeline) addCellMessages() {
+	ms := p.fresh
+	for len(ms) > 0 {
+		cell := ms[0].Cell
+		// move this cell's measurements to the front, keeping their order
+		n := 1
+		for i := 1; i < len(ms); i++ {
+			if ms[i].Cell == cell {
+				ms[n], ms[i] = ms[i], ms[n]
+				n++
+			}
+		}
+		start := len(p.arena)
+		p.arena = meas.AppendCellJSON(p.arena, ms[:n])
+		p.batch = append(p.batch, feed.Message{Key: meas.CellRoutingKey(cell), Body: p.arena[start:len(p.arena):len(p.arena)], Kind: feed.KindCell})
+		ms = ms[n:]
 	}
 }
 
@@ -101,5 +144,5 @@ func EventMessage(e state.Event) feed.Message {
 		b.PreviousCell = &e.Previous.Cell
 	}
 	body, _ := json.Marshal(b) // cannot fail: plain values
-	return feed.Message{Key: meas.EventRoutingKey(string(e.Kind), m.Cell, m.IMSI, m.IPv4), Body: body, Kind: "event"}
+	return feed.Message{Key: meas.EventRoutingKey(string(e.Kind), m.Cell, m.IMSI, m.IPv4), Body: body, Kind: feed.KindEvent}
 }

@@ -1,9 +1,11 @@
 package service
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -18,6 +20,67 @@ import (
 type nopPub struct{ n int }
 
 func (p *nopPub) Publish(b []feed.Message) error { p.n += len(b); return nil }
+
+// keepPub keeps copies of what was published.
+type keepPub struct{ msgs []feed.Message }
+
+func (p *keepPub) Publish(b []feed.Message) error {
+	for _, m := range b {
+		m.Body = append([]byte(nil), m.Body...)
+		p.msgs = append(p.msgs, m)
+	}
+	return nil
+}
+
+// Each publication mode sends what it promises: per UE, per cell (one message per cell with
+// all its UEs), or both; an unchanged second poll sends no measurement.
+func TestPublishModes(t *testing.T) {
+	doc, err := os.ReadFile("../../testdata/flexran/v2/two-bs-x2-2ue.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"", PublishUE, PublishCell, PublishBoth} {
+		pub := &keepPub{}
+		p := &Pipeline{Tracker: state.New(time.Second), Pub: pub, Publish: mode}
+		var parser flexran.Parser
+		for range 2 {
+			snaps, err := parser.Parse(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Handle(&snaps[0], time.Now())
+		}
+		kinds := map[string]int{}
+		ues := map[string]int{} // cell key → UEs in cell messages
+		for _, m := range pub.msgs {
+			kinds[m.Kind]++
+			if m.Kind != feed.KindCell {
+				continue
+			}
+			var body struct {
+				Cell string           `json:"cell"`
+				UEs  []map[string]any `json:"ues"`
+			}
+			if err := json.Unmarshal(m.Body, &body); err != nil || m.Key != "rnis.v1.cell."+body.Cell {
+				t.Fatalf("%s %s: %v", m.Key, m.Body, err)
+			}
+			ues[body.Cell] += len(body.UEs)
+		}
+		wantMeas, wantCells := 2, 0
+		switch mode {
+		case PublishCell:
+			wantMeas, wantCells = 0, 2
+		case PublishBoth:
+			wantCells = 2
+		}
+		if kinds[feed.KindMeas] != wantMeas || kinds[feed.KindCell] != wantCells || kinds[feed.KindEvent] != 2 {
+			t.Errorf("mode %q: %v", mode, kinds)
+		}
+		if wantCells > 0 && len(ues) != 2 {
+			t.Errorf("mode %q: UEs per cell %v, want one in each of 2 cells", mode, ues)
+		}
+	}
+}
 
 // sourceDoc fetches a 64-UE mac_stats document from the synthetic source.
 func sourceDoc(b *testing.B) []byte {
@@ -44,12 +107,18 @@ func sourceDoc(b *testing.B) []byte {
 }
 
 // BenchmarkPoll is the CPU of one 64-UE poll after the HTTP response: parse, normalize,
-// track, encode 64 messages.
+// track, encode 64 messages (ue) or one (cell).
 func BenchmarkPoll(b *testing.B) {
 	doc := sourceDoc(b)
 	b.Logf("document: %d bytes", len(doc))
+	for _, mode := range []string{PublishUE, PublishCell} {
+		b.Run(mode, func(b *testing.B) { benchPoll(b, doc, mode) })
+	}
+}
+
+func benchPoll(b *testing.B, doc []byte, mode string) {
 	pub := &nopPub{}
-	p := &Pipeline{Tracker: state.New(time.Second), Pub: pub}
+	p := &Pipeline{Tracker: state.New(time.Second), Pub: pub, Publish: mode}
 	var parser flexran.Parser
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -1,11 +1,12 @@
 """The RNIS feed on AMQP: message schema (versioned) and routing keys.
 
 The RNIS adapter (Go, ``rnis-adapter/``) publishes one ``RnisMeasurement`` per UE per poll of
-the RAN (FlexRAN ``GET /stats``) and an ``RnisEvent`` when a UE attaches, detaches or changes
-cell. Consumers (PEP, path manager) bind a queue to the topic exchange with the helpers below
-and parse bodies with ``RnisMeasurement.model_validate_json``. The JSON Schema of both models
-is exported to ``docs/schemas/`` (``python -m mec_common.rnis --export docs/schemas``) and the
-adapter's output is tested against it.
+the RAN (FlexRAN ``GET /stats``), or one ``RnisCellMeasurements`` per cell per poll with every
+UE of the cell (``RNIS_AMQP_PUBLISH=ue|cell|both``), and an ``RnisEvent`` when a UE attaches,
+detaches or changes cell. Consumers (PEP, path manager) bind a queue to the topic exchange
+with the helpers below and read a measurement body of either kind with ``measurements()``.
+The JSON Schema of the three message types is exported to ``docs/schemas/`` (``python -m
+mec_common.rnis --export docs/schemas``) and the adapter's output is tested against it.
 
 Units: bytes, PRBs, milliseconds for RLC delays, bits/s for capacities, Unix nanoseconds for
 times. ``None`` means "the RAN source did not report it" (old FlexRAN builds, a UE not yet
@@ -14,6 +15,7 @@ scheduled): a consumer must treat it as unknown, never as zero.
 Routing keys (dots separate words; ``-`` is an unknown part)::
 
     rnis.v1.meas.<cell>.<imsi>.<ipv4>                       one per UE per poll
+    rnis.v1.cell.<cell>                                     one per cell per poll
     rnis.v1.event.<attach|detach|cell_change>.<cell>.<imsi>.<ipv4>
 
 ``<cell>`` is ``<bs_id>-<phyCellId>`` (``10000-0``); dots of the IPv4 address become ``_``.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Literal
@@ -51,16 +54,8 @@ class RlcQueue(BaseModel):
     retx_queue_bytes: int | None = Field(None, ge=0, description="RLC AM retransmission bytes")
 
 
-class RnisMeasurement(BaseModel):
-    """Radio state of one UE in one cell at one poll (``rnis.v1.meas.*``).
-
-    MELD uses ``dl_tbs_bytes`` (D_TBS), ``rlc_queue_bytes`` (S_TxQueue), ``harq_processes``
-    (N_HARQ), ``best_cqi_tbs_bytes`` / ``cell_best_cqi_tbs_bytes`` (for Q_th) and
-    ``source_time_ns``/``observed_ns`` (staleness). RAPID uses ``dl_prbs`` (Pa_i),
-    ``cell_prbs`` (N_PRB), ``cell_allocated_prbs`` (ΣPa), ``dl_mcs`` (MCS_i), ``cell_ues`` (M)
-    and ``rapid_capacity_bps`` (C_i). The path manager uses the per-cell ``dl_tbs_bytes``,
-    ``wb_cqi`` and ``cqi_capacity_bps`` of each of a UE's cells (paths).
-    """
+class _CellFields(BaseModel):
+    """What every UE of a cell shares at one poll (``CELL_FIELDS``)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -68,6 +63,29 @@ class RnisMeasurement(BaseModel):
     cell: str = Field(..., description="cell key <bs_id>-<phyCellId>, e.g. 10000-0")
     bs_id: int = Field(..., ge=0, description="FlexRAN bs_id (eNB id; agent_id on old builds)")
     phy_cell_id: int | None = Field(None, ge=0, description="physical cell id")
+    cell_prbs: int | None = Field(None, ge=0, description="cell DL bandwidth in PRBs (N_PRB)")
+    source_time_ns: int | None = Field(
+        None, ge=0, description="time the RAN source stamped the report (Unix ns)"
+    )
+    observed_ns: int = Field(..., ge=0, description="adapter wall clock at the poll (Unix ns)")
+    tti_us: int = Field(1000, gt=0, description="TTI length (µs); 1000 for LTE")
+    cell_best_cqi_tbs_bytes: int | None = Field(
+        None, ge=0, description="TBS at CQI 15 on all cell_prbs PRBs (MELD S_TBm), bytes"
+    )
+    cell_ues: int = Field(..., ge=1, description="UEs reported in this cell at this poll (M)")
+    cell_allocated_prbs: int | None = Field(
+        None, ge=0, description="DL PRBs allocated to all UEs of the cell (ΣPa)"
+    )
+    cell_prb_usage: float | None = Field(
+        None, ge=0, description="cell_allocated_prbs / cell_prbs (0..1, >1 if over-reported)"
+    )
+
+
+class RnisCellUe(BaseModel):
+    """One UE's own values in a cell message (``RnisCellMeasurements.ues``)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
     rnti: int = Field(..., ge=0, le=65535, description="C-RNTI of the UE in this cell")
     imsi: str | None = Field(None, description="IMSI (from eNB_config UE.ueConfig[].imsi)")
     ue_ipv4: IPv4Address | None = Field(None, description="UE IPv4 address (mapping source)")
@@ -75,7 +93,6 @@ class RnisMeasurement(BaseModel):
     dl_mcs: int | None = Field(None, ge=0, le=31, description="DL MCS of the last TB (mcs1Dl)")
     dl_tbs_bytes: int | None = Field(None, ge=0, description="DL TBS of the last TTI (tbsDl), B")
     dl_prbs: int | None = Field(None, ge=0, description="DL PRBs allocated last TTI (Pa_i)")
-    cell_prbs: int | None = Field(None, ge=0, description="cell DL bandwidth in PRBs (N_PRB)")
     rlc_queue_bytes: int | None = Field(
         None, ge=0, description="RLC tx queue bytes summed over the DRBs (lcid >= 3)"
     )
@@ -90,23 +107,8 @@ class RnisMeasurement(BaseModel):
     )
     frame: int | None = Field(None, ge=0, le=1023, description="system frame number")
     subframe: int | None = Field(None, ge=0, le=9, description="subframe")
-    source_time_ns: int | None = Field(
-        None, ge=0, description="time the RAN source stamped the report (Unix ns)"
-    )
-    observed_ns: int = Field(..., ge=0, description="adapter wall clock at the poll (Unix ns)")
-    tti_us: int = Field(1000, gt=0, description="TTI length (µs); 1000 for LTE")
     best_cqi_tbs_bytes: int | None = Field(
         None, ge=0, description="TBS at CQI 15 (OAI CQI→MCS map) on dl_prbs PRBs, bytes"
-    )
-    cell_best_cqi_tbs_bytes: int | None = Field(
-        None, ge=0, description="TBS at CQI 15 on all cell_prbs PRBs (MELD S_TBm), bytes"
-    )
-    cell_ues: int = Field(..., ge=1, description="UEs reported in this cell at this poll (M)")
-    cell_allocated_prbs: int | None = Field(
-        None, ge=0, description="DL PRBs allocated to all UEs of the cell (ΣPa)"
-    )
-    cell_prb_usage: float | None = Field(
-        None, ge=0, description="cell_allocated_prbs / cell_prbs (0..1, >1 if over-reported)"
     )
     rapid_prbs: int | None = Field(
         None, ge=0, description="RAPID expected PRBs Pe_i = Pa_i + N_PRB - ΣPa"
@@ -118,8 +120,71 @@ class RnisMeasurement(BaseModel):
         None, ge=0, description="TBS(MCS(wb_cqi), cell_prbs) / TTI: the cell's rate for this UE"
     )
 
+
+class RnisMeasurement(RnisCellUe, _CellFields):
+    """Radio state of one UE in one cell at one poll (``rnis.v1.meas.*``).
+
+    MELD uses ``dl_tbs_bytes`` (D_TBS), ``rlc_queue_bytes`` (S_TxQueue), ``harq_processes``
+    (N_HARQ), ``best_cqi_tbs_bytes`` / ``cell_best_cqi_tbs_bytes`` (for Q_th) and
+    ``source_time_ns``/``observed_ns`` (staleness). RAPID uses ``dl_prbs`` (Pa_i),
+    ``cell_prbs`` (N_PRB), ``cell_allocated_prbs`` (ΣPa), ``dl_mcs`` (MCS_i), ``cell_ues`` (M)
+    and ``rapid_capacity_bps`` (C_i). The path manager uses the per-cell ``dl_tbs_bytes``,
+    ``wb_cqi`` and ``cqi_capacity_bps`` of each of a UE's cells (paths).
+    """
+
     def routing_key(self) -> str:
         return meas_routing_key(self.cell, self.imsi, self.ue_ipv4)
+
+
+class RnisCellMeasurements(_CellFields):
+    """Every UE of one cell at one poll, in one message (``rnis.v1.cell.<cell>``).
+
+    The adapter sends these instead of (``RNIS_AMQP_PUBLISH=cell``) or besides (``both``) the
+    per-UE messages: at 1 ms polling one message per cell instead of one per UE is what a
+    broker can carry. The cell's fields are written once; ``ues`` holds each UE's own fields
+    (UEs whose report did not change since the last poll are left out, as in the per-UE
+    feed). ``measurements()`` gives the same ``RnisMeasurement`` objects as the per-UE feed.
+    """
+
+    ues: list[RnisCellUe] = Field(..., description="the UEs of the cell with a new report")
+
+    def routing_key(self) -> str:
+        return cell_routing_key(self.cell)
+
+    def measurements(self) -> list[RnisMeasurement]:
+        cell = self.model_dump(include=set(CELL_FIELDS))
+        return [RnisMeasurement.model_validate(cell | ue.model_dump()) for ue in self.ues]
+
+
+CELL_FIELDS = tuple(_CellFields.model_fields)
+"""Fields a cell message carries once for all its UEs."""
+
+
+def measurements(
+    body: bytes | str, ue_ipv4: IPv4Address | str | None = None
+) -> Iterator[RnisMeasurement]:
+    """The per-UE measurements of a measurement message of either kind: one for a
+    ``rnis.v1.meas.*`` body, one per UE for a ``rnis.v1.cell.*`` body (the ``type`` header
+    is ``meas`` or ``cell``; the body tells them apart too). With ``ue_ipv4``, only that
+    UE's: the other UEs of a cell message are not validated, which is most of its cost.
+
+    Raises ``pydantic.ValidationError`` (a ``ValueError``) on a body of neither schema.
+    """
+    data = json.loads(body)
+    if not isinstance(data, dict) or "ues" not in data:
+        m = RnisMeasurement.model_validate(data)
+        if ue_ipv4 is None or m.ue_ipv4 == IPv4Address(str(ue_ipv4)):
+            yield m
+        return
+    ues = data.pop("ues")
+    if not isinstance(ues, list):
+        RnisCellMeasurements.model_validate(data | {"ues": ues})  # raises, with the reason
+        return
+    cell = _CellFields.model_validate(data).model_dump()
+    wanted = None if ue_ipv4 is None else str(ue_ipv4)
+    for ue in ues:
+        if wanted is None or (isinstance(ue, dict) and ue.get("ue_ipv4") == wanted):
+            yield RnisMeasurement.model_validate(ue | cell if isinstance(ue, dict) else ue)
 
 
 class RnisEvent(BaseModel):
@@ -158,6 +223,10 @@ def meas_routing_key(cell: str, imsi: str | None, ipv4: IPv4Address | str | None
     return f"{PREFIX}.meas.{_word(cell)}.{_word(imsi)}.{_ip_word(ipv4)}"
 
 
+def cell_routing_key(cell: str) -> str:
+    return f"{PREFIX}.cell.{_word(cell)}"
+
+
 def event_routing_key(
     kind: EventKind, cell: str, imsi: str | None, ipv4: IPv4Address | str | None
 ) -> str:
@@ -181,7 +250,12 @@ def bind_cell(cell: str) -> str:
     return f"{PREFIX}.meas.{_word(cell)}.#"
 
 
-def bind_all(kind: Literal["meas", "event"] | None = None) -> str:
+def bind_cell_batch(cell: str) -> str:
+    """Binding key for the cell messages of one cell (``RNIS_AMQP_PUBLISH=cell|both``)."""
+    return cell_routing_key(cell)
+
+
+def bind_all(kind: Literal["meas", "cell", "event"] | None = None) -> str:
     return f"{PREFIX}.{kind}.#" if kind else f"{PREFIX}.#"
 
 
@@ -193,6 +267,7 @@ def json_schemas() -> dict[str, dict[str, object]]:
     """File name → JSON Schema of each message type."""
     return {
         f"rnis-measurement.v{SCHEMA_VERSION}.json": RnisMeasurement.model_json_schema(),
+        f"rnis-cell.v{SCHEMA_VERSION}.json": RnisCellMeasurements.model_json_schema(),
         f"rnis-event.v{SCHEMA_VERSION}.json": RnisEvent.model_json_schema(),
     }
 
