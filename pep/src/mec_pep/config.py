@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from mec_common.config import CommaList, Port, ServiceSettings, _split_commas
+from mec_common.config import CommaList, Port, ServiceSettings
+from mec_common.config import split_commas as _split_commas
 
 MiB = 1024 * 1024
 

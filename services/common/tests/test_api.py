@@ -107,3 +107,27 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XPEP_HTTP_PORT", "70000")
     with pytest.raises(ValueError):
         PepSettings()
+
+
+def test_split_commas_builds_typed_lists_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typing import Annotated
+
+    from pydantic import BeforeValidator, Field
+    from pydantic_settings import NoDecode, SettingsConfigDict
+
+    from mec_common.config import split_commas
+
+    class Settings(ServiceSettings):
+        model_config = SettingsConfigDict(env_prefix="XSPLIT_")
+        ports: Annotated[list[int], NoDecode, BeforeValidator(split_commas)] = Field([80])
+
+    assert split_commas(" a, b,,c ") == ["a", "b", "c"]
+    assert split_commas("") == [] and split_commas(["x, y"]) == ["x, y"]
+    assert Settings().ports == [80]
+    monkeypatch.setenv("XSPLIT_PORTS", "443, 8443")
+    assert Settings().ports == [443, 8443]
+    monkeypatch.setenv("XSPLIT_PORTS", "443,http")
+    with pytest.raises(ValueError):
+        Settings()

@@ -6,7 +6,10 @@ Subclass ``ServiceSettings`` with the service's prefix::
         model_config = SettingsConfigDict(env_prefix="PEP_")
         http_port: int = 8102
 
-Lists are comma-separated in the environment (``PEP_API_TOKENS=a,b``).
+Lists are comma-separated in the environment (``PEP_API_TOKENS=a,b``): ``CommaList`` for
+strings; for lists of other types, put ``split_commas`` before pydantic's own parsing::
+
+    ports: Annotated[list[int], NoDecode, BeforeValidator(split_commas)] = [80, 443]
 """
 
 from __future__ import annotations
@@ -19,16 +22,21 @@ from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
-def _split_commas(value: Any) -> Any:
+def split_commas(value: Any) -> Any:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]`` (blanks trimmed, empty items dropped, so ``""`` is
+    the empty list); anything but a string (a list from code or a default) passes unchanged."""
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
     return value
 
 
+_split_commas = split_commas  # the old private name, still imported by mec_pep.ran_aware
+
+
 Port = Annotated[int, Field(ge=0, le=65535)]
 """A TCP port; subclasses overriding ``http_port`` keep the range: ``http_port: Port = 8102``."""
 
-CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_commas)]
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(split_commas)]
 """A list setting written as ``a,b,c`` in the environment."""
 
 
