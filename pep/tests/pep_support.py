@@ -107,7 +107,7 @@ class DataServer:
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            header = _recv_exact(conn, _REQUEST.size)
+            header = recv_exact(conn, _REQUEST.size)
             command, size = _REQUEST.unpack(header)
             if command == b"U":
                 _, digest = receive_digest(conn, size)
@@ -139,7 +139,7 @@ def request(command: bytes, size: int = 0) -> bytes:
     return _REQUEST.pack(command, size)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
         chunk = sock.recv(n - len(data))
@@ -157,13 +157,18 @@ def connect_direct(lab: Lab, target: tuple[str, int], timeout: float = 10) -> so
     return in_netns(lab.client_ns, lambda: socket.create_connection(target, timeout=timeout))
 
 
-def connect_socks5(lab: Lab, target: tuple[str, int], timeout: float = 10) -> socket.socket:
+Dial = Callable[[tuple[str, int], float], socket.socket]
+
+
+def connect_socks5(
+    lab: Lab, target: tuple[str, int], timeout: float = 10, dial: Dial = socket.create_connection
+) -> socket.socket:
     pep = (lab.pep_client_side_ip, SOCKS_PORT)
-    sock = in_netns(lab.client_ns, lambda: socket.create_connection(pep, timeout=timeout))
+    sock = in_netns(lab.client_ns, lambda: dial(pep, timeout))
     sock.sendall(b"\x05\x01\x00")
-    assert _recv_exact(sock, 2) == b"\x05\x00"
+    assert recv_exact(sock, 2) == b"\x05\x00"
     sock.sendall(b"\x05\x01\x00\x01" + socket.inet_aton(target[0]) + struct.pack("!H", target[1]))
-    reply = _recv_exact(sock, 10)
+    reply = recv_exact(sock, 10)
     if reply[1] != 0:
         sock.close()
         raise ConnectionRefusedError(f"SOCKS5 reply {reply[1]}")

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
-from pep_support import TOKEN, DataServer, _recv_exact, request, wait_for
+from pep_support import TOKEN, DataServer, recv_exact, request, wait_for
 
 from mec_common.amqp import AmqpConsumer, AmqpPublisher
 from mec_common.auth import TokenVerifier
@@ -96,7 +96,7 @@ def socks_connect(lab: Lab, target: tuple[str, int]) -> socket.socket:
     sock = in_netns(lab.client_ns, lambda: socket.create_connection(address, timeout=10))
     target_bytes = socket.inet_aton(target[0]) + target[1].to_bytes(2, "big")
     sock.sendall(b"\x05\x01\x00" + b"\x05\x01\x00\x01" + target_bytes)  # pipelined
-    assert _recv_exact(sock, 12)[3] == 0
+    assert recv_exact(sock, 12)[3] == 0
     return sock
 
 
@@ -184,13 +184,17 @@ def test_backlog_toward_the_ue_is_published(
             what="a backlog message",
         )
         big = next(m for m in messages if m["backlog_bytes"] > 8 << 20)
-        assert big["ue"] == lab.client_ip and big["flows"] == 1 and big["schema"] == 1
-        assert 0 <= big["unsent_bytes"] <= big["backlog_bytes"]
+        assert big["ue"] == lab.client_ip and big["flows"] == 1 and big["schema"] == 2
+        assert 0 <= big["unsent_bytes"] <= big["backlog_bytes"] <= big["received_bytes"]
         received = 0
         while received < 32 << 20:  # drain: the backlog falls to zero and is announced
             received += len(sock.recv(1 << 20))
         wait_for(lambda: messages[-1]["backlog_bytes"] == 0, timeout=10, what="drained")
         sock.close()
+        # received_bytes: the arrival count, cumulative and exact once everything was read.
+        counts = [m["received_bytes"] for m in messages]
+        assert counts == sorted(counts), counts
+        assert counts[-1] == 32 << 20
     finally:
         feed.stop()
         publisher.close()

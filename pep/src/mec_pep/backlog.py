@@ -5,12 +5,19 @@ for that would cost an HTTP round trip per UE per period; instead the PEP publis
 small JSON message per UE per period on a topic exchange (default ``pep``)::
 
     routing key  pep.v1.backlog.<ue ipv4 with _ for .>      e.g. pep.v1.backlog.10_30_1_1
-    body         {"schema": 1, "ue": "10.30.1.1", "ts_ns": ..., "backlog_bytes": ...,
-                  "unsent_bytes": ..., "flows": ...}
+    headers      schema: 2
+    body         {"schema": 2, "ue": "10.30.1.1", "ts_ns": ..., "backlog_bytes": ...,
+                  "unsent_bytes": ..., "received_bytes": ..., "flows": ...}
+
+``received_bytes`` (schema 2) counts every byte the PEP took from servers for this UE
+since the PEP started, over all its flows: bytes read from the WAN legs plus what waits in
+their receive queues. It is the arrival count of the backlog, so the arrival rate is its
+growth over time; it never decreases except by what a reset flow drops unread. Schema 1
+messages (older PEPs) have no ``received_bytes``.
 
 Only UEs with something buffered are sampled (flows that moved bytes toward the UE since
-their backlog was last seen at zero), plus one final message with zero when a UE's
-backlog has drained, so consumers see the drop. Idle flows cost nothing.
+their backlog was last seen at zero), plus one final message with a zero backlog when a
+UE's backlog has drained, so consumers see the drop. Idle flows cost nothing.
 """
 
 from __future__ import annotations
@@ -25,26 +32,35 @@ from mec_common.amqp import AmqpPublisher
 from mec_common.logging import get_logger
 from mec_pep.dataplane import DataPlane
 from mec_pep.relay import Relay
+from mec_pep.sockets import SIOCINQ, queued
 from mec_pep.state import backlog_toward_ue
 
 log = get_logger(__name__)
 
-SCHEMA = 1
+SCHEMA = 2
 
 
 @dataclass
 class UeBacklog:
     backlog_bytes: int = 0  # held toward the UE: server-leg queue + pipe + UE-leg send queue
     unsent_bytes: int = 0  # the part not yet sent on the UE leg
+    received_bytes: int = 0  # taken from servers for this UE since start (cumulative)
     flows: int = 0  # flows holding bytes
+
+    def add(self, other: UeBacklog) -> None:
+        self.backlog_bytes += other.backlog_bytes
+        self.unsent_bytes += other.unsent_bytes
+        self.received_bytes += other.received_bytes
+        self.flows += other.flows
 
 
 def routing_key(ue: str) -> str:
     return "pep.v1.backlog." + ue.replace(".", "_")
 
 
-def sample(relay: Relay) -> dict[str, UeBacklog]:
-    """Runs in the relay thread: backlog of the flows that may hold bytes toward a UE."""
+def sample(relay: Relay) -> tuple[dict[str, UeBacklog], dict[str, int]]:
+    """Runs in the relay thread: (backlog of the flows that may hold bytes toward a UE,
+    bytes read from servers per UE so far)."""
     found: dict[str, UeBacklog] = {}
     for conn in list(relay.busy):
         total, unsent = backlog_toward_ue(conn)
@@ -55,7 +71,10 @@ def sample(relay: Relay) -> dict[str, UeBacklog]:
         ue.backlog_bytes += total
         ue.unsent_bytes += unsent
         ue.flows += 1
-    return found
+        wan = conn.flow.wan
+        if wan is not None:  # arrived from the server, not read yet
+            ue.received_bytes += queued(wan.fileno(), SIOCINQ)
+    return found, dict(relay.read_for_ue)
 
 
 class BacklogFeed:
@@ -94,19 +113,22 @@ class BacklogFeed:
 
     def tick(self) -> dict[str, UeBacklog]:
         merged: dict[str, UeBacklog] = {}
-        for part in self.dataplane.collect(sample, timeout=5.0):
+        read: dict[str, int] = {}
+        for part, read_part in self.dataplane.collect(sample, timeout=5.0):
             for ue, b in part.items():
-                m = merged.setdefault(ue, UeBacklog())
-                m.backlog_bytes += b.backlog_bytes
-                m.unsent_bytes += b.unsent_bytes
-                m.flows += b.flows
-        drained = [ue for ue in self.latest if ue not in merged]
+                merged.setdefault(ue, UeBacklog()).add(b)
+            for ue, n in read_part.items():
+                read[ue] = read.get(ue, 0) + n
+        for ue, b in merged.items():
+            b.received_bytes += read.get(ue, 0)
+        drained = {ue: UeBacklog(received_bytes=read.get(ue, 0)) for ue in self.latest}
         if self.publisher is not None:
             now = time.time_ns()
             for ue, b in merged.items():
                 self._publish(ue, b, now)
-            for ue in drained:
-                self._publish(ue, UeBacklog(), now)
+            for ue, b in drained.items():
+                if ue not in merged:
+                    self._publish(ue, b, now)
         self.latest = merged
         self.samples += 1
         return merged
@@ -120,6 +142,7 @@ class BacklogFeed:
                 "ts_ns": ts_ns,
                 "backlog_bytes": b.backlog_bytes,
                 "unsent_bytes": b.unsent_bytes,
+                "received_bytes": b.received_bytes,
                 "flows": b.flows,
             }
         )

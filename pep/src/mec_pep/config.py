@@ -8,8 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from mec_common.config import CommaList, Port, ServiceSettings
-from mec_common.config import split_commas as _split_commas
+from mec_common.config import CommaList, Port, ServiceSettings, split_commas
 
 MiB = 1024 * 1024
 
@@ -24,7 +23,7 @@ MiB = 1024 * 1024
 # one setting away, and TLV clients can ask for more per flow (BUFFER_SIZE).
 DEFAULT_SOCKET_BUFFER = 16 * MiB
 
-Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(_split_commas)]
+Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(split_commas)]
 
 
 class PepSettings(ServiceSettings):
@@ -67,7 +66,7 @@ class PepSettings(ServiceSettings):
     tproxy_interfaces: CommaList = Field(
         default_factory=list, description="intercept only on these input interfaces; empty = any"
     )
-    tproxy_ports: Annotated[list[int], NoDecode, BeforeValidator(_split_commas)] = Field(
+    tproxy_ports: Annotated[list[int], NoDecode, BeforeValidator(split_commas)] = Field(
         default_factory=list, description="intercept only these destination ports; empty = all"
     )
     tproxy_nft_table: str = Field(
@@ -86,6 +85,12 @@ class PepSettings(ServiceSettings):
     ran_sndbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="RAN-leg SO_SNDBUF")
     wan_rcvbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="WAN-leg SO_RCVBUF")
     wan_sndbuf: int = Field(DEFAULT_SOCKET_BUFFER, ge=0, description="WAN-leg SO_SNDBUF")
+    ran_mptcp: bool = Field(
+        False,
+        description="accept UE connections with MPTCP (IPPROTO_MPTCP listeners): a "
+        "multi-homed UE adds one subflow per cell and a path manager chooses which carry "
+        "data; a UE without MPTCP gets plain TCP (the kernel falls back)",
+    )
     ran_congestion_control: str | None = Field(
         None,
         pattern=r"^[a-z0-9_]{1,15}$",

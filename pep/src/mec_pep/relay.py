@@ -259,7 +259,11 @@ class Relay:
         self.buffers = BufferPool(self.settings.pipe_size)
         self._move = self._splice if self.settings.relay_method == "splice" else self._copy
         self.listeners: dict[Mode, Listener] = {}
+        self.join_listeners: dict[int, Listener] = {}  # MPTCP joins in transparent mode, by port
         self.busy: set[Conn] = set()  # flows that may hold bytes toward the UE
+        # Bytes read from servers per UE since start (all flows, closed ones too): the
+        # arrival count of the UE's backlog, for the path manager (backlog feed).
+        self.read_for_ue: dict[str, int] = {}
         self._conns: dict[int, Conn] = {}  # by fd, both legs
         self._epoll: select.epoll | None = None
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -333,8 +337,34 @@ class Relay:
         ``SO_REUSEPORT``: every relay thread listens on the same port.
         """
         self.close_listener(mode)
+        listener = Listener(mode, self._listen_socket(mode, host, port))
+        self.listeners[mode] = listener
+        assert self._epoll is not None
+        self._epoll.register(listener.fd, select.EPOLLIN)
+        if mode is Mode.TRANSPARENT and self.settings.ran_mptcp:
+            self._open_join_listeners(host)
+        bound: tuple[str, int] = listener.sock.getsockname()
+        return bound
+
+    def _open_join_listeners(self, host: str) -> None:
+        """Transparent MPTCP: a listener on each intercepted port, for the UE's MP_JOINs.
+
+        The kernel accepts an MP_JOIN only on a listener whose port is the connection's
+        own (the server's) port; TPROXY hands it to the transparent port, where it would be
+        refused (MPTcpExtMismatchPortSynRx). A transparent listener on the server's port is
+        found by the TPROXY table's first rule (``socket transparent 1``), so joins (and
+        new connections to that port) reach it and the join finds its connection.
+        """
+        for port in self.settings.tproxy_ports:
+            sock = self._listen_socket(Mode.TRANSPARENT, host, port)
+            listener = Listener(Mode.TRANSPARENT, sock)
+            self.join_listeners[port] = listener
+            assert self._epoll is not None
+            self._epoll.register(listener.fd, select.EPOLLIN)
+
+    def _listen_socket(self, mode: Mode, host: str, port: int) -> socket.socket:
         s = self.settings
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+        sock = ran_listener_socket(mptcp=s.ran_mptcp)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -353,21 +383,23 @@ class Relay:
         except BaseException:
             sock.close()
             raise
-        listener = Listener(mode, sock)
-        self.listeners[mode] = listener
-        assert self._epoll is not None
-        self._epoll.register(listener.fd, select.EPOLLIN)
-        bound: tuple[str, int] = sock.getsockname()
-        return bound
+        return sock
 
     def close_listener(self, mode: Mode) -> None:
         listener = self.listeners.pop(mode, None)
         if listener is not None:
             listener.sock.close()
+        if mode is Mode.TRANSPARENT:
+            for join in self.join_listeners.values():
+                join.sock.close()
+            self.join_listeners.clear()
+
+    def _all_listeners(self) -> list[Listener]:
+        return [*self.listeners.values(), *self.join_listeners.values()]
 
     def resize_listener_buffers(self) -> None:
         """Apply the RAN-leg buffer settings to new connections (existing ones keep theirs)."""
-        for listener in self.listeners.values():
+        for listener in self._all_listeners():
             set_buffers(
                 listener.sock,
                 self.settings.ran_rcvbuf,
@@ -464,7 +496,7 @@ class Relay:
             log.exception("relay error", relay=self.index)
 
     def _on_listener_event(self, fd: int) -> None:
-        for listener in self.listeners.values():
+        for listener in self._all_listeners():
             if listener.fd == fd:
                 self._accept(listener)
                 return
@@ -676,7 +708,7 @@ class Relay:
 
     def _is_own_listener(self, destination: tuple[str, int]) -> bool:
         """A connection to one of our own ports on this host would loop through the PEP."""
-        if all(lst.sock.getsockname()[1] != destination[1] for lst in self.listeners.values()):
+        if all(lst.sock.getsockname()[1] != destination[1] for lst in self._all_listeners()):
             return False
         probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -799,6 +831,8 @@ class Relay:
                 raise
             if moved == 0:
                 p.eof = True
+            elif p.to_ue:
+                self._took_for_ue(conn, moved)
             p.fill = moved
 
     def _copy(self, conn: Conn, p: Pump) -> None:
@@ -821,6 +855,8 @@ class Relay:
                 raise
             if got == 0:
                 p.eof = True
+            elif p.to_ue:
+                self._took_for_ue(conn, got)
             p.start, p.fill = 0, got
 
     def _count(self, conn: Conn, p: Pump, n: int) -> None:
@@ -831,6 +867,10 @@ class Relay:
         else:
             conn.flow.bytes_from_ue += n
             self.counters.bytes_from_ue += n
+
+    def _took_for_ue(self, conn: Conn, n: int) -> None:
+        ue = conn.flow.ue
+        self.read_for_ue[ue] = self.read_for_ue.get(ue, 0) + n
 
     def _release_pipe(self, p: Pump) -> None:
         """Return the pump's pipe or buffer (data still in it is dropped: the flow ends)."""
@@ -901,11 +941,31 @@ class Relay:
                     self._connect_failed(conn, errno.ETIMEDOUT)
                 else:
                     self._refuse(conn, "handshake timeout")
-        for listener in self.listeners.values():
+        for listener in self._all_listeners():
             if listener.paused_until and now >= listener.paused_until:
                 listener.paused_until = 0.0
                 assert self._epoll is not None
                 self._epoll.modify(listener.fd, select.EPOLLIN)
+
+
+def ran_listener_socket(*, mptcp: bool) -> socket.socket:
+    """A non-blocking listener socket for UE connections, MPTCP if asked.
+
+    An MPTCP listener still accepts plain TCP clients (the kernel falls back per
+    connection), so ``mptcp`` only adds subflows for UEs that speak MPTCP.
+    """
+    if not mptcp:
+        return socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+    try:
+        return socket.socket(
+            socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, socket.IPPROTO_MPTCP
+        )
+    except OSError as exc:  # no MPTCP in this kernel, or net.mptcp.enabled=0 here
+        raise OSError(
+            exc.errno,
+            f"PEP_RAN_MPTCP is on but this namespace cannot make MPTCP sockets "
+            f"({exc.strerror}); check net.mptcp.enabled",
+        ) from exc
 
 
 def _socket_error(conn: Conn, fd: int) -> int:

@@ -82,6 +82,10 @@ class MptcpActuator:
         try:
             self._commands.set_subflow_backup(token, local, remote, backup)
         except NetlinkError as exc:
+            if "invalid token" in str(exc):  # the connection closed before its event came
+                with self._lock:
+                    self._connections.pop(token, None)
+                return
             # The subflow may have closed meanwhile; anything else is worth a health note.
             self.errors += 1
             log.warning(
