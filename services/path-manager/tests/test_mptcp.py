@@ -10,9 +10,11 @@ uses the in-kernel one with a "subflow" endpoint on its second address, as a mul
 MPTCP client does. The proxy sends to the UE, as the PEP does on the RAN leg.
 """
 
+import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -193,3 +195,28 @@ def test_kernel_errors_are_reported_clearly(namespaces):
     with MptcpPm(proxy) as pm, pytest.raises(NetlinkError) as err:
         pm.set_subflow_backup(12345, (PROXY, 1), (CELL[1], 2), True)  # no such connection
     assert err.value.errno != 0 and err.value.strerror
+
+
+NO_ADMIN_SCRIPT = """
+import json, sys
+from path_manager.service import PmSettings, build_app
+settings = PmSettings(api_tokens=["t"], actuation="mptcp", state_dir=sys.argv[1])
+app, manager = build_app(settings)
+print(json.dumps({"actuator": manager.actuator is not None,
+                  "mptcp": manager.health.report()["checks"]["mptcp"]}))
+"""
+
+
+def test_without_net_admin_the_service_runs_degraded(tmp_path):
+    """No CAP_NET_ADMIN (genetlink's MPTCP event group is admin-only): health says so."""
+    if os.geteuid() != 0:
+        pytest.fail("needs root to drop capabilities with setpriv")
+    done = subprocess.run(
+        ["setpriv", "--bounding-set=-net_admin,-sys_admin", sys.executable, "-c",
+         NO_ADMIN_SCRIPT, str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["actuator"] is False
+    assert report["mptcp"]["ok"] is False and "CAP_NET_ADMIN" in report["mptcp"]["detail"]

@@ -126,3 +126,29 @@ def test_feeds_drive_paths_and_decisions(service):
     log = client.get(f"/pm/v1/ues/{UE}/decisions", headers=AUTH).json()
     assert any(d["trigger"] == "predictive" and d["p_high"] is not None for d in log)
     assert client.delete(f"/pm/v1/ues/{UE}", headers=AUTH).status_code == 204
+
+
+def test_arrival_rate_comes_from_the_peps_received_bytes(service):
+    """Schema 2: the PEP's cumulative received_bytes gives the arrival rate directly."""
+    client, manager, _, pep = service
+    assert client.put(f"/pm/v1/ues/{UE}", json={"paths": PATHS}, headers=AUTH).status_code == 200
+    ue = manager.ues[IPv4Address(UE)]
+    key = "pep.v1.backlog." + UE.replace(".", "_")
+    rate = 3_000_000  # bytes/s = 2000 packets of 1500 bytes per second
+    start = time.monotonic()
+
+    def publish(received: int) -> None:
+        body = {"schema": 2, "ue": UE, "backlog_bytes": 0, "unsent_bytes": 0,
+                "received_bytes": received, "flows": 1}  # fmt: skip
+        pep.publish(key, orjson.dumps(body))
+
+    # The binding applies asynchronously after the PUT: publish until the count arrives.
+    assert wait_until(lambda: publish(0) or bool(ue.received))
+    start = time.monotonic()
+    while time.monotonic() - start < 0.4:
+        publish(int((time.monotonic() - start) * rate))
+        time.sleep(0.005)
+    assert wait_until(lambda: ue.arrival_pps > 0)
+    assert ue.arrival_pps == pytest.approx(2000, rel=0.25)
+    shown = client.get(f"/pm/v1/ues/{UE}", headers=AUTH).json()["arrival_rate_pps"]
+    assert shown == pytest.approx(ue.arrival_pps, rel=0.25)

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from mec_common.amqp import AmqpConsumer, Backoff
 from mec_common.health import Health
 from mec_common.logging import get_logger
-from mec_common.mp1 import Mp1Client, Mp1Error
+from mec_common.mp1 import Mp1Client, Mp1Error, discover_amqp_feed
 from mec_common.rnis import PREFIX, RnisEvent, RnisMeasurement, bind_ue_ip
 from mec_pep.ran_aware.kernel import MeldKernel
 from mec_pep.ran_aware.radio import radio_state
@@ -58,27 +58,10 @@ class Endpoint:
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
 
 
-def with_credentials(discovered: str, configured: str) -> str:
-    """The discovered broker URL with the user and password of the configured one."""
-    found, ours = urlsplit(discovered), urlsplit(configured)
-    if not ours.username:
-        return discovered
-    auth = ours.username + (f":{ours.password}" if ours.password else "")
-    host = found.hostname or ""
-    netloc = f"{auth}@{host}" + (f":{found.port}" if found.port else "")
-    return urlunsplit((found.scheme, netloc, found.path, found.query, found.fragment))
-
-
 def discover(mp1: Mp1Client, configured_url: str) -> Endpoint | None:
     """The RNIS AMQP feed as registered on the platform, or None if not (yet) there."""
-    transport = mp1.find_transport("rnis", "MB_TOPIC_BASED")
-    if transport is None:
-        return None
-    uris = transport.get("endpoint", {}).get("uris") or []
-    exchange = transport.get("implSpecificInfo", {}).get("exchange")
-    if not uris or not exchange:
-        return None
-    return Endpoint(with_credentials(str(uris[0]), configured_url), str(exchange), "mp1")
+    feed = discover_amqp_feed(mp1, "rnis", configured_url)
+    return None if feed is None else Endpoint(feed.url, feed.exchange, "mp1")
 
 
 @dataclass

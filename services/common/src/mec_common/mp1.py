@@ -17,9 +17,11 @@ calls ``registration.start()``/``stop()`` in its FastAPI lifespan (not after
 runs). ``on_termination`` typically sets ``server.should_exit``.
 See ``mec-platform/tests/sample_app.py`` for a complete app.
 
-Discovery helpers find another service and its transports, e.g. the RNIS AMQP feed::
+Discovery helpers find another service and its transports; ``discover_amqp_feed`` finds
+a topic-based (AMQP) feed such as the RNIS one and keeps our own broker credentials::
 
-    url = client.find_transport("rnis", "MB_TOPIC_BASED")["endpoint"]["uris"][0]
+    feed = discover_amqp_feed(client, "rnis", settings.amqp_url)  # None: not registered yet
+    consumer = AmqpConsumer(feed.url, feed.exchange, ...)
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from fastapi import APIRouter, Request, Response
@@ -210,6 +214,42 @@ class Mp1Client:
             if service.get("state") == "ACTIVE" and transport.get("type") == transport_type:
                 return dict(transport)
         return None
+
+
+@dataclass(frozen=True)
+class AmqpFeed:
+    """A topic-based message feed as registered on the platform."""
+
+    url: str  # broker URL, with our credentials
+    exchange: str
+
+
+def discover_amqp_feed(client: Mp1Client, ser_name: str, configured_url: str) -> AmqpFeed | None:
+    """The ``MB_TOPIC_BASED`` transport of service ``ser_name``, or None if not (yet) there.
+
+    The registration names the broker and the exchange (``implSpecificInfo.exchange``),
+    never credentials: the user and password of ``configured_url`` are kept. Errors of the
+    platform (``Mp1Error``, ``httpx.HTTPError``) propagate: the caller retries.
+    """
+    transport = client.find_transport(ser_name, "MB_TOPIC_BASED")
+    if transport is None:
+        return None
+    uris = transport.get("endpoint", {}).get("uris") or []
+    exchange = transport.get("implSpecificInfo", {}).get("exchange")
+    if not uris or not exchange:
+        return None
+    return AmqpFeed(with_credentials(str(uris[0]), configured_url), str(exchange))
+
+
+def with_credentials(discovered: str, configured: str) -> str:
+    """The discovered broker URL with the user and password of the configured one."""
+    found, ours = urlsplit(discovered), urlsplit(configured)
+    if not ours.username:
+        return discovered
+    auth = ours.username + (f":{ours.password}" if ours.password else "")
+    host = found.hostname or ""
+    netloc = f"{auth}@{host}" + (f":{found.port}" if found.port else "")
+    return urlunsplit((found.scheme, netloc, found.path, found.query, found.fragment))
 
 
 def _detail(r: httpx.Response) -> str:

@@ -18,6 +18,7 @@ import itertools
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from path_manager.control import (
 from path_manager.radio import PathRadio, RadioSettings
 
 log = get_logger(__name__)
+
+ARRIVAL_WINDOW = 0.1  # seconds of received_bytes the arrival rate is measured over
 
 DECISIONS = Counter("pm_decisions_total", "Control decisions", ["ue", "trigger", "action"])
 PREDICTION = Histogram(
@@ -154,6 +157,8 @@ class Ue:
     backlog_bytes: float = 0.0
     backlog_at: float | None = None
     arrival_pps: float = 0.0
+    # (time, PEP's cumulative received_bytes) over the last ARRIVAL_WINDOW seconds
+    received: deque[tuple[float, int]] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -170,10 +175,7 @@ class PathManager:
         self._lock = threading.Lock()
         self.actuator: Any = None
         if settings.actuation == "mptcp":
-            from path_manager.actuation import MptcpActuator
-
-            self.actuator = MptcpActuator(settings.mptcp_netns, health)
-            self.actuator.start()
+            self.actuator = _start_actuator(settings.mptcp_netns, health)
         rnis_url, rnis_exchange = _rnis_endpoint(settings)
         self.rnis = AmqpConsumer(
             rnis_url, rnis_exchange, [], self._on_rnis,
@@ -275,18 +277,38 @@ class PathManager:
         if ue is None or ue.control is None:
             return
         now = time.monotonic()
+        received = msg.get("received_bytes")  # schema 2; older PEPs: estimate
         with ue._lock:
-            self._estimate_arrival(ue, backlog, now)
+            if isinstance(received, int):
+                self._measure_arrival(ue, received, now)
+            else:
+                self._estimate_arrival(ue, backlog, now)
             ue.backlog_bytes, ue.backlog_at = backlog, now
         packets = backlog / self.settings.packet_bytes
         QUEUE.labels(str(ue.id)).set(packets)
         ue.control.on_queue(packets)
 
+    def _measure_arrival(self, ue: Ue, received: int, now: float) -> None:
+        """Arrival rate from the PEP's cumulative received bytes over ARRIVAL_WINDOW.
+
+        A window, not per-message differences: the PEP reads from servers in chunks of up
+        to a pipe (1 MiB), so a 2 ms difference is mostly 0 or a burst.
+        """
+        window = ue.received
+        if window and received < window[-1][1]:  # the PEP restarted: a new count
+            window.clear()
+        window.append((now, received))
+        while len(window) > 2 and now - window[1][0] >= ARRIVAL_WINDOW:
+            window.popleft()
+        (t0, r0) = window[0]
+        if now - t0 > 0:
+            ue.arrival_pps = (received - r0) / self.settings.packet_bytes / (now - t0)
+
     def _estimate_arrival(self, ue: Ue, backlog: float, now: float) -> None:
         """Arrivals = backlog growth + what the active paths served (EWMA, packets/s).
 
-        While the backlog is non-zero the active paths are busy, so they serve at their
-        current capacity; the backlog message does not carry the bytes received.
+        For PEPs whose backlog message has no ``received_bytes`` (schema 1). While the
+        backlog is non-zero the active paths are busy, so they serve at their capacity.
         """
         if ue.backlog_at is None or now <= ue.backlog_at:
             return
@@ -351,32 +373,49 @@ def _current_pps(path: PathRadio, now: float, s: RadioSettings) -> float:
     return state.capacity_los if state.in_los else state.capacity_nlos
 
 
+def _start_actuator(netns: str | None, health: Health) -> Any:
+    """The MPTCP actuator, or None (degraded health, decisions not applied) if not allowed.
+
+    Joining another namespace needs CAP_SYS_ADMIN, the MPTCP path manager commands
+    CAP_NET_ADMIN; without them the service still predicts and logs its decisions.
+    """
+    from path_manager.actuation import MptcpActuator
+
+    try:
+        actuator = MptcpActuator(netns, health)
+    except PermissionError as exc:
+        detail = (
+            f"MPTCP actuation not allowed ({exc}): run as root or with CAP_NET_ADMIN "
+            "(and CAP_SYS_ADMIN for PM_MPTCP_NETNS); decisions are logged but not applied"
+        )
+    except OSError as exc:
+        detail = f"MPTCP actuation unavailable ({exc}); decisions are logged but not applied"
+    else:
+        actuator.start()
+        return actuator
+    log.error("no MPTCP actuation", detail=detail)
+    health.set("mptcp", False, detail)
+    return None
+
+
 def _rnis_endpoint(settings: PmSettings) -> tuple[str, str]:
     """The RNIS AMQP feed from Mp1 discovery when a platform is configured, else settings."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    from mec_common.mp1 import Mp1Client
+    from mec_common.mp1 import Mp1Client, discover_amqp_feed
 
     client = Mp1Client.from_settings(settings)
     if client is None:
         return settings.amqp_url, settings.rnis_exchange
     try:
-        transport = client.find_transport("rnis", "MB_TOPIC_BASED")
+        feed = discover_amqp_feed(client, "rnis", settings.amqp_url)
     except Exception as exc:  # the platform may not be up yet: the setting is the fallback
         log.warning("rnis discovery failed; using the configured feed", error=str(exc))
         return settings.amqp_url, settings.rnis_exchange
     finally:
         client.close()
-    uris = (transport or {}).get("endpoint", {}).get("uris") or []
-    exchange = (transport or {}).get("implSpecificInfo", {}).get("exchange")
-    if not uris or not exchange:
+    if feed is None:
         return settings.amqp_url, settings.rnis_exchange
-    found, ours = urlsplit(str(uris[0])), urlsplit(settings.amqp_url)
-    netloc = found.netloc
-    if ours.username and "@" not in netloc:  # keep our broker credentials
-        netloc = ours.netloc.split("@")[0] + "@" + netloc
-    log.info("rnis feed discovered through Mp1", exchange=exchange)
-    return urlunsplit(found._replace(netloc=netloc)), str(exchange)
+    log.info("rnis feed discovered through Mp1", exchange=feed.exchange)
+    return feed.url, feed.exchange
 
 
 def _backlog_key(ue: IPv4Address) -> str:
