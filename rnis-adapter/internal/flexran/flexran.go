@@ -124,12 +124,20 @@ var ErrNotStats = errors.New("not FlexRAN statistics: expected an object with eN
 // UE's IPv4 address, in ueConfig[] and beside mac_stats in ue_mac_stats[]. FlexRAN has none.
 const UEIPField = "ueIpv4"
 
-// Parser parses documents. It keeps no state today; reuse one anyway (the API allows it).
-type Parser struct{}
+// Parser parses documents. It remembers how many UEs a station had, to size the next
+// document's slices at once: use one Parser per source, from one goroutine.
+type Parser struct {
+	ues int // most UEs of one station in the last document
+}
 
 // Parse reads one document: an object (one sample) or an array of samples.
 func (ps *Parser) Parse(doc []byte) ([]Snapshot, error) {
-	s := &scanner{b: doc}
+	s := &scanner{b: doc, ues: ps.ues}
+	defer func() {
+		if s.maxUEs > 0 { // a configuration document (no mac_stats) keeps the hint
+			ps.ues = min(s.maxUEs, 4096)
+		}
+	}()
 	var out []Snapshot
 	var err error
 	switch s.kind() {
@@ -437,11 +445,37 @@ func readIPv4(s *scanner) netip.Addr {
 	if !ok {
 		return netip.Addr{}
 	}
-	a, err := netip.ParseAddr(string(b))
-	if err != nil || !a.Is4() {
-		return netip.Addr{}
-	}
+	a, _ := parseIPv4(b)
 	return a
+}
+
+// parseIPv4 reads a dotted quad as netip.ParseAddr does (no leading zeros), without the
+// allocation of converting the bytes to a string for it (once per UE per poll).
+func parseIPv4(b []byte) (netip.Addr, bool) {
+	var ip [4]byte
+	field, digits, value := 0, 0, 0
+	for i := 0; i <= len(b); i++ {
+		if i == len(b) || b[i] == '.' {
+			if digits == 0 || field == 4 {
+				return netip.Addr{}, false
+			}
+			ip[field] = byte(value)
+			field, digits, value = field+1, 0, 0
+			continue
+		}
+		c := b[i]
+		if c < '0' || c > '9' || (digits == 1 && value == 0) {
+			return netip.Addr{}, false
+		}
+		value, digits = value*10+int(c-'0'), digits+1
+		if value > 255 {
+			return netip.Addr{}, false
+		}
+	}
+	if field != 4 {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFrom4(ip), true
 }
 
 func parseLCConfig(s *scanner) (LCConfig, bool, error) {
@@ -481,7 +515,8 @@ func parseLCConfig(s *scanner) (LCConfig, bool, error) {
 }
 
 func parseStationStats(s *scanner) (stationStats, error) {
-	var st stationStats
+	st := stationStats{ues: make([]UEStats, 0, s.ues)}
+	defer func() { s.maxUEs = max(s.maxUEs, len(st.ues)) }()
 	seen := make(map[int64]bool)
 	err := s.object(func(key []byte) error {
 		switch string(key) {
@@ -540,7 +575,11 @@ func (snap *Snapshot) join(st stationStats, index int) {
 		snap.Stations = append(snap.Stations, Station{BSID: bs.V})
 		target = &snap.Stations[len(snap.Stations)-1]
 	}
-	target.UEs = append(target.UEs, st.ues...)
+	if target.UEs == nil {
+		target.UEs = st.ues
+	} else {
+		target.UEs = append(target.UEs, st.ues...)
+	}
 	for _, sk := range st.skipped {
 		sk.BSID = target.BSID
 		snap.Skipped = append(snap.Skipped, sk)
@@ -629,7 +668,8 @@ func (ue *UEStats) readMacStats(s *scanner, bad *typeErrors, rnti *Int) error {
 				return s.skip()
 			})
 		case "rlcReport":
-			return s.array(func(int) error {
+			first := len(s.rlc)
+			err := s.array(func(int) error {
 				var q RLCReport
 				err := s.object(func(key []byte) error {
 					switch string(key) {
@@ -644,13 +684,18 @@ func (ue *UEStats) readMacStats(s *scanner, bad *typeErrors, rnti *Int) error {
 					}
 					return s.skip()
 				})
-				ue.RLC = append(ue.RLC, q)
+				s.rlc = append(s.rlc, q)
 				return err
 			})
+			if len(s.rlc) > first { // the UE's entries, out of the parse's shared slice
+				ue.RLC = s.rlc[first:len(s.rlc):len(s.rlc)]
+			}
+			return err
 		case "rrcMeasurements":
 			return ue.readRRC(s, bad)
 		case "gtpStats":
-			return s.array(func(int) error {
+			first := len(s.erabs)
+			err := s.array(func(int) error {
 				var id Int
 				err := s.object(func(key []byte) error {
 					if string(key) == "eRabId" {
@@ -659,10 +704,14 @@ func (ue *UEStats) readMacStats(s *scanner, bad *typeErrors, rnti *Int) error {
 					return s.skip()
 				})
 				if id.Set {
-					ue.ERABs = append(ue.ERABs, id.V)
+					s.erabs = append(s.erabs, id.V)
 				}
 				return err
 			})
+			if len(s.erabs) > first {
+				ue.ERABs = s.erabs[first:len(s.erabs):len(s.erabs)]
+			}
+			return err
 		}
 		return s.skip()
 	})

@@ -1,6 +1,7 @@
 package flexran
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,4 +235,28 @@ func benchParse(b *testing.B, path string) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// parseIPv4 accepts exactly the IPv4 addresses netip.ParseAddr accepts.
+func TestParseIPv4MatchesNetip(t *testing.T) {
+	for _, text := range []string{"10.30.1.1", "0.0.0.0", "255.255.255.255", "1.2.3", "1.2.3.4.5", "256.1.1.1",
+		"01.2.3.4", "1..2.3", "", ".1.2.3", "1.2.3.", "::1", "::ffff:1.2.3.4", "1.2.3.4 ", "a.b.c.d", "1.2.3.04", "0.10.100.200"} {
+		want, err := netip.ParseAddr(text)
+		wantOK := err == nil && want.Is4()
+		got, ok := parseIPv4([]byte(text))
+		if ok != wantOK || (ok && got != want) {
+			t.Errorf("%q: got %v %v, want %v %v", text, got, ok, want, wantOK)
+		}
+	}
+}
+
+func FuzzIPv4(f *testing.F) {
+	f.Add("10.30.1.1")
+	f.Fuzz(func(t *testing.T, text string) {
+		want, err := netip.ParseAddr(text)
+		wantOK := err == nil && want.Is4()
+		if got, ok := parseIPv4([]byte(text)); ok != wantOK || (ok && got != want) {
+			t.Errorf("%q: got %v %v, want %v %v", text, got, ok, want, wantOK)
+		}
+	})
 }

@@ -13,6 +13,12 @@ import (
 type scanner struct {
 	b []byte
 	i int
+	// Every UE's rlcReport and gtpStats entries, each in one slice: a few allocations per
+	// document, not several per UE.
+	rlc   []RLCReport
+	erabs []int64
+
+	ues, maxUEs int // expected and largest number of UEs of a station (Parser.ues)
 }
 
 var errEnd = errors.New("unexpected end of JSON")
@@ -37,6 +43,9 @@ func (s *scanner) ws() {
 
 // next returns the next non-space byte without consuming it (0 at the end).
 func (s *scanner) next() byte {
+	if s.i < len(s.b) && s.b[s.i] > ' ' { // compact JSON: no space to skip
+		return s.b[s.i]
+	}
 	s.ws()
 	if s.i < len(s.b) {
 		return s.b[s.i]
@@ -122,20 +131,29 @@ func (s *scanner) array(fn func(i int) error) error {
 }
 
 // str reads a string. Escapes are decoded only when present (never in FlexRAN's keys).
+// FlexRAN's strings are short: one byte loop beats searching for the quote, then for a
+// backslash, then checking for control characters.
 func (s *scanner) str() ([]byte, error) {
 	if s.next() != '"' {
 		return nil, s.syntax("a string")
 	}
 	start := s.i + 1
-	end := bytes.IndexByte(s.b[start:], '"')
-	if end < 0 {
-		return nil, errEnd
+	for j := start; j < len(s.b); j++ {
+		switch c := s.b[j]; {
+		case c == '"':
+			s.i = j + 1
+			return s.b[start:j], nil
+		case c == '\\':
+			return s.escaped(start)
+		case c < 0x20:
+			return nil, errors.New("invalid JSON: control character in a string")
+		}
 	}
-	raw := s.b[start : start+end]
-	if bytes.IndexByte(raw, '\\') < 0 {
-		s.i = start + end + 1
-		return raw, validText(raw)
-	}
+	return nil, errEnd
+}
+
+// escaped reads a string with escapes that starts at start (after its quote).
+func (s *scanner) escaped(start int) ([]byte, error) {
 	for j := start; j < len(s.b); j++ { // find the closing quote past escapes
 		switch s.b[j] {
 		case '\\':
@@ -151,15 +169,6 @@ func (s *scanner) str() ([]byte, error) {
 		}
 	}
 	return nil, errEnd
-}
-
-func validText(raw []byte) error {
-	for _, c := range raw {
-		if c < 0x20 {
-			return errors.New("invalid JSON: control character in a string")
-		}
-	}
-	return nil
 }
 
 // skip consumes any value. Objects and arrays are skipped by matching brackets outside
@@ -186,14 +195,22 @@ func (s *scanner) skip() error {
 	return s.syntax("a value")
 }
 
+// structural marks the bytes skipNested must look at.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
+
 func (s *scanner) skipNested() error {
 	var stack [64]byte // expected closing brackets; deeper nesting is refused
 	depth := 0
-	for s.i < len(s.b) {
-		c := s.b[s.i]
+	b := s.b
+	for s.i < len(b) {
+		if !structural[b[s.i]] { // most bytes: digits, letters, ',' and ':'
+			s.i++
+			continue
+		}
+		c := b[s.i]
 		switch c {
 		case '"':
-			if _, err := s.str(); err != nil {
+			if err := s.skipString(); err != nil {
 				return err
 			}
 			continue
@@ -217,6 +234,34 @@ func (s *scanner) skipNested() error {
 	}
 	return errEnd
 }
+
+// skipString consumes a string; one with escapes or control characters is read by str, which
+// checks them.
+func (s *scanner) skipString() error {
+	b := s.b
+	for j := s.i + 1; j < len(b); j++ {
+		if !stringSpecial[b[j]] {
+			continue
+		}
+		if b[j] == '"' {
+			s.i = j + 1
+			return nil
+		}
+		_, err := s.str()
+		return err
+	}
+	return errEnd
+}
+
+// stringSpecial marks the bytes that end a string's plain run: the quote, a backslash and
+// control characters.
+var stringSpecial = func() (t [256]bool) {
+	for c := range 0x20 {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
 
 // number consumes a JSON number and returns its text.
 func (s *scanner) number() ([]byte, error) {
@@ -270,11 +315,37 @@ func (s *scanner) int(key []byte) (Int, error) {
 }
 
 func parseInt(key, text []byte) (Int, error) {
+	if n, ok := smallInt(text); ok {
+		return Some(n), nil
+	}
 	n, err := strconv.ParseInt(string(text), 10, 64) // string(text) does not allocate here
 	if err != nil {
 		return Int{}, &errType{fmt.Sprintf("%s: %q is not an integer", key, text)}
 	}
 	return Some(n), nil
+}
+
+// smallInt reads the common case, up to 18 decimal digits with an optional '-', without
+// strconv's generality; anything else (and every error) goes to strconv.
+func smallInt(text []byte) (int64, bool) {
+	digits := text
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(text) {
+		n = -n
+	}
+	return n, true
 }
 
 // text reads a string value; another type is consumed and gives ok=false.

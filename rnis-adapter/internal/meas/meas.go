@@ -3,9 +3,10 @@
 package meas
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
-	"sort"
+	"slices"
 
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
 	"mts.invalid/suite/services/common/go/threegpp"
@@ -76,7 +77,11 @@ type Resolver interface {
 
 // Normalize builds the measurements of one snapshot. observedNs is when the adapter got it.
 func Normalize(s *flexran.Snapshot, observedNs int64, ips Resolver) []Measurement {
-	var out []Measurement
+	n := 0
+	for i := range s.Stations {
+		n += len(s.Stations[i].UEs)
+	}
+	out := make([]Measurement, 0, n)
 	sourceNs := sourceTime(s)
 	for i := range s.Stations {
 		out = appendStation(out, &s.Stations[i], sourceNs, observedNs, ips)
@@ -101,6 +106,7 @@ func appendStation(out []Measurement, st *flexran.Station, sourceNs Int, observe
 		ecgi ECGI
 	}
 	names := map[*flexran.Cell]cellNames{} // formatted once per cell, not per UE
+	arena := make([]ERAB, 0, len(st.UEs))
 	for j := range st.UEs {
 		ue := &st.UEs[j]
 		conf := ueConfig(st, ue.RNTI)
@@ -134,7 +140,7 @@ func appendStation(out []Measurement, st *flexran.Station, sourceNs Int, observe
 			}
 		}
 		m.RLCQueue, m.RLCHOL = drbQueue(ue.RLC)
-		m.ERABs = erabs(st, ue)
+		m.ERABs, arena = erabs(arena, st, ue)
 		out = append(out, m)
 	}
 	deriveCell(out[first:])
@@ -209,9 +215,10 @@ func drbQueue(rlc []flexran.RLCReport) (queue, hol Int) {
 }
 
 // erabs lists the UE's E-RABs: gtpStats when the eNB reports them, else one per data bearer
-// (E-RAB id = DRB id + 4 = lcid + 2, as OAI assigns them).
-func erabs(st *flexran.Station, ue *flexran.UEStats) []ERAB {
-	var drbs []flexran.LogicalChannel
+// (E-RAB id = DRB id + 4 = lcid + 2, as OAI assigns them). They are appended to arena (one
+// allocation for all UEs of a poll); it returns the UE's part and the grown arena.
+func erabs(arena []ERAB, st *flexran.Station, ue *flexran.UEStats) (list, grown []ERAB) {
+	drbs := make([]flexran.LogicalChannel, 0, 8)
 	for _, lc := range st.LCConfig {
 		if lc.RNTI != ue.RNTI {
 			continue
@@ -222,22 +229,25 @@ func erabs(st *flexran.Station, ue *flexran.UEStats) []ERAB {
 			}
 		}
 	}
-	sort.Slice(drbs, func(a, b int) bool { return drbs[a].LCID.V < drbs[b].LCID.V })
-	var out []ERAB
+	slices.SortFunc(drbs, func(a, b flexran.LogicalChannel) int { return cmp.Compare(a.LCID.V, b.LCID.V) })
+	first := len(arena)
 	if len(ue.ERABs) > 0 {
 		for i, id := range ue.ERABs {
 			e := ERAB{ID: id}
 			if i < len(drbs) {
 				e.QCI = drbs[i].QCI
 			}
-			out = append(out, e)
+			arena = append(arena, e)
 		}
-		return out
+	} else {
+		for _, d := range drbs {
+			arena = append(arena, ERAB{ID: d.LCID.V + 2, QCI: d.QCI})
+		}
 	}
-	for _, d := range drbs {
-		out = append(out, ERAB{ID: d.LCID.V + 2, QCI: d.QCI})
+	if len(arena) == first {
+		return nil, arena
 	}
-	return out
+	return arena[first:len(arena):len(arena)], arena
 }
 
 // deriveCell fills the per-cell and derived values of the UEs of one station.
