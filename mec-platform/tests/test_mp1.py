@@ -147,7 +147,8 @@ def test_liveness_marks_silent_services_inactive(platform: Running, receiver: Re
         assert time.monotonic() < deadline, "service never expired"
         time.sleep(0.1)
     assert app.patch(liveness, json={"state": "ACTIVE"}).json()["state"] == "ACTIVE"
-    changes = [n["serviceReferences"][0]["changeType"] for n in receiver.wait_for(3)]
+    # (a busy host may deliver late enough that the service has expired once more: [:3])
+    changes = [n["serviceReferences"][0]["changeType"] for n in receiver.wait_for(3)[:3]]
     assert changes == ["ADDED", "STATE_CHANGED", "STATE_CHANGED"]
 
 

@@ -191,9 +191,10 @@ class Consumer:
             self.ch.queue_bind(self.queue, exchange, routing_key=key)
 
     def collect(
-        self, seconds: float, limit: int = 100_000
+        self, seconds: float, limit: int = 100_000, until: Any = None
     ) -> list[tuple[str, dict[str, Any], Any]]:
-        """(routing key, body, properties) of what arrives within ``seconds``."""
+        """(routing key, body, properties) of what arrives within ``seconds``, or until
+        ``until(messages)`` is true (then ``seconds`` is only a deadline, for busy hosts)."""
         out: list[tuple[str, dict[str, Any], Any]] = []
         deadline = time.monotonic() + seconds
         for method, props, body in self.ch.consume(
@@ -201,6 +202,8 @@ class Consumer:
         ):
             if method is not None:
                 out.append((method.routing_key, json.loads(body), props))
+                if until is not None and until(out):
+                    break
             if time.monotonic() > deadline or len(out) >= limit:
                 break
         self.ch.cancel()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rnis_helpers import Adapter, Consumer, FlexranSource, wait_for
 
@@ -85,17 +86,26 @@ def test_cell_messages_carry_the_per_ue_measurements(
     assert {k for k, _, _ in cells} == {"rnis.v1.cell.10000-0", "rnis.v1.cell.10001-1"}
 
 
+EVENT_DEADLINE = 15.0  # s; an event is due within 2 polls + RNIS_DETACH_AFTER (200 ms)
+
+
+def has_event(kind: str) -> Any:
+    return lambda messages: any(body["event"] == kind for _, body, _ in messages)
+
+
 def test_attach_detach_and_cell_change_events(
     adapter: Adapter, source: FlexranSource, shared_amqp: str, exchange: str
 ) -> None:
     consumer = Consumer(shared_amqp, exchange, [rnis.bind_all("event")])
     source.control("move", ue=0, cell=1)
-    moved = consumer.collect(1.0)
+    moved = consumer.collect(EVENT_DEADLINE, until=has_event("cell_change"))
     source.control("detach", ue=1)
-    detached = consumer.collect(1.0)
+    detached = consumer.collect(EVENT_DEADLINE, until=has_event("detach"))
     source.control("attach", ue=1)
-    attached = consumer.collect(1.0)
+    attached = consumer.collect(EVENT_DEADLINE, until=has_event("attach"))
+    late = consumer.collect(0.5)  # nothing else follows (a move is not detach + attach)
     consumer.close()
+    assert late == []
     for key, body, props in moved + detached + attached:
         e = rnis.RnisEvent.model_validate(body)
         assert key == e.routing_key() and props.headers["type"] == "event"
@@ -116,7 +126,7 @@ def test_detach_after_the_grace_period(
 ) -> None:
     consumer = Consumer(shared_amqp, exchange, [rnis.bind_all("event")])
     source.control("detach", ue=3)
-    events = consumer.collect(1.5)
+    events = consumer.collect(EVENT_DEADLINE, until=has_event("detach"))
     consumer.close()
     detaches = [b for _, b, _ in events if b["event"] == "detach"]
     assert [d["rnti"] for d in detaches] == [1003]

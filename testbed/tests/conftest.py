@@ -6,6 +6,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -73,3 +74,31 @@ class Api:
         r = self.client.patch(f"/emulator/v1/ues/{ue}/cells/{bs}/channel", json=change)
         r.raise_for_status()
         return r.json()
+
+
+def wait_listening(topo: Topology, ns: str, port: int, timeout: float = 30) -> None:
+    """Wait until a TCP server listens on port in ns (a fixed pause is too short on a busy
+    host: the client then meets a refused connection)."""
+    deadline = time.monotonic() + timeout
+    while not topo.exec(ns, "ss", "-Hltn", f"sport = :{port}").stdout.strip():
+        assert time.monotonic() < deadline, f"nothing listens on port {port} in {ns}"
+        time.sleep(0.05)
+
+
+def counter_rate(read: Callable[[], int], start: float, window: float) -> tuple[float, float]:
+    """The lowest and highest rate (per s) a counter can have had over window s, starting
+    start s from now. Each read runs a process (ip netns exec), so the instant it reads at
+    is only known to lie between the clock before and after it; on a busy host that is
+    tens of ms, which a single clock reading would count as error of the rate."""
+    time.sleep(start)
+    before0, value0, after0 = time.monotonic(), read(), time.monotonic()
+    time.sleep(window)
+    before1, value1, after1 = time.monotonic(), read(), time.monotonic()
+    n = value1 - value0
+    return n / (after1 - before0), n / (before1 - after0)
+
+
+def within(bounds: tuple[float, float], expected: float, tolerance: float) -> bool:
+    """Whether some rate between bounds is within tolerance (relative) of expected."""
+    low, high = bounds
+    return low <= expected * (1 + tolerance) and high >= expected * (1 - tolerance)

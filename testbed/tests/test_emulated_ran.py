@@ -19,11 +19,12 @@ import pytest
 from mec_common import tables
 from mts_testbed.topology import Topology
 
-from .conftest import Api
+from .conftest import Api, counter_rate, wait_listening, within
 
 pytestmark = pytest.mark.netns
 
 DELAY_MS = 5.0
+TTI_MS = 1.0  # LTE
 SCENARIO = {
     "description": "test: one UE, 25 PRB",
     "cells": [{"bs_id": 10000, "prb": 25, "harq": {"max_retx": 2}}],
@@ -77,14 +78,6 @@ def rx_bytes(topo: Topology) -> int:
     return int(out.stdout)
 
 
-def measure_rate(topo: Topology, start: float, window: float) -> float:
-    """IP bytes/s arriving on the UE's interface between start and start+window (s from now)."""
-    time.sleep(start)
-    b0, t0 = rx_bytes(topo), time.monotonic()
-    time.sleep(window)
-    return (rx_bytes(topo) - b0) / (time.monotonic() - t0)
-
-
 def iperf3(
     topo: Topology, udp: bool, seconds: int, rate: str = ""
 ) -> tuple[subprocess.Popen, subprocess.Popen]:
@@ -100,7 +93,7 @@ def iperf3(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(0.3)
+    wait_listening(topo, ue.ns, int(port))
     args = ["iperf3", "-c", ue.paths[0].ip, "-p", port, "-t", str(seconds)]
     if udp:
         args += ["-u", "-b", rate, "-l", "1400"]
@@ -119,19 +112,27 @@ def test_saturated_throughput_is_tbs(
     expected = tbs * 1000  # bytes/s at IP level (no L2 header overhead is modelled)
     server, client = iperf3(topo, proto == "udp", 7, rate=f"{expected * 8 * 1.3:.0f}")
     try:
-        rate = measure_rate(topo, 2.5, 3.5)
+        rates = counter_rate(lambda: rx_bytes(topo), 2.5, 3.5)
     finally:
         client.wait(15)
         server.wait(15)
+    low, high = (r * 8 / 1e6 for r in rates)
     print(
-        f"{proto} CQI {cqi}: {rate * 8 / 1e6:.3f} Mbit/s, "
+        f"{proto} CQI {cqi}: {low:.3f} to {high:.3f} Mbit/s, "
         f"TBS {tbs} B -> {expected * 8 / 1e6:.3f} Mbit/s"
     )
     assert client.returncode == 0, client.stderr.read() if client.stderr else ""
-    assert abs(rate - expected) / expected < 0.03
+    assert within(rates, expected, 0.03)
 
 
-def run_probe(topo: Topology, count: int, rate: float, size: int = 200, port: int = 5400) -> dict:
+def run_probe(
+    topo: Topology,
+    count: int,
+    rate: float,
+    size: int = 200,
+    port: int = 5400,
+    poisson: bool = False,
+) -> dict:
     ue = topo.ues[0]
     sink = topo.popen(
         ue.ns,
@@ -165,6 +166,7 @@ def run_probe(topo: Topology, count: int, rate: float, size: int = 200, port: in
         str(count),
         "--size",
         str(size),
+        *(["--poisson"] if poisson else []),
         timeout=count / rate + 30,
     )
     out, _ = sink.communicate(timeout=30)
@@ -195,18 +197,30 @@ def test_residual_loss_matches_harq_model(topo: Topology, api: Api, clean_channe
 
 
 def test_one_way_delay_with_empty_queue(topo: Topology, clean_channel) -> None:
-    """An idle link delays each packet by the configured delay, within one TTI."""
-    result = run_probe(topo, 300, rate=100)
+    """An idle link delays each packet by the configured delay plus the wait for the next
+    TTI (0 to 1 TTI), and never less.
+
+    The sends are Poisson: at a fixed 100/s every datagram meets the 1 ms TTI at the same
+    phase, so the median was one draw of that wait (CI once saw 6.1 ms for 5 ms). On a
+    busy host the sender tends to get the CPU right after a TTI tick (the emulator's
+    real-time thread is what preempts the other work), so the waits crowd towards a whole
+    TTI: the median's bound is a whole TTI, not half of one. Beyond the model there is the
+    emulator's reader and writer wake-ups and the probe's own send after its timestamp:
+    0.05 to 0.16 ms measured (the minimum over each run), loaded or not.
+    """
+    result = run_probe(topo, 300, rate=100, poisson=True)
     d = sorted(result["delays_ms"])
     assert result["unique"] == 300
     p90 = d[int(0.9 * len(d))]
     print(
-        f"one-way delay: min {d[0]:.3f} median {statistics.median(d):.3f} p90 {p90:.3f} ms "
-        f"(configured {DELAY_MS})"
+        f"one-way delay: min {d[0]:.3f} median {statistics.median(d):.3f} p90 {p90:.3f} "
+        f"max {d[-1]:.3f} ms (configured {DELAY_MS}, TTI {TTI_MS})"
     )
-    assert d[0] >= DELAY_MS - 0.1  # never early
-    assert statistics.median(d) <= DELAY_MS + 1.0  # the wait for the next TTI is under 1 ms
-    assert p90 <= DELAY_MS + 2.0  # +1 ms for the scheduling of two Python processes on a busy host
+    assert d[0] >= DELAY_MS - 0.01  # never early (both stamps are CLOCK_REALTIME)
+    assert d[0] <= DELAY_MS + 0.5  # some datagram arrived just before a TTI: no extra TTI
+    overhead = 0.3  # wake-ups in the emulator and the probe, measured 0.05-0.16 ms
+    assert statistics.median(d) <= DELAY_MS + TTI_MS + overhead
+    assert p90 <= DELAY_MS + TTI_MS + overhead + 1.0  # +1 ms: a Python sender on a busy host
 
 
 def test_stats_queue_matches_ground_truth(topo: Topology, api: Api, clean_channel) -> None:

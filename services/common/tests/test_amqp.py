@@ -8,6 +8,8 @@ from collections.abc import Callable
 from mec_common.amqp import AmqpConsumer, AmqpPublisher
 from mec_common.health import Health
 
+TIMEOUT = 15.0  # how long what should happen at once may take on a busy, shared machine
+
 
 class Inbox:
     def __init__(self) -> None:
@@ -19,7 +21,9 @@ class Inbox:
             self.items.append((key, body))
             self.cond.notify_all()
 
-    def wait_for(self, pred: Callable[[list[tuple[str, bytes]]], bool], timeout: float = 5) -> bool:
+    def wait_for(
+        self, pred: Callable[[list[tuple[str, bytes]]], bool], timeout: float = TIMEOUT
+    ) -> bool:
         with self.cond:
             return self.cond.wait_for(lambda: pred(self.items), timeout)
 
@@ -37,7 +41,7 @@ class RecordingHealth(Health):
         super().set(name, ok, detail, required=required)
 
 
-def wait(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
+def wait(pred: Callable[[], bool], timeout: float = TIMEOUT) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
@@ -67,6 +71,8 @@ def close_connection(name: str) -> None:
 def test_publish_routes_by_topic_and_bindings_change_at_run_time(
     amqp_url: str, exchange: str
 ) -> None:
+    """Unbound keys never arrive. A message to an unbound key is published before one to a
+    bound key: the queue is FIFO, so once the second arrived the first would have too."""
     inbox, health = Inbox(), Health()
     consumer = AmqpConsumer(
         amqp_url, exchange, ["rnis.v1.meas.*.*.10_30_1_1"], inbox, health=health
@@ -75,23 +81,21 @@ def test_publish_routes_by_topic_and_bindings_change_at_run_time(
     consumer.start()
     publisher.start()
     try:
-        assert consumer.connected.wait(5) and publisher.connected.wait(5)
+        assert consumer.connected.wait(TIMEOUT) and publisher.connected.wait(TIMEOUT)
         assert health.ok()
-        publisher.publish("rnis.v1.meas.10000-0.208950000000001.10_30_1_1", b'{"n":1}')
-        publisher.publish("rnis.v1.meas.10000-0.208950000000002.10_30_1_2", b'{"n":2}')
-        assert publisher.flush()
-        assert inbox.wait_for(lambda items: len(items) >= 1)
-        time.sleep(0.2)
-        assert [b for _, b in inbox.items] == [b'{"n":1}'], "the unbound UE must not arrive"
+        publisher.publish("rnis.v1.meas.10000-0.208950000000002.10_30_1_2", b'{"n":1}')
+        publisher.publish("rnis.v1.meas.10000-0.208950000000001.10_30_1_1", b'{"n":2}')
+        assert publisher.flush(TIMEOUT)
+        assert inbox.wait_for(lambda items: len(items) >= 1, TIMEOUT)
+        assert [b for _, b in inbox.items] == [b'{"n":2}'], "the unbound UE must not arrive"
 
         consumer.bind("rnis.v1.meas.*.*.10_30_1_2")
         consumer.unbind("rnis.v1.meas.*.*.10_30_1_1")
-        time.sleep(0.3)  # bindings are applied on the consumer's thread
+        assert consumer.sync(TIMEOUT), "the binding changes reached the broker"
         publisher.publish("rnis.v1.meas.10000-0.208950000000001.10_30_1_1", b'{"n":3}')
         publisher.publish("rnis.v1.meas.10000-0.208950000000002.10_30_1_2", b'{"n":4}')
-        assert inbox.wait_for(lambda items: any(b == b'{"n":4}' for _, b in items))
-        time.sleep(0.2)
-        assert b'{"n":3}' not in [b for _, b in inbox.items]
+        assert inbox.wait_for(lambda items: len(items) >= 2, TIMEOUT)
+        assert [b for _, b in inbox.items] == [b'{"n":2}', b'{"n":4}']
     finally:
         publisher.close()
         consumer.close()
@@ -108,18 +112,16 @@ def test_both_ends_reconnect_after_the_broker_drops_them(amqp_url: str, exchange
     consumer.start()
     publisher.start()
     try:
-        assert consumer.connected.wait(5) and publisher.connected.wait(5)
+        assert consumer.connected.wait(TIMEOUT) and publisher.connected.wait(TIMEOUT)
         close_connection(f"{exchange}-c")
         close_connection(f"{exchange}-p")
-        assert wait(lambda: {n for n, _ in health.failures} == {"feed", "pub"}, 3), (
+        assert wait(lambda: {n for n, _ in health.failures} == {"feed", "pub"}), (
             "health must show the lost connections"
         )
-        assert wait(health.ok, 5), f"did not reconnect: {health.report()}"
-        assert wait(lambda: consumer.connected.is_set() and publisher.connected.is_set(), 5)
-        started = time.monotonic()
+        assert wait(health.ok), f"did not reconnect: {health.report()}"
+        assert wait(lambda: consumer.connected.is_set() and publisher.connected.is_set())
         publisher.publish("k.after", b"after")
-        assert inbox.wait_for(lambda items: ("k.after", b"after") in items, 5)
-        assert time.monotonic() - started < 5
+        assert inbox.wait_for(lambda items: ("k.after", b"after") in items)
     finally:
         publisher.close()
         consumer.close()
@@ -134,7 +136,7 @@ def test_publisher_keeps_messages_while_the_broker_is_unreachable(exchange: str)
     try:
         for i in range(5):
             publisher.publish("k", str(i).encode())
-        assert wait(lambda: not health.ok(), 3)
+        assert wait(lambda: not health.ok())
         assert "cannot connect" in health.report()["checks"]["amqp_publisher"]["detail"]
         assert publisher.dropped == 2, "the oldest messages beyond max_pending are dropped"
     finally:
@@ -154,7 +156,7 @@ def test_a_failing_callback_does_not_stop_the_feed(amqp_url: str, exchange: str)
     consumer.start()
     publisher.start()
     try:
-        assert consumer.connected.wait(5)
+        assert consumer.connected.wait(TIMEOUT)
         publisher.publish("a", b"bad")
         publisher.publish("a", b"good")
         assert inbox.wait_for(lambda items: ("a", b"good") in items)

@@ -1,17 +1,23 @@
 """Small UDP probe for tests and experiments: timestamped, numbered datagrams.
 
-    python -m mts_testbed.traffic send DST PORT --rate PPS --count N [--size BYTES]
+    python -m mts_testbed.traffic send DST PORT --rate PPS --count N [--size BYTES] [--poisson]
     python -m mts_testbed.traffic sink BIND PORT --count N --timeout S   (prints JSON)
 
 The sink reports which sequence numbers arrived and each one-way delay (sender and
 receiver share the machine's clock, namespaces or not). The arrival time is the kernel's
 (SO_TIMESTAMPNS), so a busy host delaying the sink process does not count as delay.
+
+A fixed rate whose period is a multiple of the TTI (100/s and 1 ms) sends every datagram
+at the same phase of the TTI, so every one waits the same part of a TTI: `--poisson`
+(exponential gaps) spreads the sends over the TTI's phases (Poisson arrivals see time
+averages).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import socket
 import struct
 import sys
@@ -31,14 +37,15 @@ def kernel_time(ancdata: list[tuple[int, int, bytes]]) -> int | None:
     return None
 
 
-def send(dst: str, port: int, rate: float, count: int, size: int) -> None:
+def send(dst: str, port: int, rate: float, count: int, size: int, poisson: bool = False) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     payload = bytearray(max(size - 28, HEADER.size))  # size is the IP packet size
-    start = time.monotonic()
+    due = time.monotonic()
     for seq in range(count):
-        pause = start + seq / rate - time.monotonic()
+        pause = due - time.monotonic()
         if pause > 0:
             time.sleep(pause)
+        due += random.expovariate(rate) if poisson else 1 / rate
         HEADER.pack_into(payload, 0, seq, time.time_ns())
         sock.sendto(payload, (dst, port))
 
@@ -75,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--rate", type=float, required=True, help="datagrams per second")
     s.add_argument("--count", type=int, required=True)
     s.add_argument("--size", type=int, default=200, help="IP packet size in bytes")
+    s.add_argument(
+        "--poisson", action="store_true", help="exponential gaps of mean 1/rate, not fixed ones"
+    )
     k = sub.add_parser("sink", help="receive datagrams, print arrivals and one-way delays as JSON")
     k.add_argument("bind")
     k.add_argument("port", type=int)
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.cmd == "send":
-        send(args.dst, args.port, args.rate, args.count, args.size)
+        send(args.dst, args.port, args.rate, args.count, args.size, args.poisson)
     else:
         print(json.dumps(sink(args.bind, args.port, args.count, args.timeout)))
     return 0

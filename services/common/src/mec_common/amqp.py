@@ -250,6 +250,23 @@ class AmqpConsumer(_Worker):
     def unbind(self, routing_key: str) -> None:
         self._change_binding(routing_key, add=False)
 
+    def sync(self, timeout: float = 10.0) -> bool:
+        """Wait until every ``bind``/``unbind`` called so far is in effect on the broker.
+
+        False if not connected (the reconnect applies them) or on timeout. Binding changes
+        run in order on the consumer's thread, so a no-op queued behind them marks them done.
+        """
+        with self._lock:
+            connection = self._connection
+        if connection is None:
+            return False
+        done = threading.Event()
+        try:
+            connection.add_callback_threadsafe(done.set)
+        except _RECOVERABLE:
+            return False
+        return done.wait(timeout)
+
     def _change_binding(self, routing_key: str, *, add: bool) -> None:
         with self._lock:
             if (routing_key in self._bindings) == add:
