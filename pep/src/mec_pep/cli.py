@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import socket
 import sys
 from typing import Any
@@ -95,26 +94,12 @@ def _serve(settings: PepSettings) -> int:
         listeners={str(m): f"{a[0]}:{a[1]}" for m, a in service.dataplane.addresses.items()},
         relay_threads=settings.relay_threads,
     )
-    # uvicorn re-raises SIGTERM/SIGINT once it has stopped serving; turn them into an
-    # exception here, so that the clean-up below (TPROXY rules, flows) always runs.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _terminate)
     try:
-        serve(app, settings)
-    except Terminated:
-        pass
+        serve(app, settings)  # returns after SIGTERM/SIGINT: the clean-up below always runs
     finally:
         service.stop()
         log.info("PEP stopped")
     return 0
-
-
-class Terminated(BaseException):
-    """SIGTERM or SIGINT after the API stopped."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated(signum)
 
 
 if __name__ == "__main__":

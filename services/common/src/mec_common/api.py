@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -214,13 +216,40 @@ def _install_docs(app: FastAPI, title: str) -> None:
         )
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class _Stopped(BaseException):
+    """The SIGTERM or SIGINT that stopped the server, raised again by uvicorn."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signum)
+
+
 def serve(app: FastAPI, settings: ServiceSettings, **uvicorn_kwargs: Any) -> None:
-    """Run the app with uvicorn (blocking) on the configured host and port."""
-    uvicorn.run(
-        app,
-        host=settings.http_host,
-        port=settings.http_port,
-        log_config=None,  # keep our structured logging
-        access_log=False,
-        **uvicorn_kwargs,
-    )
+    """Run the app with uvicorn on the configured host and port until SIGTERM or SIGINT.
+
+    Returns once the server has stopped (the app's lifespan shutdown has run), so that a
+    caller's clean-up after it (``try: serve(...) finally: close()``) runs. uvicorn alone
+    raises the signal again after a graceful stop, which by default ends the process
+    before any code after ``uvicorn.run``.
+    """
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if in_main_thread:  # signal handlers can only be set from the main thread
+        previous = {sig: signal.signal(sig, _raise_stopped) for sig in _STOP_SIGNALS}
+    try:
+        uvicorn.run(
+            app,
+            host=settings.http_host,
+            port=settings.http_port,
+            log_config=None,  # keep our structured logging
+            access_log=False,
+            **uvicorn_kwargs,
+        )
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
