@@ -38,9 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         admin_client_id=settings.admin_client_id,
     )
     try:
-        serve(platform.app, settings)
+        serve(platform.app, settings)  # returns after SIGTERM/SIGINT
     finally:
         platform.close()
+        get_logger("mec_platform").info("MEC platform stopped")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from mec_common.config import CommaList, Port, ServiceSettings
@@ -28,8 +28,8 @@ class PlatformSettings(ServiceSettings):
     admin_client_id: str = Field("admin", description="OAuth2 client id of the platform admin")
     admin_client_secret: str | None = Field(
         None,
-        description="admin client secret; unset = generated at first start and written "
-        "(0600) to <state dir>/platform-admin.secret",
+        description="admin client secret; unset or empty = generated at first start and "
+        "written (0600) to <state dir>/platform-admin.secret",
     )
     token_ttl_s: int = Field(900, ge=30, le=86400, description="lifetime of access tokens")
     backend: Literal["process", "docker", "helm"] = Field(
@@ -62,6 +62,13 @@ class PlatformSettings(ServiceSettings):
         default_factory=list,
         description="CIDRs notification callbacks may point to (comma-separated; empty = any)",
     )
+
+    @field_validator("admin_client_secret", mode="before")
+    @classmethod
+    def _empty_secret_is_unset(cls, value: object) -> object:
+        """An empty variable (compose's ``PLATFORM_ADMIN_CLIENT_SECRET=``) means unset: never
+        an admin whose secret is the empty string."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     def base_url(self) -> str:
         if self.public_url:

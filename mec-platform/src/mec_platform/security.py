@@ -111,7 +111,7 @@ class Authority:
 
     def ensure_admin(self, client_id: str, secret: str | None, state_dir: Path) -> str:
         """Create or update the admin client; returns its secret (generated if not given)."""
-        if secret is None:
+        if not secret:  # None or "": never an empty admin secret
             secret = _generated_admin_secret(state_dir)
         with self._db.session() as s:
             row = s.get(Client, client_id)
@@ -187,11 +187,12 @@ class Authority:
 
 def _generated_admin_secret(state_dir: Path) -> str:
     path = state_dir / "platform-admin.secret"
-    if path.exists():
-        return path.read_text().strip()
+    if path.exists() and (stored := path.read_text().strip()):
+        return stored
     state_dir.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_urlsafe(32)
     path.touch(mode=0o600)
+    path.chmod(0o600)  # also an empty file left behind
     path.write_text(secret + "\n")
     log.warning("generated the platform admin secret", secret_file=str(path))
     return secret
