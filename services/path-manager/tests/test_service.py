@@ -47,10 +47,11 @@ def service(tmp_path):
                        capture_output=True)  # fmt: skip
 
 
-def measurement(path: str, cqi: int, capacity_bps: int) -> bytes:
+def measurement(path: str, cqi: int, capacity_bps: int, rlc_bytes: int | None = None) -> bytes:
     m = RnisMeasurement(
         cell=f"10000-{PATHS.index(path)}", bs_id=10000, rnti=70, ue_ipv4=path, wb_cqi=cqi,
         cqi_capacity_bps=capacity_bps, observed_ns=time.time_ns(), cell_ues=1,
+        rlc_queue_bytes=rlc_bytes,
     )  # fmt: skip
     return m.model_dump_json().encode()
 
@@ -152,3 +153,35 @@ def test_arrival_rate_comes_from_the_peps_received_bytes(service):
     assert ue.arrival_pps == pytest.approx(2000, rel=0.25)
     shown = client.get(f"/pm/v1/ues/{UE}", headers=AUTH).json()["arrival_rate_pps"]
     assert shown == pytest.approx(ue.arrival_pps, rel=0.25)
+
+
+def test_the_queue_is_the_peps_unsent_bytes_plus_the_rlc_queues(service):
+    """PM_QUEUE_MEASURE=pep+rlc (default): what waits in the PEP and in the cells' RLC queues;
+    the bytes in flight (in the PEP's backlog, not in either) do not count."""
+    client, manager, rnis, pep = service
+    assert client.put(f"/pm/v1/ues/{UE}", json={"paths": PATHS}, headers=AUTH).status_code == 200
+    ue = manager.ues[IPv4Address(UE)]
+    rlc = {PATHS[0]: 30_000, PATHS[1]: 12_000, PATHS[2]: 0}
+
+    def publish_radio() -> bool:
+        for p, queued in rlc.items():
+            rnis.publish("rnis.v1.meas.x.-." + p.replace(".", "_"),
+                         measurement(p, 14, 900_000_000, rlc_bytes=queued))  # fmt: skip
+        return all(r.rlc_queue_bytes == rlc[str(r.id)] for r in ue.paths.values())
+
+    assert wait_until(publish_radio, timeout=15)
+    key = "pep.v1.backlog." + UE.replace(".", "_")
+    body = {"schema": 2, "ue": UE, "backlog_bytes": 500_000, "unsent_bytes": 60_000,
+            "received_bytes": 1_000_000, "flows": 1}  # fmt: skip
+
+    def publish_backlog() -> bool:
+        pep.publish(key, orjson.dumps(body))
+        return ue.queue_bytes > 0
+
+    assert wait_until(publish_backlog)
+    assert ue.queue_bytes == 60_000 + 42_000
+    shown = client.get(f"/pm/v1/ues/{UE}", headers=AUTH).json()["queue_packets"]
+    assert shown == pytest.approx(102_000 / 1500)
+    manager.settings.queue_measure = "pep_backlog"  # the whole backlog, in flight included
+    ue.queue_bytes = 0
+    assert wait_until(publish_backlog) and ue.queue_bytes == 500_000

@@ -57,7 +57,7 @@ def _ue_summary(ue: Ue, manager: PathManager) -> dict[str, Any]:
         "ue": str(ue.id),
         "paths": [str(p) for p in ue.paths],
         "active_paths": [str(p) for p, on in ue.active.items() if on],
-        "queue_packets": ue.backlog_bytes / manager.settings.packet_bytes,
+        "queue_packets": ue.queue_bytes / manager.settings.packet_bytes,
         "arrival_rate_pps": ue.arrival_pps,
         "mode": control.settings.mode.value,
         "counters": {

@@ -57,6 +57,7 @@ class PathRadio:
     capacity_nlos: float | None = None
     last_sample: float | None = None  # monotonic seconds
     samples: int = 0
+    rlc_queue_bytes: int = 0  # the UE's RLC queues in this cell (all DRBs), last sample
     _candidate: bool | None = None
     _candidate_since: float = 0.0
     _state_since: float | None = None
@@ -67,8 +68,16 @@ class PathRadio:
 
     def update(self, m: RnisMeasurement, now: float, s: RadioSettings) -> None:
         self.cell, self.samples, self.last_sample = m.cell, self.samples + 1, now
+        if m.rlc_queue_bytes is not None:
+            self.rlc_queue_bytes = m.rlc_queue_bytes
         self._classify(m.wb_cqi, now, s)
         self._capacity(m, s)
+
+    def radio_queue(self, now: float, s: RadioSettings) -> int:
+        """Bytes waiting in this cell's RLC queues for the UE (0 when the feed is stale)."""
+        if self.last_sample is None or now - self.last_sample > s.stale_after:
+            return 0
+        return self.rlc_queue_bytes
 
     def _classify(self, cqi: int | None, now: float, s: RadioSettings) -> None:
         if self._state_since is None:

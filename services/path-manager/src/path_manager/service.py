@@ -53,6 +53,7 @@ from path_manager.radio import PathRadio, RadioSettings
 log = get_logger(__name__)
 
 ARRIVAL_WINDOW = 0.1  # seconds of received_bytes the arrival rate is measured over
+QueueMeasure = Literal["pep+rlc", "pep_unsent", "pep_backlog"]
 
 DECISIONS = Counter("pm_decisions_total", "Control decisions", ["ue", "trigger", "action"])
 PREDICTION = Histogram(
@@ -61,7 +62,7 @@ PREDICTION = Histogram(
     buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2, 0.1),
 )
 ACTIVE = Gauge("pm_active_paths", "Active paths per UE", ["ue"])
-QUEUE = Gauge("pm_queue_packets", "PEP backlog toward the UE (packets)", ["ue"])
+QUEUE = Gauge("pm_queue_packets", "The queue the control sees (PM_QUEUE_MEASURE), packets", ["ue"])
 
 
 class PmSettings(ServiceSettings):
@@ -88,6 +89,12 @@ class PmSettings(ServiceSettings):
     reactive_guard: float = Field(0.050, description="T_R (s)")
     safety_max_paths: int = Field(5, description="remove-safety re-prediction up to this many")
     packet_bytes: int = Field(1500, description="bytes per packet (queue unit)")
+    queue_measure: QueueMeasure = Field(
+        "pep+rlc",
+        description="the queue the control sees: pep+rlc = the PEP's unsent bytes + the UE's "
+        "RLC queues in its cells (RNIS); pep_unsent = the PEP's unsent bytes only; "
+        "pep_backlog = everything the PEP holds, in-flight bytes included",
+    )
     los_cqi: int = Field(10, description="CQI at or above: LoS")
     nlos_cqi: int = Field(6, description="CQI at or below: NLoS")
     stale_after: float = Field(0.5, description="s without RNIS data: priors, last state")
@@ -154,7 +161,7 @@ class Ue:
     paths: dict[IPv4Address, PathRadio]
     active: dict[IPv4Address, bool]
     control: PathControl | None = None
-    backlog_bytes: float = 0.0
+    queue_bytes: float = 0.0  # the queue the control sees (PM_QUEUE_MEASURE)
     backlog_at: float | None = None
     arrival_pps: float = 0.0
     # (time, PEP's cumulative received_bytes) over the last ARRIVAL_WINDOW seconds
@@ -269,9 +276,8 @@ class PathManager:
         try:
             msg = orjson.loads(body)
             ue = self.ues.get(IPv4Address(msg["ue"]))
-            # The proxy's queue is what it has not sent yet; bytes in flight on the UE leg are
-            # in the radio's queues, not the proxy's (older messages: the whole backlog).
-            backlog = float(msg.get("unsent_bytes", msg["backlog_bytes"]))
+            total = float(msg["backlog_bytes"])
+            unsent = float(msg.get("unsent_bytes", total))  # schema 1 may lack it
         except (ValueError, KeyError, TypeError):
             return
         if ue is None or ue.control is None:
@@ -279,14 +285,30 @@ class PathManager:
         now = time.monotonic()
         received = msg.get("received_bytes")  # schema 2; older PEPs: estimate
         with ue._lock:
+            queue = self._queue(ue, total, unsent, now)
             if isinstance(received, int):
                 self._measure_arrival(ue, received, now)
             else:
-                self._estimate_arrival(ue, backlog, now)
-            ue.backlog_bytes, ue.backlog_at = backlog, now
-        packets = backlog / self.settings.packet_bytes
+                self._estimate_arrival(ue, queue, now)
+            ue.queue_bytes, ue.backlog_at = queue, now
+        packets = queue / self.settings.packet_bytes
         QUEUE.labels(str(ue.id)).set(packets)
         ue.control.on_queue(packets)
+
+    def _queue(self, ue: Ue, total: float, unsent: float, now: float) -> float:
+        """The queue of the research's model: bytes waiting to be served by the paths.
+
+        With a TCP (MPTCP) data plane the PEP pushes bytes into the subflows as fast as
+        their windows allow, so most of the waiting bytes sit in the cells' RLC queues, not
+        in the PEP: the PEP's unsent bytes plus the UE's RLC queues (RNIS) is that queue,
+        without the bytes in flight (docs/path-manager.md, "Queue").
+        """
+        measure = self.settings.queue_measure
+        if measure == "pep_backlog":
+            return total
+        if measure == "pep_unsent":
+            return unsent
+        return unsent + sum(p.radio_queue(now, self.radio) for p in ue.paths.values())
 
     def _measure_arrival(self, ue: Ue, received: int, now: float) -> None:
         """Arrival rate from the PEP's cumulative received bytes over ARRIVAL_WINDOW.
@@ -304,7 +326,7 @@ class PathManager:
         if now - t0 > 0:
             ue.arrival_pps = (received - r0) / self.settings.packet_bytes / (now - t0)
 
-    def _estimate_arrival(self, ue: Ue, backlog: float, now: float) -> None:
+    def _estimate_arrival(self, ue: Ue, queue: float, now: float) -> None:
         """Arrivals = backlog growth + what the active paths served (EWMA, packets/s).
 
         For PEPs whose backlog message has no ``received_bytes`` (schema 1). While the
@@ -313,11 +335,11 @@ class PathManager:
         if ue.backlog_at is None or now <= ue.backlog_at:
             return
         dt = now - ue.backlog_at
-        growth = (backlog - ue.backlog_bytes) / self.settings.packet_bytes / dt
+        growth = (queue - ue.queue_bytes) / self.settings.packet_bytes / dt
         served = sum(
             _current_pps(ue.paths[p], now, self.radio) for p, on in ue.active.items() if on
         )
-        sample = max(growth + (served if ue.backlog_bytes > 0 else 0.0), 0.0)
+        sample = max(growth + (served if ue.queue_bytes > 0 else 0.0), 0.0)
         alpha = min(dt / 0.05, 1.0)  # ~50 ms memory
         ue.arrival_pps = (1 - alpha) * ue.arrival_pps + alpha * sample
 
@@ -350,7 +372,7 @@ class _UePlant:
                 state = radio.model(now, s)
                 if state is not None:
                     views.append(PathView(str(ip), state, self.ue.active[ip]))
-            queue = self.ue.backlog_bytes / self.manager.settings.packet_bytes
+            queue = self.ue.queue_bytes / self.manager.settings.packet_bytes
             arrival = self.ue.arrival_pps
         return Observation(queue=queue, arrival_rate=arrival, paths=views)
 
