@@ -74,10 +74,14 @@ def test_feed_matches_the_testbed(
         seen.add((m.cell, m.imsi, str(m.ue_ipv4), m.rnti))
         assert m.cell_prbs == prbs[m.cell]
         assert m.harq_processes == 8 and m.source_time_ns is not None
+        assert m.source_time_ns <= m.observed_ns
         assert (
             m.cell_best_cqi_tbs_bytes == {25: 2292, 50: 36696 // 8}[prbs[m.cell]]
         )  # 36.213: I_TBS 26
     assert seen == expected
+    # the emulator's date_time_ns: the source's time to the ns (date_time has only ms)
+    times = [b["source_time_ns"] for _, b, _ in messages]
+    assert sum(t % 1_000_000 != 0 for t in times) > len(times) // 2
     by_path = {(m["cell"], m["imsi"]): m for m in ext}
     first, second = topo.ues[0], topo.ues[1]
     assert by_path[(first.paths[0].cell, first.imsi)]["wb_cqi"] == 15

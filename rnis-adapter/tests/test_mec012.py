@@ -84,6 +84,11 @@ def test_layer2_meas(ready: Adapter) -> None:
     ue = ready.get("/rni/v2/queries/layer2_meas", ue_ipv4_address="10.30.1.2").json()
     assert [u["associateId"] for u in ue["cellUEInfo"]] == [{"type": 1, "value": "10.30.1.2"}]
     assert "dl_nongbr_throughput_ue" in ue["cellUEInfo"][0]
+    # timeStamp: when the source took the measurement (its date_time_ns), not the query's time
+    measured = ue["timeStamp"]["seconds"] * 10**9 + ue["timeStamp"]["nanoSeconds"]
+    later = ready.get("/rni/v2/queries/ext/ran_meas", ue_ipv4_address="10.30.1.2").json()
+    assert measured % 1_000_000 != 0, "to the ns: date_time_ns, not date_time (ms)"
+    assert measured <= later["ueMeas"][0]["source_time_ns"] <= later["ueMeas"][0]["observed_ns"]
     none = ready.get("/rni/v2/queries/layer2_meas", ue_ipv6_address="::1").json()
     assert none["cellUEInfo"] == []
     is_problem(ready.get("/rni/v2/queries/layer2_meas", ue_ipv4_address="10.30.1"), 400)

@@ -290,10 +290,12 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 	cells := map[string]*cellAcc{}
 	var order []string
 	ueInfo := []map[string]any{}
+	var newest int64 // the time of the newest measurement reported (ns)
 	for _, m := range s.tracker.Latest() {
 		if !f.cellMatch(&m) {
 			continue
 		}
+		newest = max(newest, measuredAt(&m))
 		c := cells[m.Cell]
 		if c == nil {
 			c = &cellAcc{info: map[string]any{"ecgi": ecgiOf(&m)}}
@@ -328,7 +330,20 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 	if f.noMatch || len(f.ips) > 0 {
 		cellInfo = []map[string]any{} // a UE-level query: cell figures were not asked for
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"cellInfo": cellInfo, "cellUEInfo": ueInfo, "timeStamp": now()})
+	stamped := now()
+	if newest > 0 {
+		stamped = stamp(newest)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cellInfo": cellInfo, "cellUEInfo": ueInfo, "timeStamp": stamped})
+}
+
+// measuredAt is when the RAN took a measurement: the source's time (FlexRAN's date_time,
+// or the RAN emulator's date_time_ns to the ns) if it has one, else when the adapter saw it.
+func measuredAt(m *meas.Measurement) int64 {
+	if m.SourceTimeNs.Set {
+		return m.SourceTimeNs.V
+	}
+	return m.ObservedNs
 }
 
 var rabParams = []string{"app_ins_id", "cell_id", "ue_ipv4_address", "ue_ipv6_address", "nated_ip_address", "gtp_teid",

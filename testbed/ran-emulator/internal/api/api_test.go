@@ -11,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
 	"mts.invalid/suite/testbed/ran-emulator/internal/ran"
@@ -119,7 +121,7 @@ func fixture(t *testing.T, rel string) []byte {
 }
 
 // GET /stats has exactly the keys and value types of the live OAI + flexran-rtc capture,
-// plus the documented ueIpv4 extension.
+// plus the documented extensions (ueIpv4, date_time_ns).
 func TestStatsShapeMatchesLiveController(t *testing.T) {
 	_, ts := setup(t)
 	code, raw := get(t, ts, "GET", "/stats", "", true)
@@ -133,7 +135,7 @@ func TestStatsShapeMatchesLiveController(t *testing.T) {
 		}
 	}
 	for p, typ := range ours {
-		if live[p] == "" && !strings.HasSuffix(p, "."+UEIPField) {
+		if live[p] == "" && !strings.HasSuffix(p, "."+UEIPField) && p != ".date_time_ns" {
 			t.Errorf("%s (%s): not in the live controller's output", p, typ)
 		}
 	}
@@ -170,7 +172,9 @@ func TestStatsValues(t *testing.T) {
 	emu, ts := setup(t)
 	_, raw := get(t, ts, "GET", "/stats/enb/10000", "", true)
 	var doc struct {
-		ENBConfig []struct {
+		DateTime   string `json:"date_time"`
+		DateTimeNs string `json:"date_time_ns"`
+		ENBConfig  []struct {
 			BSID int `json:"bs_id"`
 			UE   struct {
 				UEConfig []map[string]any `json:"ueConfig"`
@@ -207,6 +211,15 @@ func TestStatsValues(t *testing.T) {
 		t.Errorf("queue %v, ground truth %d", rlc["txQueueSize"], b.QueueBytes())
 	case len(ue.HARQ) != 8:
 		t.Errorf("harq %v", ue.HARQ)
+	}
+	// date_time_ns is the snapshot's time in ns; date_time the same time in ms (UTC)
+	ns, err := strconv.ParseInt(doc.DateTimeNs, 10, 64)
+	snap := emu.Cells[0].Snapshot()
+	if err != nil || snap == nil || ns != snap.Wall.UnixNano() {
+		t.Errorf("date_time_ns %q, snapshot %v", doc.DateTimeNs, snap)
+	}
+	if want := time.Unix(0, ns).UTC().Format("2006-01-02T15:04:05.000"); doc.DateTime != want {
+		t.Errorf("date_time %q, want %q (date_time_ns in ms)", doc.DateTime, want)
 	}
 }
 

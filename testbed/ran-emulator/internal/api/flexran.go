@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"mts.invalid/suite/testbed/ran-emulator/internal/ran"
 )
@@ -82,9 +83,7 @@ func (f *flexranJSON) stats(typ string, sel []int, ue *ueSelector) []byte {
 				sel[i] = i
 			}
 		}
-		b = append(b, `{"date_time":"`...)
 		b = appendDateTime(b, snaps, sel)
-		b = append(b, '"')
 		if typ == "all" || typ == "enb_config" {
 			b = append(b, `,"eNB_config":[`...)
 			for k, i := range sel {
@@ -109,13 +108,26 @@ func (f *flexranJSON) stats(typ string, sel []int, ue *ueSelector) []byte {
 	})
 }
 
+// appendDateTime opens the document with the snapshot's time: "date_time" as the
+// controller writes it (UTC, ms; "" before the first snapshot) and, as an extension,
+// "date_time_ns" (Unix ns, a string as protobuf's JSON writes 64-bit integers; absent
+// before the first snapshot), which the RNIS adapter takes as the measurement's time.
 func appendDateTime(b []byte, snaps []*ran.CellSnapshot, sel []int) []byte {
+	var wall time.Time
 	for _, i := range sel {
 		if s := snaps[i]; s != nil {
-			return s.Wall.UTC().AppendFormat(b, "2006-01-02T15:04:05.000")
+			wall = s.Wall
+			break
 		}
 	}
-	return b
+	b = append(b, `{"date_time":"`...)
+	if wall.IsZero() {
+		return append(b, '"')
+	}
+	b = wall.UTC().AppendFormat(b, "2006-01-02T15:04:05.000")
+	b = append(b, `","date_time_ns":"`...)
+	b = strconv.AppendInt(b, wall.UnixNano(), 10)
+	return append(b, '"')
 }
 
 // appendMacStats writes {"bs_id":N,"ue_mac_stats":[...]} for one cell.
