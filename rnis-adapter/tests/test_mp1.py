@@ -97,9 +97,19 @@ def test_termination_notification_stops_the_adapter(
     assert callback.startswith(a.url + "/mec/notifications/app_termination/")
     guess = httpx.post(a.url + "/mec/notifications/app_termination/x", json={})
     assert guess.status_code in (401, 404), "only the registered (secret) path exists"
-    assert httpx.post(callback, json={"operationAction": "DANCE"}).status_code == 400
     note = {"notificationType": "AppTerminationNotification", "operationAction": "TERMINATING"}
-    r = httpx.post(callback, json=note)
+    # The secret path is not enough: the platform's notification token is required, as the
+    # Python services require it (mec_common.mp1.termination_router).
+    api_token = app.headers["Authorization"]  # the app's own token: audience mec-api
+    for headers in ({}, {"Authorization": api_token}, {"Authorization": "Bearer x.y.z"}):
+        r = httpx.post(callback, json=note, headers=headers)
+        assert r.status_code == 401, (headers, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+    platform_token = {"Authorization": f"Bearer {platform.platform.authority.notification_token()}"}
+    r = httpx.post(callback, json={"operationAction": "DANCE"}, headers=platform_token)
+    assert r.status_code == 400
+    assert a.proc is not None and a.proc.alive(), "refused notifications change nothing"
+    r = httpx.post(callback, json=note, headers=platform_token)
     assert r.status_code == 204
     assert a.proc is not None
     wait_for(lambda: not a.proc.alive(), 15, "the adapter exits")  # type: ignore[union-attr]

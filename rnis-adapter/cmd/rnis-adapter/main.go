@@ -191,8 +191,10 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	tracker := state.New(cfg.DetachAfter)
 	pub := feed.New(feed.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, MaxInFlight: cfg.MaxInFlight, MaxLag: cfg.MaxLag}, metrics, log)
 	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, Tokens: tokens}
+	var platformTokens *auth.Platform
 	if cfg.PlatformURL != "" { // apps on the platform call with the tokens it issues
-		apiCfg.Verifiers = append(apiCfg.Verifiers, auth.NewPlatform(strings.TrimSuffix(cfg.PlatformURL, "/")+"/oauth2/jwks"))
+		platformTokens = auth.NewPlatform(strings.TrimSuffix(cfg.PlatformURL, "/") + "/oauth2/jwks")
+		apiCfg.Verifiers = append(apiCfg.Verifiers, platformTokens)
 	}
 	api := mec012.New(apiCfg, tracker, metrics, log)
 	pipeline := &service.Pipeline{IPs: ips, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
@@ -235,7 +237,10 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		reg := mp1.New(mp1.Config{PlatformURL: cfg.PlatformURL, AppInstanceID: cfg.AppInstanceID,
 			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, PublicURL: cfg.PublicURL,
 			AMQPURL: cfg.AMQPURL, Exchange: cfg.Exchange}, health, log)
-		mux.Handle("POST "+reg.CallbackPath(), reg.Handler(stop))
+		fromPlatform := func(token string) bool { // as mec_common.auth's verify_notification
+			return mec012.StaticTokens(tokens).Verify(token) || platformTokens.VerifyNotification(token)
+		}
+		mux.Handle("POST "+reg.CallbackPath(), reg.Handler(stop, fromPlatform))
 		start(func() { reg.Run(ctx) })
 	}
 	start(func() {

@@ -2,7 +2,8 @@
 // mec_common.auth.TokenVerifier does for the Python services: a JWT signed with EdDSA or
 // RS256 by a key of the platform's JWKS (<platform>/oauth2/jwks), issuer "mec-platform",
 // audience "mec-api", not expired. Notification tokens (audience "mec-notification") are
-// refused, so a leaked one cannot call the API.
+// refused by Verify, so a leaked one cannot call the API; VerifyNotification accepts only
+// those, for the platform's notifications to us (mec_common.auth's verify_notification).
 package auth
 
 import (
@@ -22,8 +23,9 @@ import (
 )
 
 const (
-	issuer   = "mec-platform"
-	audience = "mec-api"
+	issuer               = "mec-platform"
+	apiAudience          = "mec-api"
+	notificationAudience = "mec-notification"
 )
 
 // Platform verifies platform-issued tokens against the platform's JWKS.
@@ -34,7 +36,7 @@ type Platform struct {
 	mu       sync.Mutex
 	keys     map[string]crypto.PublicKey
 	fetched  time.Time
-	verified map[string]time.Time // token → expiry, for tokens already checked
+	verified map[string]time.Time // audience + " " + token → expiry, for tokens already checked
 }
 
 // NewPlatform returns a verifier for the JWKS at jwksURL (fetched on first use).
@@ -43,19 +45,27 @@ func NewPlatform(jwksURL string) *Platform {
 		keys: map[string]crypto.PublicKey{}, verified: map[string]time.Time{}}
 }
 
-// Verify implements mec012.Verifier.
-func (p *Platform) Verify(token string) bool {
+// Verify implements mec012.Verifier: a token to call the API.
+func (p *Platform) Verify(token string) bool { return p.verify(token, apiAudience) }
+
+// VerifyNotification accepts the token the platform sends with its notifications.
+func (p *Platform) VerifyNotification(token string) bool {
+	return p.verify(token, notificationAudience)
+}
+
+func (p *Platform) verify(token, audience string) bool {
 	if strings.Count(token, ".") != 2 {
 		return false
 	}
 	now := time.Now()
+	key := audience + " " + token
 	p.mu.Lock()
-	exp, ok := p.verified[token]
+	exp, ok := p.verified[key]
 	p.mu.Unlock()
 	if ok && now.Before(exp) {
 		return true
 	}
-	exp, err := p.check(token, now)
+	exp, err := p.check(token, audience, now)
 	if err != nil {
 		return false
 	}
@@ -63,7 +73,7 @@ func (p *Platform) Verify(token string) bool {
 	if len(p.verified) > 4096 {
 		clear(p.verified) // bounded; simpler than an LRU
 	}
-	p.verified[token] = exp
+	p.verified[key] = exp
 	p.mu.Unlock()
 	return true
 }
@@ -81,8 +91,8 @@ type claims struct {
 	Iat *float64        `json:"iat"`
 }
 
-// check verifies a token and returns when it expires.
-func (p *Platform) check(token string, now time.Time) (time.Time, error) {
+// check verifies a token for audience and returns when it expires.
+func (p *Platform) check(token, audience string, now time.Time) (time.Time, error) {
 	parts := strings.Split(token, ".")
 	var h header
 	var c claims

@@ -66,4 +66,23 @@ func TestPlatformTokens(t *testing.T) {
 			t.Errorf("%s: Verify = %v, want %v", name, got, c.ok)
 		}
 	}
+	// Notification tokens are accepted only as such, and API tokens never as notifications
+	// (both ways also after the other audience's result was cached).
+	note := sign(t, priv, head, with("aud", "mec-notification"))
+	for name, c := range map[string]struct {
+		token string
+		ok    bool
+	}{
+		"notification":         {note, true},
+		"api token":            {cases["valid"].token, false},
+		"expired notification": {sign(t, priv, head, map[string]any{"iss": "mec-platform", "aud": "mec-notification", "sub": "mec-platform", "iat": now, "exp": now - 1}), false},
+		"other key":            {sign(t, other, head, with("aud", "mec-notification")), false},
+	} {
+		if got := p.VerifyNotification(c.token); got != c.ok {
+			t.Errorf("%s: VerifyNotification = %v, want %v", name, got, c.ok)
+		}
+	}
+	if p.Verify(note) {
+		t.Error("a notification token verified for the API after it verified as a notification")
+	}
 }

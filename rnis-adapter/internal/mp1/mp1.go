@@ -67,17 +67,23 @@ func New(cfg Config, health *obs.Health, log *slog.Logger) *Registration {
 // CallbackPath is where the platform delivers the AppTerminationNotification.
 func (r *Registration) CallbackPath() string { return "/mec/notifications/app_termination/" + r.secret }
 
-// Handler serves the termination notification: it cleans up, then calls terminate.
-func (r *Registration) Handler(terminate func()) http.HandlerFunc {
+// Handler serves the termination notification: it cleans up, then calls terminate. The
+// request must carry a bearer token that verify accepts (the platform's notification token,
+// as mec_common.mp1.termination_router checks it): the secret path alone is not enough.
+func (r *Registration) Handler(terminate func(), verify func(token string) bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
+		token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+		if !ok || !verify(strings.TrimSpace(token)) {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			problem(w, http.StatusUnauthorized, "a platform notification token is required")
+			return
+		}
 		var body struct {
 			OperationAction string `json:"operationAction"`
 		}
 		if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&body); err != nil ||
 			(body.OperationAction != "STOPPING" && body.OperationAction != "TERMINATING") {
-			w.Header().Set("Content-Type", "application/problem+json")
-			w.WriteHeader(http.StatusBadRequest)
-			_, _ = w.Write([]byte(`{"title":"Bad Request","status":400,"detail":"operationAction must be STOPPING or TERMINATING"}`))
+			problem(w, http.StatusBadRequest, "operationAction must be STOPPING or TERMINATING")
 			return
 		}
 		r.log.Info("termination requested by the platform", "operation_action", body.OperationAction)
@@ -87,6 +93,13 @@ func (r *Registration) Handler(terminate func()) http.HandlerFunc {
 			terminate()
 		}()
 	}
+}
+
+// problem writes an ETSI ProblemDetails.
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"title": http.StatusText(status), "status": status, "detail": detail})
 }
 
 // Run registers (retrying with backoff) and, when ctx ends, deregisters.
