@@ -29,9 +29,11 @@ $(MELD_LOADER): pep/bpf/loader.c
 	gcc -O2 -g -Wall -Wextra -Werror -o $@ $< -lbpf -lelf -lz
 
 .PHONY: test-meld bench-meld experiment-meld experiment-rapid
-test-pep: $(MELD_OBJ) $(MELD_LOADER)
+# The small experiments in the tests need the emulator and the RNIS adapter too.
+MELD_TEST_DEPS := $(MELD_OBJ) $(MELD_LOADER) build/bin/ran-emulator build/bin/rnis-adapter
+test-pep: $(MELD_TEST_DEPS)
 
-test-meld: python rabbitmq $(MELD_OBJ) $(MELD_LOADER) ## MELD/RAPID tests alone (root: BPF, namespaces)
+test-meld: python rabbitmq $(MELD_TEST_DEPS) ## MELD/RAPID tests alone (root: BPF, namespaces)
 	uv run pytest -q pep/tests/ran_aware
 
 bench-meld: python $(MELD_OBJ) $(MELD_LOADER) ## cost of a per-UE map update from Python -> docs/results/meld-bench/

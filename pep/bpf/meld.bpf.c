@@ -215,18 +215,68 @@ static __always_inline __u32 kept_ssthresh(const struct tcp_sock *tp)
 	return tp->snd_ssthresh > tp->snd_cwnd ? tp->snd_ssthresh : tp->snd_cwnd;
 }
 
-/* ---- RAPID: cwnd = rate x smoothed RAN RTT_min ---------------------------------- */
-
 static __always_inline struct flow_priv *priv_of(struct sock *sk)
 {
 	return bpf_sk_storage_get(&flow_priv, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 }
 
 /*
+ * Remember the cwnd at the loss and the ssthresh chosen for it: the kernel starts
+ * reducing cwnd (PRR) right after, so TCP_INFO alone never shows this pair exactly.
+ */
+static __always_inline __u32 loss_ssthresh(struct sock *sk, __u32 ssthresh)
+{
+	struct flow_priv *p = priv_of(sk);
+
+	if (p) {
+		p->loss_cwnd = tcp_sk(sk)->snd_cwnd;
+		p->loss_ssthresh = ssthresh;
+	}
+	return ssthresh;
+}
+
+/* ---- RAPID: cwnd = rate x smoothed RAN RTT_min ---------------------------------- */
+
+/*
  * The thesis's OAI lesson (5.4.3): RTT_min on the RAN leg is underestimated at the
  * start and distorted by scheduling; take the minimum of each period and smooth the
  * per-period minima (7/8 old + 1/8 new, as the research's Linux module did).
+ *
+ * A period minimum can include a standing queue, and RAPID's own headroom (gain above
+ * 100 %) creates one: fed back into RTT_min, it would grow the cwnd, hence the queue,
+ * without bound. Each period minimum is therefore capped by the lowest period minimum of
+ * the last one to two windows of RTT_WINDOW_PERIODS periods, so RTT_min follows a path
+ * whose base delay really changed (after a window or two) but not its own queue.
  */
+#define RTT_WINDOW_PERIODS 8
+
+static __always_inline __u32 min_nonzero(__u32 a, __u32 b)
+{
+	if (!a)
+		return b;
+	if (!b)
+		return a;
+	return a < b ? a : b;
+}
+
+static __always_inline void close_period(struct flow_priv *p)
+{
+	__u32 sample = p->period_min_us;
+
+	p->win_min_us = min_nonzero(p->win_min_us, sample);
+	sample = min_nonzero(sample, min_nonzero(p->win_min_us, p->prev_win_min_us));
+	if (p->rtt_min_us)
+		p->rtt_min_us = (7ULL * p->rtt_min_us + sample) / 8;
+	else
+		p->rtt_min_us = sample;
+	p->period_min_us = 0;
+	if (++p->win_periods >= RTT_WINDOW_PERIODS) {
+		p->prev_win_min_us = p->win_min_us;
+		p->win_min_us = 0;
+		p->win_periods = 0;
+	}
+}
+
 static __always_inline void track_rtt_min(struct sock *sk, __s32 rtt_us,
 					  const struct meld_config *cfg)
 {
@@ -243,13 +293,8 @@ static __always_inline void track_rtt_min(struct sock *sk, __s32 rtt_us,
 	now = bpf_ktime_get_ns();
 	if (now < p->period_end_ns)
 		return;
-	if (p->period_end_ns) {	/* close a period (the first one just starts) */
-		if (p->rtt_min_us)
-			p->rtt_min_us = (7ULL * p->rtt_min_us + p->period_min_us) / 8;
-		else
-			p->rtt_min_us = p->period_min_us;
-		p->period_min_us = 0;
-	}
+	if (p->period_end_ns)	/* close a period (the first one just starts) */
+		close_period(p);
 	period = cfg ? cfg->rapid_period_ns : 0;
 	/* at least two smoothed RTTs (srtt_us is 8x the RTT in µs) */
 	if (period < (__u64)tcp_sk(sk)->srtt_us / 4 * NSEC_PER_USEC)
@@ -350,8 +395,8 @@ SEC("struct_ops")
 __u32 BPF_PROG(meld_reno_ssthresh, struct sock *sk)
 {
 	if (loss_reaches_cca(sk))
-		return tcp_reno_ssthresh(sk);
-	return kept_ssthresh(tcp_sk(sk));
+		return loss_ssthresh(sk, tcp_reno_ssthresh(sk));
+	return loss_ssthresh(sk, kept_ssthresh(tcp_sk(sk)));
 }
 
 SEC("struct_ops")
@@ -403,8 +448,8 @@ SEC("struct_ops")
 __u32 BPF_PROG(meld_cubic_ssthresh, struct sock *sk)
 {
 	if (loss_reaches_cca(sk))
-		return cubictcp_recalc_ssthresh(sk);
-	return kept_ssthresh(tcp_sk(sk));
+		return loss_ssthresh(sk, cubictcp_recalc_ssthresh(sk));
+	return loss_ssthresh(sk, kept_ssthresh(tcp_sk(sk)));
 }
 
 SEC("struct_ops")

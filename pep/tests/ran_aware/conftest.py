@@ -25,8 +25,11 @@ from mec_pep.ran_aware.kernel import MeldKernel, Mode, Tuning, loader_paths
 PIN_ROOT = Path("/sys/fs/bpf/mts-pep")
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # beyond net.core.[rw]mem_max (root)
 
+# The tests keep radio state fresh from Python threads, which a loaded machine can delay
+# by tens of milliseconds: a generous staleness bound keeps "fresh" fresh. The bound
+# itself is tested on the decision alone (test_kernel.py).
 TUNING = Tuning(
-    stale_ms=50.0,
+    stale_ms=1000.0,
     rapid_period_ms=100.0,
     rapid_init_cwnd=40,
     rapid_min_cwnd=4,
@@ -76,7 +79,12 @@ class NetnsPair:
     """A sender ``a`` (10.198.x.1: the PEP's RAN leg) and a receiver ``b`` (10.199.x.2: the
     UE), through a router ``r`` whose link toward ``b`` can be a bottleneck. The queue is on
     the router, not on the sender: a queue in the sender's own qdisc would be throttled by
-    TCP small queues and never fill."""
+    TCP small queues and never fill.
+
+    The sender's link sends one TCP segment per packet (``gso_max_segs 1``). With GSO, a
+    packet on a veth is a burst of segments whose length follows TSO autosizing (the
+    RTT, the load): the UE's loss rule would drop bursts, fewer and longer on a busy
+    machine, instead of single segments at random."""
 
     name: str
     a: str
@@ -96,6 +104,7 @@ class NetnsPair:
                 run(["ip", "netns", "add", ns])
                 pair.sh(ns, "ip link set lo up")
             pair._link(pair.a, f"{name}a", pair.a_ip, f"{name}ra", f"10.198.{x}.254")
+            pair.sh(pair.a, f"ip link set {name}a gso_max_segs 1")
             pair._link(pair.b, f"{name}b", pair.b_ip, f"{name}rb", f"10.199.{x}.254")
             pair.sh(pair.r, "sysctl -qw net.ipv4.ip_forward=1")
             pair.sh(pair.a, f"ip route add default via 10.198.{x}.254")
@@ -114,11 +123,17 @@ class NetnsPair:
     def sh(self, ns: str, command: str) -> str:
         return run(["ip", "netns", "exec", ns, "sh", "-c", command]).stdout
 
-    def random_loss(self, per_mille: int, dport: int) -> None:
-        """Drop that share of the data segments toward the receiver (nftables numgen)."""
-        self.sh(self.b, f"nft 'add table inet loss; add chain inet loss in "
-                f"{{ type filter hook input priority 0; }}; add rule inet loss in "
-                f"tcp dport {dport} numgen random mod 1000 < {per_mille} drop'")  # fmt: skip
+    def random_loss(self, per_mille: int, dport: int, *, dscp: int | None = None) -> None:
+        """Drop that share of the data segments toward the receiver (nftables numgen).
+
+        With ``dscp``, only segments with that DSCP: the sender turns the loss on by
+        marking its packets (``IP_TOS``), at a moment of its choosing, where a command
+        would start at a moment a loaded machine chooses."""
+        marked = f"ip dscp {dscp} " if dscp is not None else ""
+        chain = "{ type filter hook input priority 0; }"
+        rule = f"{marked}tcp dport {dport} numgen random mod 1000 < {per_mille} drop"
+        self.sh(self.b, f"nft 'add table inet loss; add chain inet loss in {chain}; "
+                f"add rule inet loss in {rule}'")  # fmt: skip
 
     def bottleneck(self, rate: str, limit: str = "20mb") -> None:
         """A rate limit with a deep queue on the router toward ``b`` (tbf; there is no netem)."""

@@ -9,8 +9,9 @@ import pytest
 
 from mec_common.amqp import AmqpPublisher
 from mec_common.health import Health
+from mec_common.mp1 import with_credentials
 from mec_common.rnis import RnisEvent, RnisMeasurement, bind_ue_ip
-from mec_pep.ran_aware.feed import Endpoint, RnisFeed, with_credentials
+from mec_pep.ran_aware.feed import Endpoint, RnisFeed
 from mec_pep.ran_aware.kernel import MeldKernel
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"

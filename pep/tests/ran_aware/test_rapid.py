@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
 import threading
 import time
 
@@ -97,6 +98,20 @@ def test_slow_flow_that_wants_more_becomes_fast_again() -> None:
     assert f.window == pytest.approx(share * RTT, rel=0.01)
 
 
+def test_a_flow_backed_up_at_the_pep_is_not_slow() -> None:
+    """Its low arrival rate is the RAN leg's doing: shrinking its window would starve it."""
+    a = RapidAllocator()
+    a.set_capacity("ue", C)
+    f = a.add(1, "ue", 0.0, mss=MSS, rtt_min=RTT, rtt=RTT, bytes_received=0)
+    received, now = 0, 0.0
+    while f.klass is FlowClass.INIT:
+        now += RTT * 1.0001
+        received += int(0.3 * C * RTT)
+        a.observe(1, now, bytes_received=received, rtt_min=RTT, rtt=RTT, backlogged=True)
+    assert f.klass is FlowClass.FAST
+    assert f.window == pytest.approx(C * RTT)
+
+
 def test_ewma_weights_the_previous_estimate_by_one_eighth() -> None:
     a = RapidAllocator(alpha=0.125)
     a.set_capacity("ue", C)
@@ -142,7 +157,7 @@ def test_rapid_cwnd_follows_the_rate(netns_pair, kernel: MeldKernel, tuning: Tun
         while time.monotonic() < end:
             with contextlib.suppress(TimeoutError):
                 sock.send(b"\0" * 65536)
-            cwnds.append(tcp_info(sock)["snd_cwnd"])
+            cwnds.append((time.monotonic(), tcp_info(sock)["snd_cwnd"]))
         priv = kernel.flow_priv(sock)
         sock.close()
     finally:
@@ -153,7 +168,13 @@ def test_rapid_cwnd_follows_the_rate(netns_pair, kernel: MeldKernel, tuning: Tun
     assert priv is not None and 0 < priv.rtt_min_us < 50_000
     expected = int(1_000_000 * (priv.rtt_min_us + 50_000) / 1e6 / MSS)
     assert priv.target_cwnd == pytest.approx(expected, abs=2)
-    late = cwnds[len(cwnds) // 2 :]
-    assert max(late) <= expected + 2 and min(late) >= expected // 2, (expected, min(late))
+    # Losses never reached the growth function, and the program kept cwnd at each.
     c = kernel.counters(ue)
     assert c is not None and c.suppressed >= 1 and c.notified == 0, c.as_dict() if c else None
+    assert priv.loss_ssthresh >= priv.loss_cwnd, (priv.loss_cwnd, priv.loss_ssthresh)
+    # After the first RTT_min period, cwnd is RAPID's, never more; during a recovery
+    # episode the kernel's PRR sets it (no congestion control hook runs), a little lower
+    # for an RTT, so the typical value is the check, not the lowest.
+    late = [cwnd for t, cwnd in cwnds if t > end - 0.75]
+    assert max(late) <= expected + 2, (expected, max(late))
+    assert statistics.median(late) == pytest.approx(expected, abs=2), (expected, sorted(late))

@@ -61,6 +61,7 @@ class RapidFlow:
     rate_hat: float | None = None  # r̂_ij, bytes/s
     klass: FlowClass = FlowClass.INIT
     released: float = 0.0  # bytes/s this slow flow leaves unused
+    backlogged: bool = False  # data waits at the PEP toward the UE (last reading)
     period_end: float = 0.0
     sample_time: float = 0.0
     sample_bytes: int = 0
@@ -131,9 +132,14 @@ class RapidAllocator:
         f.period_end = now + period_rtts(f.window, f.mss) * f.rtt
 
     def observe(self, flow_id: int, now: float, *, bytes_received: int, rtt_min: float,
-                rtt: float) -> bool:  # fmt: skip
-        """Feed one reading of the flow's WAN socket; True if its window changed."""
+                rtt: float, backlogged: bool = False) -> bool:  # fmt: skip
+        """Feed one reading of the flow's WAN socket; True if its window changed.
+
+        ``backlogged``: the flow's data is piling up at the PEP toward the UE, so a low
+        arrival rate is the RAN leg's doing, not the server's: the flow is not slow.
+        """
         f = self.flows[flow_id]
+        f.backlogged = backlogged
         f.rtt_min = min(f.rtt_min, rtt_min) if rtt_min > 0 else f.rtt_min
         f.rtt = max(rtt, f.rtt_min)
         if f.window is None:
@@ -156,7 +162,7 @@ class RapidAllocator:
             f.period_end = now + f.rtt
             return
         expected = f.expected_rate
-        if f.rate_hat < self.slow_threshold * expected:
+        if f.rate_hat < self.slow_threshold * expected and not f.backlogged:
             f.window = max(f.rate_hat / expected * f.window, 2.0 * f.mss)  # Eq. 5.10
             f.klass = FlowClass.SLOW
             f.released = max(share - f.window / f.rtt, 0.0)  # Eq. 5.11, as a rate
@@ -247,8 +253,11 @@ class RapidController:
                                    rtt=rtt, bytes_received=info["bytes_received"])  # fmt: skip
                 changed = True
             else:
+                f = self.allocator.flows[flow.id]
+                backlog = _unsent(flow.ran.sock) > (f.window or 0)
                 changed = self.allocator.observe(flow.id, now, rtt_min=rtt_min, rtt=rtt,
-                                                 bytes_received=info["bytes_received"])  # fmt: skip
+                                                 bytes_received=info["bytes_received"],
+                                                 backlogged=backlog)  # fmt: skip
             f = self.allocator.flows[flow.id]
             window = int(f.window) if f.window is not None else None
             rate = int(f.allocated_rate)
@@ -345,6 +354,16 @@ _TCP_INFO_NAMES = [
     "min_rtt",
 ]
 _TCP_INFO = struct.Struct("=8B" + "I" * 24 + "Q" * 4 + "I" * 4)
+
+
+def _unsent(sock: socket.socket) -> int:
+    """Bytes a RAN-leg socket holds that it has not sent yet (tcpi_notsent_bytes)."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO.size)
+    except OSError:
+        return 0
+    values = _TCP_INFO.unpack(raw.ljust(_TCP_INFO.size, b"\0"))
+    return int(values[_TCP_INFO_NAMES.index("notsent_bytes")])
 
 
 def _wan_reading(sock: socket.socket) -> dict[str, Any] | None:
