@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,50 @@ def test_expiry_notification(ready: Adapter, callbacks: CallbackServer) -> None:
     assert note["_links"]["self"] == created["_links"]["self"]["href"]
     assert note["expiryDeadline"]["seconds"] == deadline
     is_problem(ready.get(path_of(created)), 404)
+
+
+def test_subscriptions_survive_a_restart(
+    tmp_path: Path, source: FlexranSource, exchange: str, callbacks: CallbackServer
+) -> None:
+    """Saved in RNIS_STATE_DIR/rnis-subscriptions.json (atomically, 0600); on restart the
+    ones still valid come back with their ids, an expired one does not."""
+    body = {
+        "subscriptionType": "CellChangeSubscription",
+        "callbackReference": callbacks.url + "/cc",
+        "filterCriteriaAssocHo": {"associateId": [{"type": 1, "value": "10.30.1.1"}]},
+    }
+    deadline = int(time.time()) + 2
+    short = {**body, "expiryDeadline": {"seconds": deadline, "nanoSeconds": 0}}
+    first = Adapter(tmp_path, source.url, exchange).start()
+    try:
+        kept, expiring = subscribe(first, body), subscribe(first, short)
+        gone = subscribe(first, body)
+        assert first.request("DELETE", path_of(gone)).status_code == 204
+    finally:
+        assert first.stop() == 0
+    saved = tmp_path / "state" / "rnis-subscriptions.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert {s["id"] for s in json.loads(saved.read_text())} == {
+        path_of(kept).rsplit("/", 1)[1],
+        path_of(expiring).rsplit("/", 1)[1],
+    }
+    time.sleep(max(0.0, deadline + 0.2 - time.time()))
+
+    second = Adapter(tmp_path, source.url, exchange).start()
+    try:
+        links = second.get("/rni/v2/subscriptions").json()["_links"]["subscription"]
+        assert [s["href"].rsplit("/", 1)[1] for s in links] == [path_of(kept).rsplit("/", 1)[1]]
+        restored = second.get(path_of(kept)).json()
+        assert {k: v for k, v in restored.items() if k != "_links"} == {
+            k: v for k, v in kept.items() if k != "_links"
+        }
+        assert second.request("DELETE", path_of(kept)).status_code == 204
+    finally:
+        assert second.stop() == 0
+    assert json.loads(saved.read_text()) == []
+
+    saved.write_text("{not json")
+    broken = Adapter(tmp_path, source.url, exchange)
+    with pytest.raises(AssertionError, match=r"rnis-subscriptions\.json"):
+        broken.start()  # refuses to start rather than overwrite the file later
+    assert saved.read_text() == "{not json"

@@ -190,13 +190,17 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	health.Set("broker", false, "not connected yet", true)
 	tracker := state.New(cfg.DetachAfter)
 	pub := feed.New(feed.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, MaxInFlight: cfg.MaxInFlight, MaxLag: cfg.MaxLag}, metrics, log)
-	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, Tokens: tokens}
+	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, Tokens: tokens,
+		SubscriptionsFile: filepath.Join(cfg.StateDir, "rnis-subscriptions.json")}
 	var platformTokens *auth.Platform
 	if cfg.PlatformURL != "" { // apps on the platform call with the tokens it issues
 		platformTokens = auth.NewPlatform(strings.TrimSuffix(cfg.PlatformURL, "/") + "/oauth2/jwks")
 		apiCfg.Verifiers = append(apiCfg.Verifiers, platformTokens)
 	}
-	api := mec012.New(apiCfg, tracker, metrics, log)
+	api, err := mec012.New(apiCfg, tracker, metrics, log)
+	if err != nil {
+		return err
+	}
 	pipeline := &service.Pipeline{IPs: ips, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
 
 	mux := http.NewServeMux()

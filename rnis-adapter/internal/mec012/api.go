@@ -27,10 +27,11 @@ const Base = "/rni/v2"
 
 // Config of the API.
 type Config struct {
-	PublicURL     string // base URL clients use; links are built from it
-	NotifyTimeout time.Duration
-	Tokens        []string
-	Verifiers     []Verifier // more ways to accept a token (platform-issued JWTs)
+	PublicURL         string // base URL clients use; links are built from it
+	SubscriptionsFile string // where subscriptions persist across restarts ("": memory only)
+	NotifyTimeout     time.Duration
+	Tokens            []string
+	Verifiers         []Verifier // more ways to accept a token (platform-issued JWTs)
 }
 
 // Verifier accepts a bearer token. Static tokens implement it; platform-issued JWTs (MEC 011
@@ -62,15 +63,19 @@ type Server struct {
 	notifier *notifier
 }
 
-// New returns the API; Routes mounts it and Run delivers notifications.
-func New(cfg Config, tracker *state.Tracker, metrics *obs.Metrics, log *slog.Logger) *Server {
+// New returns the API with the subscriptions saved in cfg.SubscriptionsFile; Routes mounts
+// it and Run delivers notifications.
+func New(cfg Config, tracker *state.Tracker, metrics *obs.Metrics, log *slog.Logger) (*Server, error) {
 	if cfg.NotifyTimeout <= 0 {
 		cfg.NotifyTimeout = 2 * time.Second
 	}
 	s := &Server{cfg: cfg, auth: append([]Verifier{StaticTokens(cfg.Tokens)}, cfg.Verifiers...), tracker: tracker, metrics: metrics, log: log,
-		subs: newStore(cfg.PublicURL + Base + "/subscriptions/")}
+		subs: newStore(cfg.PublicURL+Base+"/subscriptions/", cfg.SubscriptionsFile)}
+	if err := s.subs.load(log); err != nil {
+		return nil, fmt.Errorf("subscriptions: %w", err)
+	}
 	s.notifier = newNotifier(s.subs, cfg.NotifyTimeout, metrics, log)
-	return s
+	return s, nil
 }
 
 // Routes mounts the API, the OpenAPI document and /docs.

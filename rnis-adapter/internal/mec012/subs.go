@@ -51,11 +51,14 @@ type subFilter struct {
 
 type store struct {
 	base string // <public URL>/rni/v2/subscriptions/
+	path string // JSON file the subscriptions persist in ("": memory only)
 	mu   sync.RWMutex
 	subs map[string]*subscription
 }
 
-func newStore(base string) *store { return &store{base: base, subs: map[string]*subscription{}} }
+func newStore(base, path string) *store {
+	return &store{base: base, path: path, subs: map[string]*subscription{}}
+}
 
 func (st *store) href(id string) string { return st.base + id }
 
@@ -189,11 +192,17 @@ func (st *store) view(s *subscription) map[string]any {
 	return out
 }
 
-func (st *store) add(s *subscription) {
+// add stores a new subscription; if it cannot be saved, nothing changes.
+func (st *store) add(s *subscription) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	s.ID = newID()
 	st.subs[s.ID] = s
+	if err := st.save(); err != nil {
+		delete(st.subs, s.ID)
+		return err
+	}
+	return nil
 }
 
 func (st *store) get(id string) (*subscription, bool) {
@@ -203,32 +212,52 @@ func (st *store) get(id string) (*subscription, bool) {
 	return s, ok
 }
 
-func (st *store) replace(id string, s *subscription) bool {
+// replace swaps subscription id for s (false: no such subscription); if it cannot be
+// saved, nothing changes.
+func (st *store) replace(id string, s *subscription) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if _, ok := st.subs[id]; !ok {
-		return false
+	old, ok := st.subs[id]
+	if !ok {
+		return false, nil
 	}
 	s.ID = id
 	st.subs[id] = s
-	return true
+	if err := st.save(); err != nil {
+		st.subs[id] = old
+		return true, err
+	}
+	return true, nil
 }
 
-func (st *store) remove(id string) bool {
+// remove deletes subscription id (false: no such subscription); if it cannot be saved,
+// nothing changes.
+func (st *store) remove(id string) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	_, ok := st.subs[id]
+	old, ok := st.subs[id]
+	if !ok {
+		return false, nil
+	}
 	delete(st.subs, id)
-	return ok
+	if err := st.save(); err != nil {
+		st.subs[id] = old
+		return true, err
+	}
+	return true, nil
 }
 
 func (st *store) all() []*subscription {
 	st.mu.RLock()
-	out := make([]*subscription, 0, len(st.subs))
-	for _, s := range st.subs {
+	defer st.mu.RUnlock()
+	return sortedByID(st.subs)
+}
+
+func sortedByID(subs map[string]*subscription) []*subscription {
+	out := make([]*subscription, 0, len(subs))
+	for _, s := range subs {
 		out = append(out, s)
 	}
-	st.mu.RUnlock()
 	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
 	return out
 }
@@ -243,6 +272,9 @@ func (st *store) expired(t time.Time) []*subscription {
 			out = append(out, s)
 			delete(st.subs, id)
 		}
+	}
+	if len(out) > 0 {
+		_ = st.save() // if this fails, the next load drops the expired ones anyway
 	}
 	return out
 }
@@ -289,7 +321,11 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	s.subs.add(sub)
+	if err := s.subs.add(sub); err != nil {
+		s.log.Error("cannot save the subscriptions", "err", err)
+		problem(w, r, http.StatusInternalServerError, "the subscription could not be saved")
+		return
+	}
 	s.log.Info("subscription created", "id", sub.ID, "type", sub.Type, "callback", sub.Callback)
 	w.Header().Set("Location", s.subs.href(sub.ID))
 	writeJSON(w, http.StatusCreated, s.subs.view(sub))
@@ -324,19 +360,35 @@ func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusUnprocessableEntity, "subscriptionType cannot change ("+old.Type+")")
 		return
 	}
-	if !s.subs.replace(id, sub) {
-		problem(w, r, http.StatusNotFound, "no subscription "+id)
+	found, err := s.subs.replace(id, sub)
+	if !s.stored(w, r, id, found, err) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.subs.view(sub))
 }
 
 func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request) {
-	if !s.subs.remove(r.PathValue("subscriptionId")) {
-		problem(w, r, http.StatusNotFound, "no subscription "+r.PathValue("subscriptionId"))
+	id := r.PathValue("subscriptionId")
+	found, err := s.subs.remove(id)
+	if !s.stored(w, r, id, found, err) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// stored answers a change to subscription id that did not happen (404, or 500 if it could
+// not be saved) and tells whether it did.
+func (s *Server) stored(w http.ResponseWriter, r *http.Request, id string, found bool, err error) bool {
+	switch {
+	case !found:
+		problem(w, r, http.StatusNotFound, "no subscription "+id)
+	case err != nil:
+		s.log.Error("cannot save the subscriptions", "err", err)
+		problem(w, r, http.StatusInternalServerError, "the change could not be saved")
+	default:
+		return true
+	}
+	return false
 }
 
 // notifier matches events to subscriptions and POSTs the notifications, in order, from one
