@@ -55,17 +55,22 @@ def test_down_leaves_nothing_even_after_a_crash(tmp_path: Path) -> None:
     assert builder.down(name, log=None) is False  # idempotent
 
 
+# Only a guard against a hang: `up` of four paths takes seconds on an idle machine and
+# over a minute at a load average of 10 (CI once timed out at 60 s).
+CLI_TIMEOUT = 300
+
+
 def test_cli_up_status_down(tmp_path: Path) -> None:
     require_root()
     name = unique_name()
     cli = [sys.executable, "-m", "mts_testbed.cli"]
-    up = subprocess.run(
-        [*cli, "up", "--config", str(CONFIGS / "multipath-4path.yaml"), "--name", name],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    try:
+    try:  # a timed-out `up` leaves a half-built topology: `down` in finally removes it
+        up = subprocess.run(
+            [*cli, "up", "--config", str(CONFIGS / "multipath-4path.yaml"), "--name", name],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+        )
         assert up.returncode == 0, up.stderr
         topo = Topology.load(name)
         assert [p.cell for p in topo.ues[0].paths] == [
@@ -73,7 +78,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         ]
         assert len({p.rnti for p in topo.ues[0].paths}) == 4
         status = subprocess.run(
-            [*cli, "status", "--name", name], capture_output=True, text=True, timeout=30
+            [*cli, "status", "--name", name], capture_output=True, text=True, timeout=CLI_TIMEOUT
         )
         assert status.returncode == 0 and len(re.findall(r"10\.30\.\d\.1", status.stdout)) == 4, (
             status.stdout
@@ -82,12 +87,12 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
             [*cli, "up", "--config", str(CONFIGS / "multipath-4path.yaml"), "--name", name],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=CLI_TIMEOUT,
         )
         assert again.returncode == 1 and "exists" in again.stderr
     finally:
         down = subprocess.run(
-            [*cli, "down", "--name", name], capture_output=True, text=True, timeout=60
+            [*cli, "down", "--name", name], capture_output=True, text=True, timeout=CLI_TIMEOUT
         )
     assert down.returncode == 0
     assert our_traces(name) == {"namespaces": [], "links": [], "files": []}

@@ -19,6 +19,7 @@ from mec_platform.app import Platform, build_platform
 from mec_platform.config import PlatformSettings
 
 ADMIN_SECRET = "admin-test-secret"  # noqa: S105 - the test platform's admin secret
+HTTP_TIMEOUT = 60  # s; only a guard against a hang: a busy shared machine is slow
 
 
 def free_port() -> int:
@@ -46,14 +47,15 @@ class Running:
         self.admin = self.client("admin", ADMIN_SECRET)
 
     def token(self, client_id: str, secret: str) -> str:
+        # scrypt checks the secret: seconds on a busy machine (httpx's default is 5 s)
         r = httpx.post(f"{self.url}/oauth2/token", data={"grant_type": "client_credentials"},
-                       auth=(client_id, secret))  # fmt: skip
+                       auth=(client_id, secret), timeout=HTTP_TIMEOUT)  # fmt: skip
         assert r.status_code == 200, r.text
         return str(r.json()["access_token"])
 
     def client(self, client_id: str, secret: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token(client_id, secret)}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=10)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=HTTP_TIMEOUT)
 
     def stop(self) -> None:
         self.server.should_exit = True
