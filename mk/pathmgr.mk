@@ -1,13 +1,13 @@
 # services/path-manager: predictive multipath path manager (Python package path_manager).
 TEST_TARGETS += test-pathmgr
 BENCH_TARGETS += bench-pathmgr
-EXPERIMENT_TARGETS += experiment-pathmgr-sim
+EXPERIMENT_TARGETS += experiment-pathmgr-sim experiment-pathmgr
 
 PATHMGR_RESULTS := docs/results/pathmgr
 
 .PHONY: test-pathmgr bench-pathmgr experiment-pathmgr-sim
 
-test-pathmgr: python rabbitmq ## path manager: predictor vs Monte Carlo, control timing, simulation, service, real MPTCP in netns
+test-pathmgr: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter ## path manager: predictor vs Monte Carlo, control timing, simulation, service, real MPTCP in netns, a short run through the PEP on the emulated RAN
 	uv run pytest -q services/path-manager/tests
 
 bench-pathmgr: python ## path manager: prediction time p90 per number of paths, accuracy vs full model and Monte Carlo
@@ -16,8 +16,6 @@ bench-pathmgr: python ## path manager: prediction time p90 per number of paths, 
 experiment-pathmgr-sim: python ## path manager: the simulation study (8 paths, 2 Gbit/s, 100 runs x 70 s, T_R 25/50/100 ms)
 	nice -n 10 uv run path-manager simulate --runs 100 --workers 2 --out $(PATHMGR_RESULTS)/simulation
 
-# Not in EXPERIMENT_TARGETS yet: it runs end to end, but on the shared machine the MPTCP leg over
-# the emulator does not yet behave like the research's proxy (docs/path-manager.md).
 .PHONY: experiment-pathmgr
-experiment-pathmgr: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter ## path manager on the emulated RAN (Table 7.2 scaled 1/50; work in progress, see docs/path-manager.md)
-	uv run python testbed/experiments/pathmgr/emulated.py --out $(PATHMGR_RESULTS)/emulated
+experiment-pathmgr: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter ## path manager on the emulated RAN through the PEP (MPTCP RAN leg), Table 7.2 scaled 1/50, 5 schemes x 45 s
+	nice -n 10 uv run python testbed/experiments/pathmgr/emulated.py --out $(PATHMGR_RESULTS)/emulated

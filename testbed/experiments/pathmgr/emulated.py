@@ -1,29 +1,29 @@
-"""Path manager on the emulated RAN: Table 7.2 scaled 1/10 (``make experiment-pathmgr``).
+"""Path manager on the emulated RAN with the PEP as the sender (``make experiment-pathmgr``).
 
-One UE on four cells (``testbed/configs/multipath-4path.yaml``: LoS/NLoS Markov chains,
-90/10 Mbit/s, mean dwell 3 s/2.5 s). The RNIS adapter polls the emulator and feeds the path
-manager; the path manager switches the subflows of an MPTCP connection from the MEC host to
-the UE. The sender in the MEC namespace stands in for the PEP's RAN leg (the PEP's RAN leg is
-not MPTCP yet): it offers 100 Mbit/s (Table 7.2: 1 Gbit/s) in 1500-byte records stamped at
-enqueue, and publishes its backlog (its own queue + the MPTCP socket's unsent bytes) on the
-PEP's backlog contract every 2 ms. The receiver in the UE namespace measures each record's
-delay from enqueue to arrival (one host, one clock).
+One UE on four cells (``multipath-4path-short-queue.yaml``: LoS/NLoS Markov chains, mean
+dwell 3 s/2.5 s). The RNIS adapter polls the emulator and feeds the path manager. Data:
 
-Scaling: rates 1/10; thresholds with the rate so that crossing times stay those of the
-thesis (Q_HT 50 packets, Q_LT 25 for CDF, 1 for FPT and reactive); times unscaled (150/200 ms,
-T_R 50 ms). The path change delay is the real one of MPTCP (netlink + MP_PRIO), not 20 ms.
+    server ns: traffic.py send ──TCP──▶ MEC ns: the PEP (transparent, RAN leg MPTCP)
+        ──MPTCP, one subflow per cell──▶ UE ns: traffic.py receive
+
+The server offers a paced load in 1500-byte records stamped at generation; the PEP splits
+the connection (TPROXY), relays it to the UE over MPTCP and publishes the UE's backlog
+(schema 2, with ``received_bytes``) every 2 ms; the path manager (this process) switches
+the subflows through the userspace MPTCP PM of the MEC namespace; the UE's receiver
+records each record's delay. Sender and receiver are processes of their own.
+
+Scaling (Table 7.2 / 50): LoS/NLoS 18/2 Mbit/s per path, 20 Mbit/s offered; thresholds
+scaled with the rate so that crossing times stay those of the thesis (Q_HT 10 packets,
+Q_LT 5 for CDF, 1 for FPT and reactive); times unscaled (150/200 ms, T_R 50 ms). The path
+change is MPTCP's own (netlink + MP_PRIO), not a 20 ms sleep.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
-import fcntl
 import json
 import os
-import select
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,19 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from mec_common.amqp import AmqpPublisher
 from mec_common.health import Health
 from mts_testbed.topology import Topology
 from path_manager.control import Mode
-from path_manager.mptcp import in_netns
 from path_manager.service import PathManager, PmSettings
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 RECORD = 1500
-IPPROTO_MPTCP = 262
-SIOCOUTQ, SIOCOUTQNSD = 0x5411, 0x894B  # unacked bytes; bytes not sent yet
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -100,98 +95,70 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Transfer:
-    """Paced sender (MEC) → receiver (UE) over MPTCP, with backlog samples and delays."""
+SERVER_PORT = 5201
 
-    def __init__(self, tb: Testbed, rate_bps: float, publisher: AmqpPublisher) -> None:
-        self.rate = rate_bps / (8 * RECORD)  # records/s
-        self.publisher = publisher
-        self.ue_ip = tb.ue.paths[0].ip
-        with in_netns(tb.mec):
-            self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP)
-        self.listener.bind(("10.20.0.1", 0))
-        self.listener.listen()
-        with in_netns(tb.ue.ns):
-            self.client = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP)
-        self.client.bind((self.ue_ip, 0))
-        self.client.connect(("10.20.0.1", self.listener.getsockname()[1]))
-        self.conn, _ = self.listener.accept()
-        self.conn.setblocking(False)
-        self.stop = threading.Event()
-        self.queue_samples: list[tuple[float, float]] = []  # (t, packets)
-        self.delays: list[tuple[float, float]] = []  # (arrival t, delay s)
-        self.t0 = time.monotonic()
 
-    def run(self, seconds: float) -> None:
-        receiver = threading.Thread(target=self._receive, daemon=True)
-        receiver.start()
-        self._send(seconds)
-        self.stop.set()
-        receiver.join(5)
+class Pep:
+    """The PEP in the MEC namespace: transparent, RAN leg over MPTCP, backlog every 2 ms."""
 
-    def _send(self, seconds: float) -> None:
-        pending: collections.deque[memoryview] = collections.deque()
-        queued = 0  # bytes in the app queue
-        generated, next_report = 0, 0.0
-        pad = b"\0" * (RECORD - 16)
-        while (now := time.monotonic()) - self.t0 < seconds:
-            due = int((now - self.t0) * self.rate) - generated
-            for _ in range(due):
-                pending.append(memoryview(struct.pack("=QQ", generated, time.monotonic_ns())
-                                          + pad))  # fmt: skip
-                generated += 1
-                queued += RECORD
-            while pending:
-                try:
-                    sent = self.conn.send(pending[0])
-                except BlockingIOError:
-                    break
-                queued -= sent
-                if sent == len(pending[0]):
-                    pending.popleft()
-                else:
-                    pending[0] = pending[0][sent:]
-            if now >= next_report:
-                backlog = queued + _outq(self.conn)
-                unsent = queued + _outq(self.conn, SIOCOUTQNSD)
-                self.queue_samples.append((now - self.t0, unsent / RECORD))
-                message = {"schema": 1, "ue": self.ue_ip, "backlog_bytes": backlog,
-                           "unsent_bytes": unsent, "ts_ns": time.time_ns()}  # fmt: skip
-                self.publisher.publish(
-                    "pep.v1.backlog." + self.ue_ip.replace(".", "_"), orjson.dumps(message)
-                )
-                next_report = now + 0.002
-            select.select([], [self.conn] if pending else [], [], 0.0005)
-
-    def _receive(self) -> None:
-        buffer = bytearray()
-        self.client.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                data = self.client.recv(1 << 20)
-            except TimeoutError:
-                continue
-            if not data:
-                return
-            now_ns = time.monotonic_ns()
-            buffer += data
-            whole = len(buffer) // RECORD
-            for i in range(whole):
-                _, sent_ns = struct.unpack_from("=QQ", buffer, i * RECORD)
-                self.delays.append((now_ns / 1e9 - self.t0, (now_ns - sent_ns) / 1e9))
-            del buffer[: whole * RECORD]
+    def __init__(self, tb: Testbed, exchange: str, amqp_url: str, ran_sndbuf: int) -> None:
+        self.state = Path(tempfile.mkdtemp(prefix=f"{tb.name}-pep-"))
+        env = dict(
+            os.environ, PEP_API_TOKENS=uuid.uuid4().hex, PEP_HTTP_HOST="127.0.0.1",
+            PEP_STATE_DIR=str(self.state), PEP_LOG_FORMAT="console", PEP_AMQP_URL=amqp_url,
+            PEP_BACKLOG_EXCHANGE=exchange, PEP_BACKLOG_INTERVAL_MS="2",
+            PEP_ALLOWED_CLIENTS="10.30.0.0/16", PEP_ALLOWED_DESTINATIONS="10.10.0.0/24",
+            PEP_TRANSPARENT_PORT="5999", PEP_TPROXY_PORTS=str(SERVER_PORT),
+            PEP_RAN_MPTCP="true", PEP_RAN_SNDBUF=str(ran_sndbuf), PEP_RAN_AWARE="false",
+        )  # fmt: skip
+        self.log_path = self.state / "pep.log"
+        with self.log_path.open("wb") as log_file:
+            self.proc = subprocess.Popen(
+                ["ip", "netns", "exec", tb.mec, sys.executable, "-m", "mec_pep", "serve"],
+                env=env, stdout=log_file, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while "listening" not in self.log_path.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the PEP did not start:\n{self.log_path.read_text()}")
+            time.sleep(0.2)
+        time.sleep(1.0)  # all listeners and the TPROXY rules
 
     def close(self) -> None:
-        for s in (self.conn, self.client, self.listener):
-            s.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
-def _outq(sock: socket.socket, request: int = SIOCOUTQ) -> int:
-    try:
-        raw = fcntl.ioctl(sock.fileno(), request, struct.pack("=i", 0))
-        return int(struct.unpack("=i", raw)[0])
-    except OSError:
-        return 0
+class Transfer:
+    """Sender (server ns) and receiver (UE ns) as processes, through the PEP."""
+
+    def __init__(self, tb: Testbed, rate_bps: float, seconds: float) -> None:
+        self.out = Path(tempfile.mkdtemp(prefix=f"{tb.name}-rx-")) / "delays.npy"
+        traffic = str(Path(__file__).with_name("traffic.py"))
+        self.sender = subprocess.Popen(
+            ["ip", "netns", "exec", tb.topology.server.ns, sys.executable, traffic, "send",
+             "--port", str(SERVER_PORT), "--rate", str(rate_bps), "--seconds", str(seconds + 1)],
+        )  # fmt: skip
+        time.sleep(0.5)  # listening
+        self.t0 = time.monotonic()
+        self.receiver = subprocess.Popen(
+            ["ip", "netns", "exec", tb.ue.ns, sys.executable, traffic, "receive",
+             "--server", tb.topology.server.addresses["wan0"], "--port", str(SERVER_PORT),
+             "--bind", tb.ue.paths[0].ip, "--seconds", str(seconds), "--out", str(self.out)],
+        )  # fmt: skip
+
+    def wait(self) -> list[tuple[float, float]]:
+        """(arrival time since t0, delay) of every record."""
+        self.receiver.wait()
+        self.sender.wait(30)
+        if self.receiver.returncode != 0 or not self.out.exists():
+            raise RuntimeError(f"receiver failed ({self.receiver.returncode})")
+        arrivals, delays = np.load(self.out)
+        return list(zip((arrivals - self.t0).tolist(), delays.tolist(), strict=True))
 
 
 def delete_exchange(name: str) -> None:
@@ -202,36 +169,45 @@ def delete_exchange(name: str) -> None:
 
 
 def run_scheme(
-    tb: Testbed, mode: Mode, seconds: float, rate: float, rnis: str, scale: float
+    tb: Testbed,
+    mode: Mode,
+    seconds: float,
+    rate: float,
+    rnis: str,
+    pep_exchange: str,
+    scale: float,
+    queue_measure: str,
 ) -> dict[str, Any]:
-    pep_exchange = f"pmx-pep-{uuid.uuid4().hex[:8]}"
     q_high = 500.0 / scale  # thresholds scale with the rate: same crossing times
     q_low = 250.0 / scale if mode in (Mode.CDF, Mode.CDF_R) else 1.0
     settings = PmSettings(
         amqp_url=AMQP_URL, rnis_exchange=rnis, pep_exchange=pep_exchange, actuation="mptcp",
         mptcp_netns=tb.mec, mode=mode, q_high=q_high, q_low=q_low, reactive_guard=0.050,
-        api_tokens=["x"], los_cqi=10, nlos_cqi=6,
+        api_tokens=["x"], los_cqi=10, nlos_cqi=6, queue_measure=queue_measure,
     )  # fmt: skip
     manager = PathManager(settings, Health())
     manager.start()
-    publisher = AmqpPublisher(AMQP_URL, pep_exchange)
-    publisher.start()
-    assert manager.backlog.connected.wait(10) and publisher.connected.wait(10)
+    assert manager.backlog.connected.wait(10)
     ue_ip = IPv4Address(tb.ue.paths[0].ip)
     ue = manager.put_ue(ue_ip, [IPv4Address(p.ip) for p in tb.ue.paths])
     time.sleep(1.0)  # radio state from the feed
-    transfer = Transfer(tb, rate, publisher)
+    transfer = Transfer(tb, rate, seconds)
     paths_series: list[tuple[float, int]] = []
+    queue_series: list[tuple[float, float]] = []
+    los_series: list[tuple[float, int]] = []
     sampling = threading.Event()
 
-    def sample_paths() -> None:
+    def sample() -> None:  # what the control sees, every 10 ms
         while not sampling.is_set():
-            paths_series.append((time.monotonic() - transfer.t0, sum(ue.active.values())))
+            t = time.monotonic() - transfer.t0
+            paths_series.append((t, sum(ue.active.values())))
+            queue_series.append((t, ue.queue_bytes / settings.packet_bytes))
+            los_series.append((t, sum(r.in_los for r in ue.paths.values())))
             time.sleep(0.01)
 
-    sampler = threading.Thread(target=sample_paths, daemon=True)
+    sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    transfer.run(seconds)
+    delays = transfer.wait()
     sampling.set()
     sampler.join()
     assert ue.control is not None
@@ -242,7 +218,10 @@ def run_scheme(
         "t0": transfer.t0,
         "q_high": q_high,
         "q_low": q_low,
+        "queue_measure": queue_measure,
         "seconds": seconds,
+        "offered_bps": rate,
+        "delivered_bps": len(delays) * RECORD * 8 / seconds,
         "reactive_changes": counters.reactive_changes,
         "predictive_changes": counters.predictive_changes,
         "predictive_controls": counters.predictive_controls,
@@ -252,16 +231,14 @@ def run_scheme(
         if counters.control_intervals else None,
         "control_interval_ms_max": float(max(counters.control_intervals) * 1e3)
         if counters.control_intervals else None,
-        "queue": transfer.queue_samples,
+        "queue": queue_series,
         "paths": paths_series,
-        "delays": transfer.delays,
+        "los": los_series,
+        "delays": delays,
         "decisions": decisions,
         "rnis_samples": {str(k): v.samples for k, v in ue.paths.items()},
     }  # fmt: skip
-    transfer.close()
-    publisher.close()
     manager.close()
-    delete_exchange(pep_exchange)
     return result
 
 
@@ -280,7 +257,12 @@ def summarize(results: list[dict[str, Any]], warmup: float) -> list[dict[str, An
             "min_paths": int(paths.min()) if len(paths) else None,
             "changes": r["reactive_changes"] + r["predictive_changes"],
             "reactive_changes": r["reactive_changes"],
-            "backlog_p99_packets": float(np.percentile(
+            "delivered_mbps": r["delivered_bps"] / 1e6,
+            # Cells in LoS as RNIS saw them; with all four in NLoS (4 x 2 < 20 Mbit/s) the
+            # backlog grows whatever the scheme: single runs see different channels.
+            "all_nlos_share": float(np.mean([n == 0 for t, n in r["los"] if t >= warmup])),
+            "mean_los_paths": float(np.mean([n for t, n in r["los"] if t >= warmup])),
+            "queue_p99_packets": float(np.percentile(
                 [q for t, q in r["queue"] if t >= warmup], 99)) if r["queue"] else None,
             "predictive_controls": r["predictive_controls"],
             "prediction_ms_p90": r["prediction_ms_p90"],
@@ -291,7 +273,7 @@ def summarize(results: list[dict[str, Any]], warmup: float) -> list[dict[str, An
 
 def compact(run: dict[str, Any], window: float = 0.2) -> dict[str, Any]:
     """A run for the result file: min/max per 200 ms window and the delay CDF at 1000 points."""
-    out = {k: v for k, v in run.items() if k not in ("queue", "delays", "paths")}
+    out = {k: v for k, v in run.items() if k not in ("queue", "delays", "paths", "los")}
     for name in ("queue", "delays"):
         series = np.array(run[name])
         if not len(series):
@@ -305,6 +287,8 @@ def compact(run: dict[str, Any], window: float = 0.2) -> dict[str, Any]:
         out[f"{name}_bands"] = bands
     paths = np.array(run["paths"])
     out["paths_every_100ms"] = paths[::10].tolist() if len(paths) else []
+    los = np.array(run["los"])
+    out["los_paths_every_100ms"] = los[::10].tolist() if len(los) else []
     delays = np.sort(np.array([d for _, d in run["delays"]]))
     out["delay_cdf_s"] = (
         np.quantile(delays, np.linspace(0, 1, 1001)).tolist() if len(delays) else []
@@ -324,20 +308,25 @@ def plot(runs: list[dict[str, Any]], out: Path, scale: float) -> None:
         ax_p, ax_q, ax_d = axes[:, col]
         paths = np.array(r["paths_every_100ms"])
         if len(paths):
-            ax_p.step(paths[:, 0], paths[:, 1], where="post")
+            ax_p.step(paths[:, 0], paths[:, 1], where="post", label="in use")
+        los = np.array(r.get("los_paths_every_100ms", []))
+        if len(los):
+            ax_p.step(los[:, 0], los[:, 1], where="post", ls="--", lw=0.8, label="in LoS")
         for d in r["decisions"]:
             if d["trigger"] == "reactive":
                 ax_p.plot(d["time"] - r["t0"], 0.5, "r.", markersize=4)
-        ax_p.set(title=r["mode"], ylim=(0, 4.5), ylabel="paths in use" if col == 0 else None)
+        ax_p.set(title=r["mode"], ylim=(0, 4.5), ylabel="paths" if col == 0 else None)
+        if col == 0:
+            ax_p.legend(loc="lower right", fontsize=7)
         for ax, name, factor in ((ax_q, "queue_bands", 1.0), (ax_d, "delays_bands", 1e3)):
             bands = np.array(r[name])
             if len(bands):
                 ax.fill_between(bands[:, 0], bands[:, 1] * factor, bands[:, 2] * factor,
                                 step="post")  # fmt: skip
-        ax_q.set(ylabel="backlog (packets)" if col == 0 else None)
+        ax_q.set(ylabel="queue seen (packets)" if col == 0 else None)
         ax_d.set(yscale="log", xlabel="time (s)", ylabel="delay (ms)" if col == 0 else None)
     fig.suptitle(
-        f"Emulated RAN, Table 7.2 scaled 1/{scale:.0f}: min-max per 200 ms"
+        f"PEP over MPTCP on the emulated RAN, Table 7.2 scaled 1/{scale:.0f}: min-max per 200 ms"
         " (red dots: reactive changes)"
     )
     fig.tight_layout()
@@ -358,6 +347,14 @@ def plot(runs: list[dict[str, Any]], out: Path, scale: float) -> None:
     plt.close(fig)
 
 
+def amqp_user() -> tuple[str, str]:
+    """A broker user for the PEP in the MEC namespace (guest may only log in on loopback)."""
+    user, password = f"pmx-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    sh("rabbitmqctl", "-q", "add_user", user, password)
+    sh("rabbitmqctl", "-q", "set_permissions", "-p", "/", user, ".*", ".*", ".*")
+    return user, password
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=45.0, help="per scheme (45)")
@@ -371,19 +368,47 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20e6, help="offered load, bit/s (2e7)")
     parser.add_argument("--scale", type=float, default=50.0, help="Table 7.2 / this (50)")
     parser.add_argument("--modes", default="reactive,cdf,fpt,cdf+r,fpt+r")
+    parser.add_argument(
+        "--queue-measure",
+        default="pep+rlc",
+        choices=["pep+rlc", "pep_unsent", "pep_backlog"],
+        help="the queue the control sees (PM_QUEUE_MEASURE; pep+rlc)",
+    )
+    parser.add_argument(
+        "--ran-sndbuf",
+        type=int,
+        default=262144,
+        help="PEP_RAN_SNDBUF: the MPTCP connection's and each subflow's send buffer (262144)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs/results/pathmgr/emulated")
     args = parser.parse_args()
     rnis = f"pmx-rnis-{uuid.uuid4().hex[:8]}"
-    tb = Testbed(rnis, args.scenario)
+    pep_exchange = f"pmx-pep-{uuid.uuid4().hex[:8]}"
+    user, password = amqp_user()
     results = []
     try:
         for mode in args.modes.split(","):
-            log(f"{mode}: {args.seconds:.0f} s at {args.rate / 1e6:.0f} Mbit/s")
-            results.append(run_scheme(tb, Mode(mode), args.seconds, args.rate, rnis, args.scale))
+            log(f"{mode}: {args.seconds:.0f} s at {args.rate / 1e6:.0f} Mbit/s through the PEP")
+            # A fresh testbed per scheme: the emulator starts its channel from the
+            # scenario's seed, so every scheme sees the same LoS/NLoS sequence (common
+            # random numbers, as in the simulation), up to ~1 s of start-up jitter.
+            tb = Testbed(rnis, args.scenario)
+            pep = None
+            try:
+                pep_amqp = f"amqp://{user}:{password}@{tb.topology.mgmt['mec_host']}:5672/%2F"
+                pep = Pep(tb, pep_exchange, pep_amqp, args.ran_sndbuf)
+                run = run_scheme(tb, Mode(mode), args.seconds, args.rate, rnis, pep_exchange,
+                                 args.scale, args.queue_measure)  # fmt: skip
+                results.append(run)
+            finally:
+                if pep is not None:
+                    pep.close()
+                tb.close()
             log(f"{mode}: {summarize(results[-1:], args.warmup)[0]}")
     finally:
-        tb.close()
-        delete_exchange(rnis)
+        for exchange in (rnis, pep_exchange):
+            delete_exchange(exchange)
+        sh("rabbitmqctl", "-q", "delete_user", user, check=False)
     args.out.mkdir(parents=True, exist_ok=True)
     summary = summarize(results, args.warmup)
     runs = [compact(r) for r in results]
