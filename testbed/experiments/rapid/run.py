@@ -115,16 +115,19 @@ def udp_beside_tcp(bed: RanAwareBed, variant: str, cca: str, seconds: float) -> 
 
 
 def run(runs: int, size: int, udp_seconds: float, scenarios: list[str], out: Path,
-        scenario: Path = SCENARIO) -> dict[str, Any]:  # fmt: skip
+        scenario: Path = SCENARIO, variants: tuple[str, ...] = VARIANTS,
+        pep_env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     servers = {p: cca for by_cca in PORTS.values() for cca, p in by_cca.items()}
-    config = BedConfig(scenario, servers=servers, intercepted=list(PORTS["pep"].values()))
+    config = BedConfig(scenario, servers=servers, intercepted=list(PORTS["pep"].values()),
+                       pep_env=pep_env or {})  # fmt: skip
     bed = RanAwareBed(config, Path(tempfile.mkdtemp(prefix="rapid-")))
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {s: {v: [] for v in VARIANTS}
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {s: {v: [] for v in variants}
                                                        for s in scenarios}  # fmt: skip
     try:
         bed.wait_for_radio()
         for r in range(runs):
-            for variant in VARIANTS[r % 3 :] + VARIANTS[: r % 3]:
+            n = len(variants)
+            for variant in variants[r % n :] + variants[: r % n]:
                 bed.set_mode("rapid" if variant == "rapid" else "off")
                 for name in scenarios:
                     time.sleep(2.0)  # queues drain between measurements
@@ -137,7 +140,8 @@ def run(runs: int, size: int, udp_seconds: float, scenarios: list[str], out: Pat
     results = {
         "setup": {"scenario": str(scenario.relative_to(REPO)), "runs": runs,
                   "long_download_bytes": size, "udp_seconds": udp_seconds,
-                  "rtt": "ping UE->server, 10 Hz", "variants": list(VARIANTS)},
+                  "rtt": "ping UE->server, 10 Hz", "variants": list(variants),
+                  "pep_env": pep_env or {}},
         "summary": {name: summarize(name, raw[name]) for name in scenarios},
         "published": {"cubic_bbr": "RAPID 8.0 vs 7.8 Mbit/s, RTT p90 < 100 ms (> 400 ms e2e)",
                       "short": "500 kB beside two Cubic downloads: 7 s -> 1 s",
@@ -280,8 +284,21 @@ def main() -> None:
         help="length of the TCP download beside the UDP stream, at 5 Mbit/s",
     )
     parser.add_argument("--scenarios", default="cubic_bbr,short,udp")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="of e2e,pep,rapid")
+    parser.add_argument(
+        "--pep-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="PEP setting for this run, e.g. PEP_RAPID_GAIN_PCT=150 (repeatable)",
+    )
     args = parser.parse_args()
-    run(args.runs, args.size, args.udp_seconds, args.scenarios.split(","), args.out)
+    variants = tuple(args.variants.split(","))
+    if unknown := set(variants) - set(VARIANTS):
+        parser.error(f"unknown variants {sorted(unknown)} (of {', '.join(VARIANTS)})")
+    pep_env = dict(item.split("=", 1) for item in args.pep_env)
+    run(args.runs, args.size, args.udp_seconds, args.scenarios.split(","), args.out,
+        variants=variants, pep_env=pep_env)  # fmt: skip
 
 
 if __name__ == "__main__":
