@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mec_common.amqp import AmqpPublisher
-from mec_common.rnis import RnisMeasurement
+from mec_common.rnis import RnisCellMeasurements, RnisCellUe, RnisMeasurement
 from path_manager.service import PmSettings, build_app
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -24,12 +24,22 @@ UE, PATHS = "10.30.1.7", ["10.30.1.7", "10.30.2.7", "10.30.3.7"]
 
 @pytest.fixture
 def service(tmp_path):
+    yield from _service(tmp_path)
+
+
+@pytest.fixture
+def cell_service(tmp_path):
+    yield from _service(tmp_path, rnis_feed="cell")
+
+
+def _service(tmp_path, **overrides):
     if subprocess.run(["rabbitmqctl", "-q", "status"], capture_output=True).returncode != 0:
         pytest.fail("RabbitMQ is not running: start it with `make rabbitmq`")
     suffix = uuid.uuid4().hex[:8]
     settings = PmSettings(
         api_tokens=[TOKEN], amqp_url=AMQP_URL, rnis_exchange=f"test-rnis-{suffix}",
         pep_exchange=f"test-pep-{suffix}", actuation="none", state_dir=tmp_path, mode="fpt+r",
+        **overrides,
     )  # fmt: skip
     app, manager = build_app(settings)
     rnis = AmqpPublisher(AMQP_URL, settings.rnis_exchange)
@@ -185,3 +195,26 @@ def test_the_queue_is_the_peps_unsent_bytes_plus_the_rlc_queues(service):
     manager.settings.queue_measure = "pep_backlog"  # the whole backlog, in flight included
     ue.queue_bytes = 0
     assert wait_until(publish_backlog) and ue.queue_bytes == 500_000
+
+
+def test_cell_messages_feed_the_paths(cell_service):
+    """PM_RNIS_FEED=cell: one message per cell carries every UE; only our paths are used."""
+    client, manager, rnis, _ = cell_service
+    r = client.put(f"/pm/v1/ues/{UE}", json={"paths": PATHS[:2]}, headers=AUTH)
+    assert r.status_code == 200
+    radios = manager.ues[IPv4Address(UE)].paths
+
+    def publish_cells() -> bool:
+        for i, path in enumerate(PATHS[:2]):
+            ues = [RnisCellUe(rnti=70, ue_ipv4=path, wb_cqi=3 + 11 * i,
+                              cqi_capacity_bps=(100 + 800 * i) * 1_000_000),
+                   RnisCellUe(rnti=71, ue_ipv4="10.30.9.9", wb_cqi=15)]  # fmt: skip
+            msg = RnisCellMeasurements(cell=f"10000-{i}", bs_id=10000, ues=ues, cell_ues=2,
+                                       observed_ns=time.time_ns())  # fmt: skip
+            rnis.publish(msg.routing_key(), msg.model_dump_json().encode())
+        return all(r.samples >= 3 for r in radios.values())
+
+    assert wait_until(publish_cells, timeout=15)
+    by_ip = {p["path"]: p for p in client.get(f"/pm/v1/ues/{UE}/paths", headers=AUTH).json()}
+    assert by_ip[PATHS[0]]["in_los"] is False and by_ip[PATHS[1]]["in_los"] is True
+    assert by_ip[PATHS[1]]["capacity_los_bps"] == pytest.approx(900e6)

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import orjson
 from fastapi import FastAPI
 from prometheus_client import Counter, Gauge, Histogram
-from pydantic import Field, ValidationError
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from mec_common.amqp import AmqpConsumer
@@ -38,7 +38,7 @@ from mec_common.config import Port, ServiceSettings
 from mec_common.health import Health
 from mec_common.logging import configure_logging, get_logger
 from mec_common.rnis import EXCHANGE as RNIS_EXCHANGE
-from mec_common.rnis import RnisMeasurement, bind_ue_ip
+from mec_common.rnis import bind_all, bind_ue_ip, measurements
 from path_manager.control import (
     Action,
     ControlSettings,
@@ -70,6 +70,11 @@ class PmSettings(ServiceSettings):
 
     http_port: Port = Field(8103, description="port of the REST API")
     rnis_exchange: str = Field(RNIS_EXCHANGE, description="RNIS AMQP exchange (if no Mp1)")
+    rnis_feed: Literal["ue", "cell"] = Field(
+        "ue",
+        description="RNIS messages to consume: one per UE (the adapter's RNIS_AMQP_PUBLISH=ue "
+        "or both) or one per cell (cell or both; cheaper for the broker at high poll rates)",
+    )
     pep_exchange: str = Field("pep", description="exchange of the PEP's per-UE backlog")
     ues: str = Field(
         "",
@@ -184,8 +189,9 @@ class PathManager:
         if settings.actuation == "mptcp":
             self.actuator = _start_actuator(settings.mptcp_netns, health)
         rnis_url, rnis_exchange = _rnis_endpoint(settings)
+        cells = [bind_all("cell")] if settings.rnis_feed == "cell" else []  # UEs bind per path
         self.rnis = AmqpConsumer(
-            rnis_url, rnis_exchange, [], self._on_rnis,
+            rnis_url, rnis_exchange, cells, self._on_rnis,
             health=health, health_name="rnis_feed", name="pm-rnis",
         )  # fmt: skip
         self.backlog = AmqpConsumer(
@@ -226,7 +232,8 @@ class PathManager:
         with self._lock:
             self.ues[ue_id] = ue
         for p in paths:
-            self.rnis.bind(bind_ue_ip(p))
+            if self.settings.rnis_feed == "ue":
+                self.rnis.bind(bind_ue_ip(p))
             self._actuate(p, ue.active[p])
         self.backlog.bind(_backlog_key(ue_id))
         ACTIVE.labels(str(ue_id)).set(1)
@@ -241,7 +248,8 @@ class PathManager:
         if ue.control:
             ue.control.stop()
         for p in ue.paths:
-            self.rnis.unbind(bind_ue_ip(p))
+            if self.settings.rnis_feed == "ue":
+                self.rnis.unbind(bind_ue_ip(p))
         self.backlog.unbind(_backlog_key(ue_id))
         return True
 
@@ -259,18 +267,19 @@ class PathManager:
 
     # -- feeds --------------------------------------------------------------------------
     def _on_rnis(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
-        try:
-            m = RnisMeasurement.model_validate_json(body)
-        except ValidationError:
+        try:  # one UE's message, or a cell's with every UE of the cell
+            found = list(measurements(body))
+        except ValueError:
             return  # not a measurement (events share the exchange); never fatal
-        if m.ue_ipv4 is None:
-            return
         now = time.monotonic()
-        for ue in list(self.ues.values()):
-            path = ue.paths.get(m.ue_ipv4)
-            if path is not None:
-                with ue._lock:
-                    path.update(m, now, self.radio)
+        for m in found:
+            if m.ue_ipv4 is None:
+                continue
+            for ue in list(self.ues.values()):
+                path = ue.paths.get(m.ue_ipv4)
+                if path is not None:
+                    with ue._lock:
+                        path.update(m, now, self.radio)
 
     def _on_backlog(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
         try:
