@@ -242,39 +242,28 @@ static __always_inline __u32 loss_ssthresh(struct sock *sk, __u32 ssthresh)
  * start and distorted by scheduling; take the minimum of each period and smooth the
  * per-period minima (7/8 old + 1/8 new, as the research's Linux module did).
  *
- * A period minimum can include a standing queue, and RAPID's own headroom (gain above
- * 100 %) creates one: fed back into RTT_min, it would grow the cwnd, hence the queue,
- * without bound. Each period minimum is therefore capped by the lowest period minimum of
- * the last one to two windows of RTT_WINDOW_PERIODS periods, so RTT_min follows a path
- * whose base delay really changed (after a window or two) but not its own queue.
+ * A period minimum includes any standing queue, and RAPID keeps one whenever the cwnd
+ * is above the BDP the radio really delivers (a gain above 100 %, C_i above the
+ * delivered rate): then no sample shows the empty path, and fed back into RTT_min the
+ * queue grows the cwnd, hence the queue, without bound. Each period minimum is
+ * therefore capped at RTT_MIN_MARGIN_PCT above the socket's lowest RTT of the last
+ * minutes (the kernel's windowed minimum, net.ipv4.tcp_min_rtt_wlen, 300 s by
+ * default), a sample necessarily taken before the queue formed.
  */
-#define RTT_WINDOW_PERIODS 8
+#define RTT_MIN_MARGIN_PCT 25
 
-static __always_inline __u32 min_nonzero(__u32 a, __u32 b)
-{
-	if (!a)
-		return b;
-	if (!b)
-		return a;
-	return a < b ? a : b;
-}
-
-static __always_inline void close_period(struct flow_priv *p)
+static __always_inline void close_period(struct flow_priv *p, __u32 path_min_us)
 {
 	__u32 sample = p->period_min_us;
+	__u64 cap = (__u64)path_min_us * (100 + RTT_MIN_MARGIN_PCT) / 100;
 
-	p->win_min_us = min_nonzero(p->win_min_us, sample);
-	sample = min_nonzero(sample, min_nonzero(p->win_min_us, p->prev_win_min_us));
+	if (path_min_us && sample > cap)
+		sample = cap;
 	if (p->rtt_min_us)
 		p->rtt_min_us = (7ULL * p->rtt_min_us + sample) / 8;
 	else
 		p->rtt_min_us = sample;
 	p->period_min_us = 0;
-	if (++p->win_periods >= RTT_WINDOW_PERIODS) {
-		p->prev_win_min_us = p->win_min_us;
-		p->win_min_us = 0;
-		p->win_periods = 0;
-	}
 }
 
 static __always_inline void track_rtt_min(struct sock *sk, __s32 rtt_us,
@@ -294,7 +283,7 @@ static __always_inline void track_rtt_min(struct sock *sk, __s32 rtt_us,
 	if (now < p->period_end_ns)
 		return;
 	if (p->period_end_ns)	/* close a period (the first one just starts) */
-		close_period(p);
+		close_period(p, tcp_sk(sk)->rtt_min.s[0].v);
 	period = cfg ? cfg->rapid_period_ns : 0;
 	/* at least two smoothed RTTs (srtt_us is 8x the RTT in µs) */
 	if (period < (__u64)tcp_sk(sk)->srtt_us / 4 * NSEC_PER_USEC)

@@ -72,11 +72,9 @@ struct flow_priv {
 	__u32 period_min_us;	/* smallest RTT sample of the current period */
 	__u32 rtt_min_us;	/* smoothed RAN RTT_min: EWMA 7/8 of the per-period minima */
 	__u32 target_cwnd;	/* last RAPID cwnd (segments); 0 = never set */
-	__u32 win_min_us;	/* smallest period minimum of the current window */
-	__u32 prev_win_min_us;	/* ... of the previous window */
-	__u32 win_periods;	/* periods closed in the current window */
 	__u32 loss_cwnd;	/* cwnd when the last loss event began (segments) */
 	__u32 loss_ssthresh;	/* ssthresh this program chose for it */
+	__u32 pad;
 };
 
 /* Input of the `decide` test program (BPF_PROG_TEST_RUN): the decision, in isolation. */

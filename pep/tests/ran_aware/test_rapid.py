@@ -178,3 +178,47 @@ def test_rapid_cwnd_follows_the_rate(netns_pair, kernel: MeldKernel, tuning: Tun
     late = [cwnd for t, cwnd in cwnds if t > end - 0.75]
     assert max(late) <= expected + 2, (expected, max(late))
     assert statistics.median(late) == pytest.approx(expected, abs=2), (expected, sorted(late))
+
+
+@pytest.mark.netns
+@pytest.mark.bpf
+def test_rapid_rtt_min_ignores_own_queue(netns_pair, kernel: MeldKernel, tuning: Tuning) -> None:  # type: ignore[no-untyped-def]
+    """At gain 200 % the flow keeps a standing queue that never empties, so every RTT
+    sample includes it; RTT_min stays within 25 % of the path's lowest RTT (the kernel's
+    windowed minimum) instead of growing with the queue it causes."""
+    port = 5302
+    netns_pair.bottleneck("10mbit")
+    netns_pair.sink(port)
+    ue = netns_pair.b_ip
+    rate = 1_250_000  # the bottleneck's
+    kernel.configure(Mode.MELD_ME, dataclasses.replace(tuning, rapid_gain_pct=200,
+                                                       rapid_rtt_extra_us=10_000))  # fmt: skip
+    kernel.set_ue_mode(ue, Mode.RAPID)
+    stop = threading.Event()
+
+    def fresh() -> None:
+        while not stop.wait(0.008):
+            kernel.set_radio(ue, UeRadio(observed_ns=time.monotonic_ns(), capacity_Bps=rate))
+
+    kernel.set_radio(ue, UeRadio(observed_ns=time.monotonic_ns(), capacity_Bps=rate))
+    feeder = threading.Thread(target=fresh)
+    feeder.start()
+    try:
+        sock = netns_pair.connect(port, kernel.names["meld_cubic"])
+        kernel.set_flow_rate(sock, rate)
+        sock.settimeout(0.05)
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            with contextlib.suppress(TimeoutError):
+                sock.send(b"\0" * 65536)
+        priv = kernel.flow_priv(sock)
+        info = tcp_info(sock)
+        sock.close()
+    finally:
+        stop.set()
+        feeder.join()
+        kernel.set_ue_mode(ue, None)
+        kernel.configure(Mode.MELD_ME, tuning)
+    assert priv is not None and priv.rtt_min_us > 0
+    assert info["rtt_us"] > 3 * info["min_rtt_us"], info  # the queue stood all along
+    assert priv.rtt_min_us <= 1.25 * info["min_rtt_us"] + 1, (priv.rtt_min_us, info)

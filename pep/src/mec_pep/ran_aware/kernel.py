@@ -110,11 +110,9 @@ class FlowPriv(ctypes.Structure):
         ("period_min_us", ctypes.c_uint32),
         ("rtt_min_us", ctypes.c_uint32),
         ("target_cwnd", ctypes.c_uint32),
-        ("win_min_us", ctypes.c_uint32),
-        ("prev_win_min_us", ctypes.c_uint32),
-        ("win_periods", ctypes.c_uint32),
         ("loss_cwnd", ctypes.c_uint32),
         ("loss_ssthresh", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
     )
 
 
