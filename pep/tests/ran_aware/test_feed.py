@@ -10,7 +10,14 @@ import pytest
 from mec_common.amqp import AmqpPublisher
 from mec_common.health import Health
 from mec_common.mp1 import with_credentials
-from mec_common.rnis import RnisEvent, RnisMeasurement, bind_ue_ip
+from mec_common.rnis import (
+    RnisCellMeasurements,
+    RnisCellUe,
+    RnisEvent,
+    RnisMeasurement,
+    bind_all,
+    bind_ue_ip,
+)
 from mec_pep.ran_aware.feed import Endpoint, RnisFeed
 from mec_pep.ran_aware.kernel import MeldKernel
 
@@ -136,3 +143,34 @@ def test_discovered_broker_gets_our_credentials() -> None:
     url = with_credentials("amqp://10.99.1.1:5672/%2F", "amqp://pep:secret@127.0.0.1/%2F")
     assert url == "amqp://pep:secret@10.99.1.1:5672/%2F"
     assert Endpoint(url, "rnis", "mp1").public_url() == "amqp://10.99.1.1:5672/%2F"
+
+
+def test_cell_messages_update_the_served_ues(kernel: MeldKernel, broker) -> None:  # type: ignore[no-untyped-def]
+    """PEP_RNIS_FEED=cell: one binding for every cell's batch; only served UEs reach the map."""
+    exchange, publisher = broker
+    feed = make_feed(kernel, exchange, Health(), kind="cell")
+    served, other = "10.30.9.5", "10.30.9.6"
+    feed.flow_opened(served)
+    assert feed.bindings() == sorted([bind_all("cell"), bind_ue_ip(served, "event")])
+    feed.start()
+    try:
+        wait_for(lambda: feed.endpoint is not None, what="the feed to connect")
+        cell = RnisCellMeasurements(
+            cell="10000-0", bs_id=10000, observed_ns=time.time_ns(), cell_ues=2,
+            ues=[RnisCellUe(rnti=17921, ue_ipv4=served, dl_tbs_bytes=777,  # type: ignore[arg-type]
+                            best_cqi_tbs_bytes=2292, harq_processes=8),
+                 RnisCellUe(rnti=17922, ue_ipv4=other, dl_tbs_bytes=888)],  # type: ignore[arg-type]
+        )  # fmt: skip
+
+        def delivered() -> bool:
+            publisher.publish(cell.routing_key(), cell.model_dump_json().encode(), {})
+            r = kernel.radio(served)
+            return r is not None and r.d_tbs == 777
+
+        wait_for(delivered, what="the served UE's part of a cell message in the kernel map")
+        assert kernel.radio(other) is None
+        publisher.publish(cell.routing_key(), b'{"ues": 3}', {})
+        wait_for(lambda: feed.stats.rejected >= 1, what="the bad cell message to be rejected")
+    finally:
+        feed.stop()
+        kernel.forget_radio(served)

@@ -150,6 +150,7 @@ class RanAwareExtension(PepExtension):
             unbind_after_s=s.rnis_unbind_after_s,
             default_harq=s.meld_harq_processes,
             on_capacity=self.rapid.set_capacity,
+            kind=s.rnis_feed,
         )
         self.feed.start()
         self._worker = threading.Thread(target=self._work, name="ran-aware", daemon=True)

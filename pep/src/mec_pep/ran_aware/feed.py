@@ -14,16 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
-
-from pydantic import ValidationError
 
 from mec_common.amqp import AmqpConsumer, Backoff
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.mp1 import Mp1Client, Mp1Error, discover_amqp_feed
-from mec_common.rnis import PREFIX, RnisEvent, RnisMeasurement, bind_ue_ip
+from mec_common.rnis import PREFIX, RnisEvent, RnisMeasurement, bind_all, bind_ue_ip, measurements
 from mec_pep.ran_aware.kernel import MeldKernel
 from mec_pep.ran_aware.radio import radio_state
 
@@ -88,6 +86,7 @@ class RnisFeed:
         unbind_after_s: float,
         default_harq: int,
         on_capacity: Callable[[str, float], None] | None = None,
+        kind: Literal["ue", "cell"] = "ue",
     ) -> None:
         self._kernel = kernel
         self._health = OptionalHealth(health)
@@ -97,6 +96,7 @@ class RnisFeed:
         self._unbind_after = unbind_after_s
         self._default_harq = default_harq
         self._on_capacity = on_capacity
+        self._kind = kind  # "cell": one binding for every cell's batch, events still per UE
         self._lock = threading.Lock()
         self._flows_per_ue: dict[str, int] = {}
         self._idle_since: dict[str, float] = {}
@@ -168,14 +168,19 @@ class RnisFeed:
     def _wanted_bindings(self) -> list[str]:
         """Called with the lock held."""
         ues = self._static | set(self._flows_per_ue) | set(self._idle_since)
-        return [key for ue in sorted(ues) for key in _keys(ue)]
+        cells = [bind_all("cell")] if self._kind == "cell" else []
+        return cells + [key for ue in sorted(ues) for key in self._keys(ue)]
 
     def _bind(self, ue: str, *, add: bool) -> None:
         """Called with the lock held (binding only queues work for the consumer's thread)."""
         if self._consumer is None or ue in self._static:
             return  # bound at connect from the tables, or always bound
-        for key in _keys(ue):
+        for key in self._keys(ue):
             (self._consumer.bind if add else self._consumer.unbind)(key)
+
+    def _keys(self, ue: str) -> tuple[str, ...]:
+        event = bind_ue_ip(ue, "event")
+        return (event,) if self._kind == "cell" else (bind_ue_ip(ue, "meas"), event)
 
     def flow_opened(self, ue: str) -> None:
         with self._lock:
@@ -223,11 +228,14 @@ class RnisFeed:
         try:
             if routing_key.startswith(f"{PREFIX}.meas."):
                 self._on_measurement(RnisMeasurement.model_validate_json(body))
+            elif routing_key.startswith(f"{PREFIX}.cell."):
+                for m in measurements(body):  # every UE of the cell; ours are applied
+                    self._on_measurement(m)
             elif routing_key.startswith(f"{PREFIX}.event."):
                 self._on_event(RnisEvent.model_validate_json(body))
             else:
                 self.stats.ignored += 1
-        except ValidationError as exc:
+        except ValueError as exc:  # pydantic's ValidationError, or JSON that is not a message
             self.stats.rejected += 1
             log.warning("invalid RNIS message", routing_key=routing_key, error=str(exc)[:300])
 
@@ -248,7 +256,3 @@ class RnisFeed:
             if self.served(ue):
                 self._kernel.forget_radio(ue)
                 self.stats.detached += 1
-
-
-def _keys(ue: str) -> tuple[str, str]:
-    return bind_ue_ip(ue, "meas"), bind_ue_ip(ue, "event")

@@ -55,6 +55,11 @@ class RanAwareSettings(BaseSettings):
         description="broker of the RNIS feed; with a platform, found through Mp1 (with the "
         "credentials of PEP_AMQP_URL) unless set; else PEP_AMQP_URL",
     )
+    rnis_feed: Literal["ue", "cell"] = Field(
+        "ue",
+        description="RNIS messages to consume: one per UE (the adapter's RNIS_AMQP_PUBLISH=ue "
+        "or both) or one per cell (cell or both; what a broker carries at 1 ms polling)",
+    )
     rnis_ue_networks: Networks = Field(
         default_factory=list,
         description="bind to every UE of these networks; empty = bind to the UEs with flows",
