@@ -80,6 +80,14 @@ def test_forceful_termination_and_failed_instantiation(platform: Running) -> Non
     assert admin.get(f"{LCM}/app_instances/{iid}").json()["instantiationState"] == (
         "NOT_INSTANTIATED")  # fmt: skip
 
+    # A command that starts but exits at once (here: a usage error) fails too, with its log.
+    quits = sample_appd("quits").replace(str(SAMPLE), "--no-such-option")
+    onboard(platform, quits)
+    iid = admin.post(f"{LCM}/app_instances", json={"appDId": "quits"}).json()["id"]
+    op = wait_op(platform, admin.post(f"{LCM}/app_instances/{iid}/instantiate").json())
+    assert op["operationState"] == "FAILED" and "at start" in op["error"]["detail"], op
+    assert "no-such-option" in op["error"]["detail"]
+
     iid = admin.post(f"{LCM}/app_instances", json={"appDId": "sample"}).json()["id"]
     wait_op(platform, admin.post(f"{LCM}/app_instances/{iid}/instantiate").json())
     wait_until(lambda: admin.get("/mec_service_mgmt/v1/services").json(), what="service")

@@ -25,6 +25,9 @@ def _start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22: starttime in clock ticks
 
 
+STARTUP_GRACE_S = 0.5  # an app still running after this is considered started
+
+
 class ProcessBackend:
     name = "process"
 
@@ -47,6 +50,7 @@ class ProcessBackend:
                 )  # fmt: skip
             except OSError as exc:
                 raise BackendError(f"cannot start {spec.command[0]}: {exc}") from None
+        _check_it_stays_up(child, spec.command[0], workdir / "app.log")
         self._children[child.pid] = child
         return f"{child.pid}:{_start_time(child.pid)}"
 
@@ -74,6 +78,17 @@ class ProcessBackend:
         child = self._children.pop(pid, None)
         if child is not None:
             child.wait(timeout=5)
+
+
+def _check_it_stays_up(child: subprocess.Popen[bytes], command: str, log: Path) -> None:
+    """An app that exits at once (wrong command, bad configuration) failed to instantiate:
+    say so with the end of its log rather than report a running app that is not there."""
+    try:
+        code = child.wait(timeout=STARTUP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        return
+    tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+    raise BackendError(f"{command} exited with status {code} at start: " + " | ".join(tail))
 
 
 def _parse(ref: str) -> tuple[int, str]:
