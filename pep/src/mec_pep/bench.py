@@ -193,15 +193,9 @@ class Bench:
         return self._spawn(lab.pep_ns, ["haproxy", "-db", "-f", str(config)])
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        from mts_testbed.netns import stop_processes
+
+        stop_processes(self.procs)
 
     def target(self, system: str, *, echo: bool = False) -> tuple[str, int]:
         lab = self.lab

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import statistics
 import struct
@@ -232,15 +231,9 @@ class Testbed:
 
     def close(self) -> None:
         from mts_testbed import builder
+        from mts_testbed.netns import stop_processes
 
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(self.procs)
         builder.down(self.name, log=lambda *a, **k: None)
 
 

@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 NETNS_DIR = Path("/run/netns")
 
@@ -99,3 +100,17 @@ def delete_namespace(ns: str) -> None:
     """Kill every process in ns, then delete it (its interfaces go with it)."""
     kill_pids(ns_pids(ns))
     ip("netns", "delete", ns, check=False)
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[Any]], timeout: float = 20) -> None:
+    """SIGTERM every process still running (in reverse start order), then wait for each,
+    killing those that outlast ``timeout``."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 
 from mts_testbed import builder
+from mts_testbed.netns import stop_processes
 from mts_testbed.topology import Topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -317,14 +318,7 @@ class System:
         for app in reversed(list(self.instances)):
             with contextlib.suppress(Exception):
                 self.terminate(self.instances[app])
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(self.procs, timeout=15)
         with contextlib.suppress(Exception):
             rabbitmqctl("delete_user", self.amqp_user)
         builder.down(self.name, log=lambda *a, **k: None)

@@ -338,16 +338,9 @@ class RanAwareBed:
 
     def close(self) -> None:
         from mts_testbed import builder
+        from mts_testbed.netns import stop_processes
 
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs)
         if self.relay is not None:
             self.relay.close()
         builder.down(self.name, log=lambda *a, **k: None)
