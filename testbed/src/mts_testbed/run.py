@@ -481,6 +481,7 @@ def summary(downloads: list[Download]) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m mts_testbed.run",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Run the whole MEC Transport Suite on the emulated RAN (root): testbed, MEC "
         "platform, RNIS adapter and PEP with MELD; download a file at the UE end to end, "
         "through the PEP, and through the PEP with MELD; print and save the result.",
