@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mec_pep.lab import Lab, in_netns
+from mts_testbed.results import save_results
 
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
 ECHO_PEP, ECHO_DIRECT = 7001, 7002
@@ -332,11 +333,7 @@ def run(out: Path, seconds: float, rounds: int, idle: int, conn_seconds: float) 
         bench.stop()
         lab.down()
     results["environment"] = _environment(seconds, rounds)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, out / "bench.png")
-    print(table(results))
-    print(f"\nwrote {out / 'bench.json'} and {out / 'bench.png'}")
+    save_results(results, out, "bench", plot, table)
     return results
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import httpx
 
+from mts_testbed.results import save_results
+
 PORT_PEP, PORT_E2E = 5001, 5002  # the PEP intercepts the first only
 REQUEST = struct.Struct("!Q")
 SAMPLE_S = 0.1
@@ -263,11 +265,7 @@ def run(setup: Setup, queues: list[str], out: Path) -> dict[str, Any]:
         "loadavg_at_end": os.getloadavg(),
         "congestion_control": f"{CONGESTION_CONTROL} (server sender and both PEP legs)",
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "split.json").write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, out / "split.png")
-    print(table(results))
-    print(f"\nwrote {out / 'split.json'} and {out / 'split.png'}")
+    save_results(results, out, "split", plot, table)
     return results
 
 

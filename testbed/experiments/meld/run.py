@@ -20,7 +20,6 @@ MELD-ME +80 % (NewReno) / +8 % (Cubic); MELD-DE +131 % / +9 % with higher RTT.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import threading
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mec_pep.ran_aware.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
+from mts_testbed.results import save_results
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
@@ -100,11 +100,7 @@ def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
         "environment": environment(),
         "runs": raw,
     }  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "meld.json").write_text(json.dumps(results, indent=1) + "\n")
-    plot(results, out / "meld.png")
-    print(table(results))
-    print(f"\nwrote {out / 'meld.json'} and {out / 'meld.png'}")
+    save_results(results, out, "meld", plot, table)
     return results
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mec_pep.ran_aware.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
+from mts_testbed.results import save_results
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "testbed/configs/lte-25prb-rapid.yaml"
@@ -149,11 +150,7 @@ def run(runs: int, size: int, udp_seconds: float, scenarios: list[str], out: Pat
         "environment": environment(),
         "runs": raw,
     }  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "rapid.json").write_text(json.dumps(results, indent=1) + "\n")
-    plot(results, out / "rapid.png")
-    print(table(results))
-    print(f"\nwrote {out / 'rapid.json'} and {out / 'rapid.png'}")
+    save_results(results, out, "rapid", plot, table)
     return results
 
 

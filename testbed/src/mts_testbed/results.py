@@ -1,0 +1,25 @@
+"""What every benchmark and experiment leaves behind: ``<name>.json``, ``<name>.png`` and the
+table on stdout."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Results = dict[str, Any]
+
+
+def save_results(
+    results: Results,
+    out: Path,
+    name: str,
+    plot: Callable[[Results, Path], None],
+    table: Callable[[Results], str],
+) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    plot(results, out / f"{name}.png")
+    print(table(results))
+    print(f"\nwrote {out / f'{name}.json'} and {out / f'{name}.png'}")
