@@ -11,7 +11,8 @@ build/bin/ran-emulator: $(EMULATOR_SRC)
 	go build -o $@ ./testbed/ran-emulator
 
 .PHONY: test-testbed bench-emulator
-test-testbed: python build/bin/ran-emulator ## RAN emulator unit tests and testbed tests on real namespaces (root)
+# test_run.py is `make run` in small: it needs the adapter and the MELD build too.
+test-testbed: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter $(MELD_OBJ) $(MELD_LOADER) ## RAN emulator unit tests and testbed tests on real namespaces (root)
 	@test -z "$$(gofmt -l testbed/ran-emulator)" || { gofmt -l testbed/ran-emulator; exit 1; }
 	go vet ./testbed/ran-emulator/...
 	go test -count=1 ./testbed/ran-emulator/...
