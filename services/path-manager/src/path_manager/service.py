@@ -38,7 +38,7 @@ from mec_common.config import Port, ServiceSettings
 from mec_common.health import Health
 from mec_common.logging import configure_logging, get_logger
 from mec_common.rnis import EXCHANGE as RNIS_EXCHANGE
-from mec_common.rnis import bind_all, bind_ue_ip, measurements
+from mec_common.rnis import PREFIX, RnisMeasurement, bind_all, bind_ue_ip, measurements
 from path_manager.control import (
     Action,
     ControlSettings,
@@ -53,6 +53,7 @@ from path_manager.radio import PathRadio, RadioSettings
 log = get_logger(__name__)
 
 ARRIVAL_WINDOW = 0.1  # seconds of received_bytes the arrival rate is measured over
+CELL_KEY_PREFIX = f"{PREFIX}.cell."
 QueueMeasure = Literal["pep+rlc", "pep_unsent", "pep_backlog"]
 
 DECISIONS = Counter("pm_decisions_total", "Control decisions", ["ue", "trigger", "action"])
@@ -267,8 +268,11 @@ class PathManager:
 
     # -- feeds --------------------------------------------------------------------------
     def _on_rnis(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
-        try:  # one UE's message, or a cell's with every UE of the cell
-            found = list(measurements(body))
+        try:  # a cell's message carries every UE of the cell
+            if routing_key.startswith(CELL_KEY_PREFIX):
+                found = list(measurements(body))
+            else:
+                found = [RnisMeasurement.model_validate_json(body)]
         except ValueError:
             return  # not a measurement (events share the exchange); never fatal
         now = time.monotonic()
