@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/pkt"
 	"mts.invalid/suite/testbed/ran-emulator/internal/ran"
 )
 

@@ -4,8 +4,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/aqm"
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/aqm"
+	"mts.invalid/suite/services/common/go/pkt"
 )
 
 // segment is the part of one RLC SDU (IP packet) carried by a transport block.

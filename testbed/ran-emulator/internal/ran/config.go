@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/aqm"
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/aqm"
+	"mts.invalid/suite/services/common/go/pkt"
 )
 
 // Config is the emulator's configuration file (JSON; `testbed up` writes it from YAML).

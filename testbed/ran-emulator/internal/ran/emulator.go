@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/aqm"
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
-	"mts.invalid/suite/testbed/ran-emulator/internal/tun"
+	"mts.invalid/suite/services/common/go/aqm"
+	"mts.invalid/suite/services/common/go/pkt"
+	"mts.invalid/suite/services/common/go/tun"
 )
 
 // UE is one emulated terminal with a bearer per attached cell.

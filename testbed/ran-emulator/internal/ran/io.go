@@ -1,9 +1,9 @@
 package ran
 
 import (
-	"mts.invalid/suite/testbed/ran-emulator/internal/aqm"
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
-	"mts.invalid/suite/testbed/ran-emulator/internal/tun"
+	"mts.invalid/suite/services/common/go/aqm"
+	"mts.invalid/suite/services/common/go/pkt"
+	"mts.invalid/suite/services/common/go/tun"
 )
 
 // delayLine holds packets until their due time (kept in p.Born). Due times only grow,

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/pkt"
 )
 
 const ms = int64(1e6)

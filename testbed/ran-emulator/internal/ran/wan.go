@@ -3,8 +3,8 @@ package ran
 import (
 	"sync/atomic"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/aqm"
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/aqm"
+	"mts.invalid/suite/services/common/go/pkt"
 )
 
 // WANDir is one direction of the WAN stage (server → MEC or MEC → server): a byte-limited

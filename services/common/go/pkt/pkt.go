@@ -1,5 +1,5 @@
-// Package pkt holds the emulator's packet buffers. Buffers come from a pool so that the
-// forwarding path does not allocate per packet.
+// Package pkt holds the packet buffers of the Go data planes (RAN emulator, multipath
+// tunnel). Buffers come from a pool so that the forwarding path does not allocate per packet.
 package pkt
 
 import (
@@ -7,17 +7,17 @@ import (
 	"sync"
 )
 
-// BufSize is the largest packet the emulator carries (TUN MTU 1500 plus headroom).
+// BufSize is the largest packet a data plane carries (TUN MTU 1500 plus headroom).
 const BufSize = 2048
 
-// Packet is one IP packet and the RLC bookkeeping the MAC keeps for it.
+// Packet is one IP packet and the RLC bookkeeping the emulator's MAC keeps for it.
 type Packet struct {
 	buf  [BufSize]byte
 	N    int   // length of the IP packet in buf
-	Born int64 // arrival time at the emulator, ns on the emulator clock
+	Born int64 // arrival time at the queue's owner, ns on its clock
 	Hash uint32
 
-	// RLC state, owned by the TTI thread.
+	// RLC state, owned by the emulator's TTI thread (unused elsewhere).
 	Seq         uint64 // receive order: assigned when the first byte is scheduled
 	Sent        int    // bytes already put into transport blocks
 	Outstanding int    // segments sent but not yet acknowledged or given up

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"time"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/pkt"
 )
 
-// Queue is an RLC SDU queue. Enqueue may drop (queue full); Dequeue may drop at the
+// Queue is a packet queue (an RLC SDU queue, a tunnel ingress). Enqueue may drop (queue full); Dequeue may drop at the
 // head (AQM). Every dropped packet goes to the Drop callback given at construction.
 type Queue interface {
 	Enqueue(p *pkt.Packet, now int64)
@@ -62,7 +62,7 @@ func New(p Params, drop DropFunc) (Queue, error) {
 	return nil, fmt.Errorf("unknown queue discipline %q (fifo, codel, fq_codel)", p.Discipline)
 }
 
-// FIFO is a tail-drop queue with a byte limit (RLC's buffer).
+// FIFO is a tail-drop queue with a byte limit (like RLC's buffer).
 type FIFO struct {
 	ring  Ring
 	limit int

@@ -3,7 +3,7 @@ package aqm
 import (
 	"math"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/pkt"
 )
 
 // codelState is CoDel's control state for one queue (RFC 8289; the ACM pseudocode of the

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/pkt"
 )
 
 const ms = int64(time.Millisecond)

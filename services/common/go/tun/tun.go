@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+	"mts.invalid/suite/services/common/go/pkt"
 )
 
 // Device is an open TUN queue.
@@ -23,8 +23,8 @@ type Device struct {
 
 // Open attaches to the TUN device name in the network namespace at netnsPath ("" = the
 // caller's). The testbed creates the devices (`ip tuntap add`) so that addresses and
-// routes exist before the emulator starts; a device that does not exist is created here
-// (it then lives as long as the emulator).
+// routes exist before the data plane starts; a device that does not exist is created here
+// (it then lives as long as the process).
 func Open(netnsPath, name string) (*Device, error) {
 	var fd int
 	err := inNetns(netnsPath, func() error {

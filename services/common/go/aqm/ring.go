@@ -1,9 +1,10 @@
-// Package aqm implements the per-UE RLC queue disciplines: a byte-limited FIFO, CoDel
-// (RFC 8289) and FQ-CoDel (RFC 8290), with the parameters of
-// ../shared/reference/003-fq-codel-multipath-tunnel.md §5.
+// Package aqm implements the packet queue disciplines of the suite: a byte-limited FIFO,
+// CoDel (RFC 8289) and FQ-CoDel (RFC 8290), with the parameters of
+// ../shared/reference/003-fq-codel-multipath-tunnel.md §5. Its users are the RAN emulator's
+// per-UE RLC queue and the multipath tunnel's ingress queue.
 package aqm
 
-import "mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+import "mts.invalid/suite/services/common/go/pkt"
 
 // Ring is a growable FIFO of packets that does not allocate once it has grown.
 type Ring struct {

@@ -1,6 +1,6 @@
 package aqm
 
-import "mts.invalid/suite/testbed/ran-emulator/internal/pkt"
+import "mts.invalid/suite/services/common/go/pkt"
 
 // FQCoDel is RFC 8290's flow queueing with CoDel per flow: hashed flow queues served by a
 // two-list deficit round robin (new flows first), a shared byte limit enforced by dropping
