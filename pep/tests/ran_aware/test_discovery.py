@@ -1,7 +1,8 @@
 """Finding the RNIS feed through Mp1 service discovery.
 
 The platform's answer is served by an httpx MockTransport: what is under test is our
-reading of the RNIS adapter's ``MB_TOPIC_BASED`` registration (rnis-adapter/internal/mp1),
+reading of the RNIS adapter's ``MB_TOPIC_BASED`` registration
+(rnis-adapter/cmd/rnis-adapter/services.go, registered by services/common/go/mp1),
 the platform itself has its own conformance tests.
 """
 

@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,18 +22,19 @@ import (
 	"syscall"
 	"time"
 
-	"mts.invalid/suite/rnis-adapter/internal/auth"
 	"mts.invalid/suite/rnis-adapter/internal/config"
 	"mts.invalid/suite/rnis-adapter/internal/feed"
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
 	"mts.invalid/suite/rnis-adapter/internal/ipmap"
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/mec012"
-	"mts.invalid/suite/rnis-adapter/internal/mp1"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
 	"mts.invalid/suite/rnis-adapter/internal/poller"
 	"mts.invalid/suite/rnis-adapter/internal/service"
 	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/services/common/go/auth"
+	"mts.invalid/suite/services/common/go/mp1"
+	"mts.invalid/suite/services/common/go/svc"
 )
 
 const usage = `rnis-adapter: FlexRAN statistics → RNIS feed (AMQP) and ETSI MEC 012 API
@@ -149,7 +148,7 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "rnis-adapter:", err)
 		return 2
 	}
-	log := newLogger(cfg.LogLevel, cfg.LogFormat)
+	log := svc.NewLogger(cfg.LogLevel, cfg.LogFormat)
 	if os.Getenv("GOGC") == "" {
 		// Each poll makes ~200 kB of short-lived garbage at 1 kHz on a heap of a few MB: fewer,
 		// larger collections cost less CPU. GOGC in the environment still wins.
@@ -177,14 +176,14 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		}
 		ips, ipm = m, m
 	}
-	tokens, err := apiTokens(cfg, log)
+	tokens, err := svc.APITokens(cfg.APITokens, cfg.StateDir, "rnis-adapter", log)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	health := obs.NewHealth()
+	health := svc.NewHealth()
 	metrics := obs.NewMetrics(health)
 	health.Set("ran_source", false, "not polled yet", true)
 	health.Set("broker", false, "not connected yet", true)
@@ -240,9 +239,9 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if cfg.PlatformURL != "" {
 		reg := mp1.New(mp1.Config{PlatformURL: cfg.PlatformURL, AppInstanceID: cfg.AppInstanceID,
 			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, PublicURL: cfg.PublicURL,
-			AMQPURL: cfg.AMQPURL, Exchange: cfg.Exchange}, health, log)
+			Services: serviceInfos(cfg.PublicURL, cfg.AMQPURL, cfg.Exchange)}, health, log)
 		fromPlatform := func(token string) bool { // as mec_common.auth's verify_notification
-			return mec012.StaticTokens(tokens).Verify(token) || platformTokens.VerifyNotification(token)
+			return auth.StaticTokens(tokens).Verify(token) || platformTokens.VerifyNotification(token)
 		}
 		mux.Handle("POST "+reg.CallbackPath(), reg.Handler(stop, fromPlatform))
 		start(func() { reg.Run(ctx) })
@@ -261,43 +260,4 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	wg.Wait()
 	log.Info("rnis-adapter stopped")
 	return nil
-}
-
-// apiTokens: the configured tokens; with none and no platform, a generated one (never open).
-func apiTokens(cfg *config.Config, log *slog.Logger) ([]string, error) {
-	if len(cfg.APITokens) > 0 {
-		return cfg.APITokens, nil
-	}
-	path := filepath.Join(cfg.StateDir, "rnis-adapter.token")
-	if raw, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(raw))) > 0 {
-		return []string{strings.TrimSpace(string(raw))}, nil
-	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, 32)
-	_, _ = rand.Read(buf)
-	token := base64.RawURLEncoding.EncodeToString(buf)
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	log.Warn("no API token configured; generated one", "token_file", path)
-	return []string{token}, nil
-}
-
-func newLogger(level, format string) *slog.Logger {
-	var l slog.Level
-	switch strings.ToUpper(level) {
-	case "DEBUG":
-		l = slog.LevelDebug
-	case "WARNING", "WARN":
-		l = slog.LevelWarn
-	case "ERROR":
-		l = slog.LevelError
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }

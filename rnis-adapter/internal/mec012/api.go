@@ -7,7 +7,6 @@ package mec012
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,8 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
 	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/services/common/go/auth"
+	"mts.invalid/suite/services/common/go/svc"
 )
 
 // Base is the API's base path.
@@ -31,31 +32,13 @@ type Config struct {
 	SubscriptionsFile string // where subscriptions persist across restarts ("": memory only)
 	NotifyTimeout     time.Duration
 	Tokens            []string
-	Verifiers         []Verifier // more ways to accept a token (platform-issued JWTs)
-}
-
-// Verifier accepts a bearer token. Static tokens implement it; platform-issued JWTs (MEC 011
-// OAuth2, verified against the platform's JWKS) can be added as another Verifier.
-type Verifier interface {
-	Verify(token string) bool
-}
-
-// StaticTokens accepts one of a fixed set of tokens (compared in constant time).
-type StaticTokens []string
-
-// Verify implements Verifier.
-func (s StaticTokens) Verify(token string) bool {
-	ok := 0
-	for _, t := range s {
-		ok |= subtle.ConstantTimeCompare([]byte(t), []byte(token))
-	}
-	return ok == 1 && token != ""
+	Verifiers         []auth.Verifier // more ways to accept a token (platform-issued JWTs)
 }
 
 // Server is the MEC 012 API and the notifier of its subscriptions.
 type Server struct {
 	cfg      Config
-	auth     []Verifier
+	auth     []auth.Verifier
 	tracker  *state.Tracker
 	metrics  *obs.Metrics
 	log      *slog.Logger
@@ -69,7 +52,7 @@ func New(cfg Config, tracker *state.Tracker, metrics *obs.Metrics, log *slog.Log
 	if cfg.NotifyTimeout <= 0 {
 		cfg.NotifyTimeout = 2 * time.Second
 	}
-	s := &Server{cfg: cfg, auth: append([]Verifier{StaticTokens(cfg.Tokens)}, cfg.Verifiers...), tracker: tracker, metrics: metrics, log: log,
+	s := &Server{cfg: cfg, auth: append([]auth.Verifier{auth.StaticTokens(cfg.Tokens)}, cfg.Verifiers...), tracker: tracker, metrics: metrics, log: log,
 		subs: newStore(cfg.PublicURL+Base+"/subscriptions/", cfg.SubscriptionsFile)}
 	if err := s.subs.load(log); err != nil {
 		return nil, fmt.Errorf("subscriptions: %w", err)
@@ -113,45 +96,13 @@ func (s *Server) Run(ctx context.Context) { s.notifier.run(ctx) }
 // Events implements service.EventSink.
 func (s *Server) Events(events []state.Event) { s.notifier.enqueue(events) }
 
-func (s *Server) authorized(h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || !s.verify(strings.TrimSpace(token)) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="rni"`)
-			problem(w, r, http.StatusUnauthorized, "a valid bearer token is required")
-			return
-		}
-		h(w, r)
-	})
-}
+func (s *Server) authorized(h http.HandlerFunc) http.Handler { return svc.Authorized("rni", s.auth, h) }
 
-func (s *Server) verify(token string) bool {
-	for _, v := range s.auth {
-		if v.Verify(token) {
-			return true
-		}
-	}
-	return false
-}
-
-// problem answers with an ETSI ProblemDetails body; instance is the absolute request URI
-// (MEC 012 declares it format: uri).
 func problem(w http.ResponseWriter, r *http.Request, status int, detail string) {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status),
-		"status": status, "detail": detail, "instance": scheme + "://" + r.Host + r.URL.Path})
+	svc.Problem(w, r, status, detail)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { svc.WriteJSON(w, status, v) }
 
 // TimeStamp is MEC 012's time stamp.
 type TimeStamp struct {

@@ -1,83 +1,21 @@
-// Package obs holds the adapter's health checks and Prometheus metrics. It implements the
+// Package obs holds the adapter's Prometheus metrics (health is svc.Health). It implements the
 // observer interfaces of the poller and the feed publisher.
 package obs
 
 import (
-	"encoding/json"
 	"net/http"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"mts.invalid/suite/services/common/go/svc"
 )
-
-// Health is the state of the adapter's dependencies, in the shape of mec_common.health.
-type Health struct {
-	mu     sync.Mutex
-	checks map[string]*check
-}
-
-type check struct {
-	OK       bool    `json:"ok"`
-	Detail   string  `json:"detail"`
-	Required bool    `json:"required"`
-	Since    float64 `json:"since"`
-}
-
-// NewHealth returns an empty report.
-func NewHealth() *Health { return &Health{checks: map[string]*check{}} }
-
-// Set records a dependency's state; "since" only moves when ok changes.
-func (h *Health) Set(name string, ok bool, detail string, required bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if c := h.checks[name]; c != nil && c.OK == ok {
-		c.Detail, c.Required = detail, required
-		return
-	}
-	h.checks[name] = &check{OK: ok, Detail: detail, Required: required, Since: float64(time.Now().UnixNano()) / 1e9}
-}
-
-// OK tells whether every required dependency is up.
-func (h *Health) OK() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.checks {
-		if c.Required && !c.OK {
-			return false
-		}
-	}
-	return true
-}
-
-// ServeHTTP answers /healthz: 200 when every required dependency is up, else 503.
-func (h *Health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	h.mu.Lock()
-	names := make([]string, 0, len(h.checks))
-	for n := range h.checks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	checks := make(map[string]check, len(names))
-	for _, n := range names {
-		checks[n] = *h.checks[n]
-	}
-	h.mu.Unlock()
-	status, code := "ok", http.StatusOK
-	if !h.OK() {
-		status, code = "degraded", http.StatusServiceUnavailable
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": checks})
-}
 
 // Metrics are the adapter's Prometheus metrics.
 type Metrics struct {
-	health   *Health
+	health   *svc.Health
 	registry *prometheus.Registry
 
 	pollLatency    prometheus.Histogram
@@ -99,7 +37,7 @@ type Metrics struct {
 }
 
 // NewMetrics registers the metrics in a registry of their own (plus Go and process metrics).
-func NewMetrics(health *Health) *Metrics {
+func NewMetrics(health *svc.Health) *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := func(c prometheus.Collector) { r.MustRegister(c) }

@@ -1,9 +1,9 @@
-// Package mp1 registers the RNIS on the MEC platform over Mp1 (ETSI GS MEC 011 v2):
-// confirm ready, register the service once per transport (REST_HTTP = MEC 012,
-// MB_TOPIC_BASED = the AMQP feed), subscribe to the app's termination; on shutdown or on the
-// platform's termination notification: deregister, unsubscribe, confirm termination. The
-// platform is retried with capped exponential backoff while unreachable ("platform" in
-// /healthz). It mirrors mec_common.mp1.MecAppRegistration for this Go service.
+// Package mp1 registers a Go service on the MEC platform over Mp1 (ETSI GS MEC 011 v2):
+// confirm ready, register each of its ServiceInfos (e.g. the RNIS once per transport),
+// subscribe to the app's termination; on shutdown or on the platform's termination
+// notification: deregister, unsubscribe, confirm termination. The platform is retried with
+// capped exponential backoff while unreachable ("platform" in /healthz). It mirrors
+// mec_common.mp1.MecAppRegistration for the Go services (rnis-adapter, tunnel).
 package mp1
 
 import (
@@ -22,27 +22,25 @@ import (
 	"sync"
 	"time"
 
-	"mts.invalid/suite/rnis-adapter/internal/obs"
+	"mts.invalid/suite/services/common/go/svc"
 )
 
 const (
 	serviceMgmt = "/mec_service_mgmt/v1"
 	appSupport  = "/mec_app_support/v1"
-	// SerName is the name consumers discover the RNIS by.
-	SerName = "rnis"
 )
 
 // Config of the registration.
 type Config struct {
 	PlatformURL, AppInstanceID, ClientID, ClientSecret string
-	PublicURL                                          string // this adapter's base URL
-	AMQPURL, Exchange                                  string
+	PublicURL                                          string           // this service's base URL
+	Services                                           []map[string]any // MEC 011 ServiceInfoPost bodies
 }
 
 // Registration is the app's life on the platform.
 type Registration struct {
 	cfg    Config
-	health *obs.Health
+	health *svc.Health
 	log    *slog.Logger
 	client *http.Client
 	secret string // path element of the termination callback: only the platform knows it
@@ -56,7 +54,7 @@ type Registration struct {
 }
 
 // New returns a registration; Run performs it.
-func New(cfg Config, health *obs.Health, log *slog.Logger) *Registration {
+func New(cfg Config, health *svc.Health, log *slog.Logger) *Registration {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	cfg.PlatformURL = strings.TrimSuffix(cfg.PlatformURL, "/")
@@ -75,7 +73,7 @@ func (r *Registration) Handler(terminate func(), verify func(token string) bool)
 		token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 		if !ok || !verify(strings.TrimSpace(token)) {
 			w.Header().Set("WWW-Authenticate", "Bearer")
-			problem(w, http.StatusUnauthorized, "a platform notification token is required")
+			svc.Problem(w, req, http.StatusUnauthorized, "a platform notification token is required")
 			return
 		}
 		var body struct {
@@ -83,7 +81,7 @@ func (r *Registration) Handler(terminate func(), verify func(token string) bool)
 		}
 		if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&body); err != nil ||
 			(body.OperationAction != "STOPPING" && body.OperationAction != "TERMINATING") {
-			problem(w, http.StatusBadRequest, "operationAction must be STOPPING or TERMINATING")
+			svc.Problem(w, req, http.StatusBadRequest, "operationAction must be STOPPING or TERMINATING")
 			return
 		}
 		r.log.Info("termination requested by the platform", "operation_action", body.OperationAction)
@@ -93,13 +91,6 @@ func (r *Registration) Handler(terminate func(), verify func(token string) bool)
 			terminate()
 		}()
 	}
-}
-
-// problem writes an ETSI ProblemDetails.
-func problem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"title": http.StatusText(status), "status": status, "detail": detail})
 }
 
 // Run registers (retrying with backoff) and, when ctx ends, deregisters.
@@ -133,11 +124,11 @@ func (r *Registration) registerOnce(ctx context.Context) error {
 	if err := r.call(ctx, http.MethodPost, appSupport+app+"/confirm_ready", map[string]any{"indication": "READY"}, nil, nil); err != nil {
 		return err
 	}
-	for len(r.registered) < 2 {
+	for len(r.registered) < len(r.cfg.Services) {
 		var created struct {
 			SerInstanceID string `json:"serInstanceId"`
 		}
-		info := r.serviceInfos()[len(r.registered)]
+		info := r.cfg.Services[len(r.registered)]
 		if err := r.call(ctx, http.MethodPost, serviceMgmt+app+"/services", info, &created, nil); err != nil {
 			return err
 		}
@@ -160,36 +151,6 @@ func (r *Registration) registerOnce(ctx context.Context) error {
 		r.mu.Unlock()
 	}
 	return nil
-}
-
-// serviceInfos are the two registrations of the RNIS (MEC 011 ServiceInfoPost).
-func (r *Registration) serviceInfos() []map[string]any {
-	category := map[string]any{"href": r.cfg.PublicURL + "/rni/v2", "id": "RNI", "name": "RNI", "version": "v2"}
-	base := func(transport map[string]any) map[string]any {
-		return map[string]any{"serName": SerName, "serCategory": category, "version": "2.1.1", "state": "ACTIVE",
-			"serializer": "JSON", "scopeOfLocality": "MEC_HOST", "consumedLocalOnly": true, "isLocal": true,
-			"transportInfo": transport}
-	}
-	return []map[string]any{
-		base(map[string]any{"id": "rnis-rest", "name": "MEC 012 RNI API", "type": "REST_HTTP", "protocol": "HTTP",
-			"version": "1.1", "endpoint": map[string]any{"uris": []string{r.cfg.PublicURL + "/rni/v2"}},
-			"security": map[string]any{}}),
-		base(map[string]any{"id": "rnis-amqp", "name": "RNIS feed (AMQP topic exchange)", "type": "MB_TOPIC_BASED",
-			"protocol": "AMQP", "version": "0.9.1", "endpoint": map[string]any{"uris": []string{publicAMQP(r.cfg.AMQPURL)}},
-			"security": map[string]any{}, "implSpecificInfo": map[string]any{"exchange": r.cfg.Exchange,
-				"exchangeType": "topic", "routingKeys": "rnis.v1.meas.<cell>.<imsi>.<ipv4>, rnis.v1.event.<kind>.<cell>.<imsi>.<ipv4>",
-				"schema": "mec_common.rnis.RnisMeasurement v1"}}),
-	}
-}
-
-// publicAMQP is the broker URL without credentials (consumers have their own).
-func publicAMQP(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	u.User = nil
-	return u.String()
 }
 
 // Stop deregisters, unsubscribes and confirms termination (idempotent, best effort).
