@@ -22,6 +22,7 @@ from sqlalchemy import delete, func, select
 
 from mec_common.api import ProblemError
 from mec_common.logging import get_logger
+from mec_common.rest_policy import Precondition, unconditional
 from mec_platform.appd import AppD, AppdError, parse_appd
 from mec_platform.backends import Backend, BackendError
 from mec_platform.dataplane import DataplaneAgent, DataplaneError
@@ -51,6 +52,7 @@ class Manager:
         self.backend, self.dataplane = backend, dataplane
         self.base_url, self.graceful_timeout_s = base_url, graceful_timeout_s
         self._threads: list[threading.Thread] = []
+        self._writes = threading.Lock()  # conditional writes compare and write under it
         registry.on_rules_changed = self.apply_traffic_rules
 
     # --- packages ---------------------------------------------------------------------------
@@ -112,17 +114,21 @@ class Manager:
         with self.db.session() as s:
             return dict(self._package(s, pkg_id).appd)
 
-    def set_package_state(self, pkg_id: str, state: str) -> dict[str, Any]:
-        if state not in ("ENABLED", "DISABLED"):
-            raise ProblemError(400, "operationState must be ENABLED or DISABLED")
-        with self.db.session() as s:
+    def set_package_state(
+        self, pkg_id: str, state: str, precondition: Precondition = unconditional
+    ) -> dict[str, Any]:
+        with self._writes, self.db.session() as s:
             row = self._package(s, pkg_id)
+            if state not in ("ENABLED", "DISABLED"):
+                raise ProblemError(400, "operationState must be ENABLED or DISABLED")
+            precondition(self.package_json(s, row))
             row.operational_state = state
             return self.package_json(s, row)
 
-    def delete_package(self, pkg_id: str) -> None:
-        with self.db.session() as s:
+    def delete_package(self, pkg_id: str, precondition: Precondition = unconditional) -> None:
+        with self._writes, self.db.session() as s:
             row = self._package(s, pkg_id)
+            precondition(self.package_json(s, row))
             if self.package_json(s, row)["usageState"] == "IN_USE":
                 raise ProblemError(409, "the package has app instances; delete them first")
             s.delete(row)
@@ -186,11 +192,13 @@ class Manager:
         with self.db.session() as s:
             return self.instance_json(*self._instance(s, instance_id))
 
-    def delete_instance(self, instance_id: str) -> None:
+    def delete_instance(self, instance_id: str, precondition: Precondition = unconditional
+                        ) -> None:  # fmt: skip
         """Delete a NOT_INSTANTIATED instance with whatever an app run elsewhere left
         (services, subscriptions, rules) and its credentials."""
         with self.db.session() as s:
-            row, _ = self._instance(s, instance_id)
+            row, appd = self._instance(s, instance_id)
+            precondition(self.instance_json(row, appd))
             if row.instantiation_state != "NOT_INSTANTIATED" or self._busy(s, instance_id):
                 raise ProblemError(409, "terminate the app instance before deleting it")
         self.registry.remove_app_resources(instance_id)

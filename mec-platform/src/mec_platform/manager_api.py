@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mec_common.api import ProblemError
 from mec_common.auth import Principal
+from mec_common.rest_policy import preconditions, tagged
 from mec_platform.manager import LCM, PKGM, Manager
-from mec_platform.mp1_api import Caller, json_response
+from mec_platform.mp1_api import CONDITIONAL, CONDITIONAL_GET, Caller, json_response
 from mec_platform.security import Authority
 
 
@@ -75,22 +76,26 @@ def pkgm_router() -> APIRouter:
     def packages(mgr: Mgr, who: Admin, appDId: str | None = None) -> JSONResponse:  # noqa: N803
         return json_response(mgr.packages(appDId))
 
-    @r.get("/app_packages/{appPkgId}", summary="One app package (by id or appDId)")
-    def package(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
-        return json_response(mgr.package(appPkgId))
+    @r.get("/app_packages/{appPkgId}", summary="One app package (by id or appDId)",
+           responses=CONDITIONAL_GET)  # fmt: skip
+    def package(request: Request, mgr: Mgr, who: Admin, appPkgId: str) -> Response:  # noqa: N803
+        return tagged(request, mgr.package(appPkgId))
 
     @r.get("/app_packages/{appPkgId}/appd", summary="The AppD of a package")
     def appd(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
         return json_response(mgr.appd(appPkgId))
 
-    @r.patch("/app_packages/{appPkgId}", summary="Enable or disable a package")
-    def modify(mgr: Mgr, who: Admin, appPkgId: str,  # noqa: N803
-               body: PackageModification) -> JSONResponse:  # fmt: skip
-        return json_response(mgr.set_package_state(appPkgId, body.operation_state))
+    @r.patch("/app_packages/{appPkgId}", summary="Enable or disable a package",
+             responses=CONDITIONAL)  # fmt: skip
+    def modify(request: Request, mgr: Mgr, who: Admin, appPkgId: str,  # noqa: N803
+               body: PackageModification) -> Response:  # fmt: skip
+        return tagged(request, mgr.set_package_state(appPkgId, body.operation_state,
+                                                     preconditions(request)))  # fmt: skip
 
-    @r.delete("/app_packages/{appPkgId}", status_code=204, summary="Delete a package")
-    def delete(mgr: Mgr, who: Admin, appPkgId: str) -> Response:  # noqa: N803
-        mgr.delete_package(appPkgId)
+    @r.delete("/app_packages/{appPkgId}", status_code=204, summary="Delete a package",
+              responses=CONDITIONAL)  # fmt: skip
+    def delete(request: Request, mgr: Mgr, who: Admin, appPkgId: str) -> Response:  # noqa: N803
+        mgr.delete_package(appPkgId, preconditions(request))
         return Response(status_code=204)
 
     return r
@@ -110,13 +115,16 @@ def lcm_router() -> APIRouter:
     def instances(mgr: Mgr, who: Admin) -> JSONResponse:
         return json_response(mgr.instances())
 
-    @r.get(item, summary="One app instance")
-    def instance(mgr: Mgr, who: Admin, appInstanceId: str) -> JSONResponse:  # noqa: N803
-        return json_response(mgr.instance(appInstanceId))
+    @r.get(item, summary="One app instance", responses=CONDITIONAL_GET)
+    def instance(request: Request, mgr: Mgr, who: Admin,
+                 appInstanceId: str) -> Response:  # noqa: N803  # fmt: skip
+        return tagged(request, mgr.instance(appInstanceId))
 
-    @r.delete(item, status_code=204, summary="Delete a NOT_INSTANTIATED app instance")
-    def delete(mgr: Mgr, who: Admin, appInstanceId: str) -> Response:  # noqa: N803
-        mgr.delete_instance(appInstanceId)
+    @r.delete(item, status_code=204, summary="Delete a NOT_INSTANTIATED app instance",
+              responses=CONDITIONAL)  # fmt: skip
+    def delete(request: Request, mgr: Mgr, who: Admin,
+               appInstanceId: str) -> Response:  # noqa: N803  # fmt: skip
+        mgr.delete_instance(appInstanceId, preconditions(request))
         return Response(status_code=204)
 
     @r.post(item + "/instantiate", status_code=202, summary="Instantiate (202 + op occurrence)")
@@ -147,9 +155,10 @@ def lcm_router() -> APIRouter:
     def ops(mgr: Mgr, who: Admin, appInstanceId: str | None = None) -> JSONResponse:  # noqa: N803
         return json_response(mgr.ops(appInstanceId))
 
-    @r.get("/app_lcm_op_occs/{opId}", summary="One operation occurrence")
-    def op(mgr: Mgr, who: Admin, opId: str) -> JSONResponse:  # noqa: N803
-        return json_response(mgr.op(opId))
+    @r.get("/app_lcm_op_occs/{opId}", summary="One operation occurrence",
+           responses=CONDITIONAL_GET)  # fmt: skip
+    def op(request: Request, mgr: Mgr, who: Admin, opId: str) -> Response:  # noqa: N803
+        return tagged(request, mgr.op(opId))
 
     return r
 

@@ -11,8 +11,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from starlette.datastructures import QueryParams
 
-from mec_common.api import ProblemError
+from mec_common.api import ProblemDetails, ProblemError
 from mec_common.auth import Principal
+from mec_common.rest_policy import boolean_param, enum_param, preconditions, tagged
 from mec_platform.models import (
     AppReadyConfirmation,
     AppTerminationConfirmation,
@@ -78,28 +79,14 @@ def _split(values: list[str] | None) -> list[str] | None:
 def discovery_query(params: QueryParams) -> dict[str, Any]:
     """The spec's discovery filters, parsed by hand: this is the hot path, and FastAPI's
     per-parameter dependency machinery costs more than the lookup itself."""
-    scope = params.get("scope_of_locality")
-    if scope is not None and scope not in Locality.__members__:
-        raise ProblemError(400, f"scope_of_locality must be one of {', '.join(Locality)}")
     return {
         "ser_instance_id": _split(params.getlist("ser_instance_id")),
         "ser_name": _split(params.getlist("ser_name")),
         "ser_category_id": params.get("ser_category_id") or None,
-        "consumed_local_only": _boolean(params, "consumed_local_only"),
-        "is_local": _boolean(params, "is_local"),
-        "scope_of_locality": scope,
+        "consumed_local_only": boolean_param(params, "consumed_local_only"),
+        "is_local": boolean_param(params, "is_local"),
+        "scope_of_locality": enum_param(params, "scope_of_locality", Locality),
     }
-
-
-def _boolean(params: QueryParams, name: str) -> bool | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if value.lower() in ("true", "1"):
-        return True
-    if value.lower() in ("false", "0"):
-        return False
-    raise ProblemError(400, f"{name} must be true or false")
 
 
 def _param(name: str, schema: dict[str, Any], doc: str) -> dict[str, Any]:
@@ -115,6 +102,16 @@ DISCOVERY_PARAMS = {"parameters": [
     _param("is_local", {"type": "boolean"}, "only services local to the caller"),
     _param("scope_of_locality", {"type": "string", "enum": list(Locality)}, "a locality"),
 ]}  # fmt: skip
+
+
+# Individual resources that can be changed carry an ETag and honour If-Match (MEC 011 lists
+# 412 on their PUT); 304 answers a GET whose If-None-Match matches.
+CONDITIONAL: dict[int | str, dict[str, Any]] = {
+    412: {"model": ProblemDetails, "description": "Precondition Failed (If-Match)"},
+}
+CONDITIONAL_GET: dict[int | str, dict[str, Any]] = {
+    304: {"description": "Not Modified (If-None-Match matches the ETag)"},
+}
 
 
 class LivenessUpdate(BaseModel):
@@ -134,9 +131,9 @@ def service_mgmt_router() -> APIRouter:
         body = reg.discover(None, discovery_query(request.query_params))
         return Response(body, media_type="application/json")
 
-    @r.get("/services/{serviceId}", summary="One MEC service")
-    def service(reg: Reg, who: Caller, serviceId: str) -> JSONResponse:  # noqa: N803
-        return json_response(reg.get_service(serviceId))
+    @r.get("/services/{serviceId}", summary="One MEC service", responses=CONDITIONAL_GET)
+    def service(request: Request, reg: Reg, who: Caller, serviceId: str) -> Response:  # noqa: N803
+        return tagged(request, reg.get_service(serviceId))
 
     @r.get("/applications/{appInstanceId}/services", summary="Services of an app instance",
            openapi_extra=DISCOVERY_PARAMS)  # fmt: skip
@@ -153,22 +150,25 @@ def service_mgmt_router() -> APIRouter:
         created = reg.register(who, appInstanceId, body)
         return json_response(created, 201, created["_links"]["self"]["href"])
 
-    @r.get("/applications/{appInstanceId}/services/{serviceId}", summary="One service of an app")
-    def app_service(reg: Reg, who: Caller, appInstanceId: str, serviceId: str  # noqa: N803
-                    ) -> JSONResponse:  # fmt: skip
+    @r.get("/applications/{appInstanceId}/services/{serviceId}", summary="One service of an app",
+           responses=CONDITIONAL_GET)  # fmt: skip
+    def app_service(request: Request, reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+                    serviceId: str) -> Response:  # noqa: N803  # fmt: skip
         _check_app(reg, who, appInstanceId)
-        return json_response(reg.get_service(serviceId, appInstanceId))
+        return tagged(request, reg.get_service(serviceId, appInstanceId))
 
-    @r.put("/applications/{appInstanceId}/services/{serviceId}", summary="Update a service")
-    def update(reg: Reg, who: Caller, appInstanceId: str, serviceId: str,  # noqa: N803
-               body: ServiceInfo) -> JSONResponse:  # fmt: skip
-        return json_response(reg.update(who, appInstanceId, serviceId, body))
+    @r.put("/applications/{appInstanceId}/services/{serviceId}", summary="Update a service",
+           responses=CONDITIONAL)  # fmt: skip
+    def update(request: Request, reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+               serviceId: str, body: ServiceInfo) -> Response:  # noqa: N803  # fmt: skip
+        updated = reg.update(who, appInstanceId, serviceId, body, preconditions(request))
+        return tagged(request, updated)
 
     @r.delete("/applications/{appInstanceId}/services/{serviceId}", status_code=204,
-              summary="Deregister a service")  # fmt: skip
-    def deregister(reg: Reg, who: Caller, appInstanceId: str, serviceId: str  # noqa: N803
-                   ) -> Response:  # fmt: skip
-        reg.deregister(who, appInstanceId, serviceId)
+              summary="Deregister a service", responses=CONDITIONAL)  # fmt: skip
+    def deregister(request: Request, reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+                   serviceId: str) -> Response:  # noqa: N803  # fmt: skip
+        reg.deregister(who, appInstanceId, serviceId, preconditions(request))
         return Response(status_code=204)
 
     _subscription_routes(r, SERVICE_MGMT, SerAvailabilitySubscription)
@@ -208,17 +208,19 @@ def _subscription_routes(r: APIRouter, api: str, model: type[Any]) -> None:
     subscribe.__annotations__["body"] = model  # a runtime type, so FastAPI parses the body
     r.post(path, status_code=201, summary=f"Subscribe ({model.__name__})")(subscribe)
 
-    @r.get(path + "/{subscriptionId}", summary="One subscription")
-    def subscription(reg: Reg, who: Caller, appInstanceId: str, subscriptionId: str  # noqa: N803
-                     ) -> JSONResponse:  # fmt: skip
-        return json_response(
-            reg.subscription(who, api, appInstanceId, subscriptionId, delete=False)
+    @r.get(path + "/{subscriptionId}", summary="One subscription", responses=CONDITIONAL_GET)
+    def subscription(request: Request, reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+                     subscriptionId: str) -> Response:  # noqa: N803  # fmt: skip
+        return tagged(
+            request, reg.subscription(who, api, appInstanceId, subscriptionId, delete=False)
         )
 
-    @r.delete(path + "/{subscriptionId}", status_code=204, summary="Unsubscribe")
-    def unsubscribe(reg: Reg, who: Caller, appInstanceId: str, subscriptionId: str  # noqa: N803
-                    ) -> Response:  # fmt: skip
-        reg.subscription(who, api, appInstanceId, subscriptionId, delete=True)
+    @r.delete(path + "/{subscriptionId}", status_code=204, summary="Unsubscribe",
+              responses=CONDITIONAL)  # fmt: skip
+    def unsubscribe(request: Request, reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+                    subscriptionId: str) -> Response:  # noqa: N803  # fmt: skip
+        reg.subscription(who, api, appInstanceId, subscriptionId, delete=True,
+                         precondition=preconditions(request))  # fmt: skip
         return Response(status_code=204)
 
 
@@ -268,14 +270,16 @@ def _rule_routes(r: APIRouter, kind: str, model: type[Any], id_name: str) -> Non
     def rules(reg: Reg, who: Caller, appInstanceId: str) -> JSONResponse:  # noqa: N803
         return json_response(reg.rules(who, appInstanceId, kind))
 
-    @r.get(item, summary=f"One {kind} rule")
-    def rule(reg: Reg, who: Caller, appInstanceId: str, ruleId: str  # noqa: N803
-             ) -> JSONResponse:  # fmt: skip
-        return json_response(reg.rule(who, appInstanceId, kind, ruleId))
+    @r.get(item, summary=f"One {kind} rule", responses=CONDITIONAL_GET)
+    def rule(request: Request, reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+             ruleId: str) -> Response:  # noqa: N803  # fmt: skip
+        return tagged(request, reg.rule(who, appInstanceId, kind, ruleId))
 
-    def put_rule(reg: Reg, who: Caller, appInstanceId: str, ruleId: str,  # noqa: N803
-                 body: Any) -> JSONResponse:  # fmt: skip
-        return json_response(reg.put_rule(who, appInstanceId, ruleId, body))
+    def put_rule(request: Request, reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+                 ruleId: str, body: Any) -> Response:  # noqa: N803  # fmt: skip
+        return tagged(
+            request, reg.put_rule(who, appInstanceId, ruleId, body, preconditions(request))
+        )
 
     put_rule.__annotations__["body"] = model  # a runtime type, so FastAPI parses the body
-    r.put(item, summary=f"Update a {kind} rule (e.g. its state)")(put_rule)
+    r.put(item, summary=f"Update a {kind} rule (e.g. its state)", responses=CONDITIONAL)(put_rule)

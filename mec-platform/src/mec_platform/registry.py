@@ -20,6 +20,7 @@ from sqlalchemy import select
 from mec_common.api import ProblemError
 from mec_common.auth import Principal
 from mec_common.logging import get_logger
+from mec_common.rest_policy import Precondition, unconditional
 from mec_platform.db import AppInstance, AppRule, Database, Service, Subscription
 from mec_platform.models import (
     AppTerminationSubscription,
@@ -73,6 +74,9 @@ class Registry:
         # app instance -> event set by confirm_termination (waited for by the lifecycle)
         self.termination_confirmed: dict[str, threading.Event] = {}
         self.on_rules_changed: Callable[[str], None] = lambda _app: None
+        # Conditional writes (If-Match) compare and write under this lock, so two writers
+        # holding the same ETag cannot both succeed: the platform is one process.
+        self._writes = threading.Lock()
 
     # --- access control ---------------------------------------------------------------------
 
@@ -178,15 +182,21 @@ class Registry:
         return created
 
     def update(
-        self, principal: Principal, app_instance_id: str, service_id: str, new: ServiceInfo
+        self,
+        principal: Principal,
+        app_instance_id: str,
+        service_id: str,
+        new: ServiceInfo,
+        precondition: Precondition = unconditional,
     ) -> dict[str, Any]:
-        if new.ser_instance_id not in (None, service_id):
-            raise ProblemError(400, "serInstanceId in the body does not match the URI")
-        with self.db.session() as s:
+        with self._writes, self.db.session() as s:
             self.app_for(s, principal, app_instance_id)
             row = s.get(Service, service_id)
             if row is None or row.app_instance_id != app_instance_id:
                 raise ProblemError(404, f"service {service_id} does not exist")
+            if new.ser_instance_id not in (None, service_id):
+                raise ProblemError(400, "serInstanceId in the body does not match the URI")
+            precondition(self.service_json(row))
             info = new.dump()
             info.pop("serInstanceId", None)
             interval = info.pop("livenessInterval", row.liveness_interval)
@@ -198,13 +208,15 @@ class Registry:
         self._notify_availability(updated, change)
         return updated
 
-    def deregister(self, principal: Principal, app_instance_id: str, service_id: str) -> None:
-        with self.db.session() as s:
+    def deregister(self, principal: Principal, app_instance_id: str, service_id: str,
+                   precondition: Precondition = unconditional) -> None:  # fmt: skip
+        with self._writes, self.db.session() as s:
             self.app_for(s, principal, app_instance_id)
             row = s.get(Service, service_id)
             if row is None or row.app_instance_id != app_instance_id:
                 raise ProblemError(404, f"service {service_id} does not exist")
             removed = self.service_json(row)
+            precondition(removed)
             s.delete(row)
         self._reindex([], [service_id])
         self._notify_availability(removed, "REMOVED")
@@ -315,15 +327,22 @@ class Registry:
         return {"_links": {"self": {"href": me}, "subscriptions": links}}
 
     def subscription(
-        self, principal: Principal, api: str, app_instance_id: str, sub_id: str, delete: bool
+        self,
+        principal: Principal,
+        api: str,
+        app_instance_id: str,
+        sub_id: str,
+        delete: bool,
+        precondition: Precondition = unconditional,
     ) -> dict[str, Any]:
-        with self.db.session() as s:
+        with self._writes, self.db.session() as s:
             self.app_for(s, principal, app_instance_id)
             row = s.get(Subscription, sub_id)
             if row is None or row.app_instance_id != app_instance_id or row.api != API_OF[api]:
                 raise ProblemError(404, f"subscription {sub_id} does not exist")
             body = {**row.body, "_links": {"self": {"href": self._subscription_href(api, row)}}}
             if delete:
+                precondition(body)
                 s.delete(row)
         return body
 
@@ -419,18 +438,25 @@ class Registry:
             return row.body
 
     def put_rule(
-        self, principal: Principal, app_instance_id: str, rule_id: str, rule: TrafficRule | DnsRule
+        self,
+        principal: Principal,
+        app_instance_id: str,
+        rule_id: str,
+        rule: TrafficRule | DnsRule,
+        precondition: Precondition = unconditional,
     ) -> dict[str, Any]:
         kind = "traffic" if isinstance(rule, TrafficRule) else "dns"
         given = rule.traffic_rule_id if isinstance(rule, TrafficRule) else rule.dns_rule_id
-        if given != rule_id:
-            raise ProblemError(400, f"the rule id in the body ({given}) does not match the URI")
-        with self.db.session() as s:
+        with self._writes, self.db.session() as s:
             self.app_for(s, principal, app_instance_id)
             row = s.get(AppRule, (app_instance_id, kind, rule_id))
-            if row is None:
+            if row is None:  # existence before the body's checks (MEC 011 lists 404)
                 raise ProblemError(404, f"{kind} rule {rule_id} does not exist; rules come from "
                                    "the application descriptor")  # fmt: skip
+            if given != rule_id:
+                raise ProblemError(400, f"the rule id in the body ({given}) does not match "
+                                   "the URI")  # fmt: skip
+            precondition(row.body)
             row.body = rule.dump()
             body = row.body
         if kind == "traffic":

@@ -167,7 +167,10 @@ def create_app(
     """A FastAPI app that follows the suite's conventions (see the module docstring).
 
     ``public_url`` is the base URL clients use to reach the service (default: the request's).
+    Every route rejects query parameters it does not define (``mec_common.rest_policy``).
     """
+    from mec_common.rest_policy import reject_unknown_query  # it imports ProblemError from here
+
     app = FastAPI(
         title=title,
         version=version,
@@ -176,6 +179,7 @@ def create_app(
         redoc_url=None,
         openapi_tags=openapi_tags,
         responses=PROBLEM_RESPONSES,
+        dependencies=[Depends(reject_unknown_query), *fastapi_kwargs.pop("dependencies", [])],
         **fastapi_kwargs,
     )
     app.state.settings = settings
