@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mec_platform.testing import Running, external_app, make_settings, onboard
+from mec_platform.testing import Running, external_app, onboard, running_platform
 
 SM = "/mec_service_mgmt/v1"
 AS = "/mec_app_support/v1"
@@ -25,9 +25,8 @@ SERVICE = {"serName": "svc", "version": "1", "state": "ACTIVE", "serializer": "J
 
 @pytest.fixture
 def platform(tmp_path: Path) -> Iterator[Running]:
-    running = Running(make_settings(tmp_path))
-    yield running
-    running.stop()
+    with running_platform(tmp_path) as running:
+        yield running
 
 
 @pytest.fixture

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from mec_platform.testing import Receiver, Running, make_settings
+from mec_platform.testing import Receiver, Running, running_platform
 
 
 @pytest.fixture
 def platform(tmp_path: Path) -> Iterator[Running]:
-    running = Running(make_settings(tmp_path))
-    yield running
-    running.stop()
+    with running_platform(tmp_path) as running:
+        yield running
 
 
 @pytest.fixture

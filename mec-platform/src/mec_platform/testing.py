@@ -7,6 +7,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -61,6 +63,16 @@ class Running:
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.platform.close()
+
+
+@contextmanager
+def running_platform(state_dir: Path, **overrides: Any) -> Iterator[Running]:
+    """A platform on a free port for the duration of the block (a fixture's body)."""
+    running = Running(make_settings(state_dir, **overrides))
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 def make_settings(state_dir: Path, **overrides: Any) -> PlatformSettings:
