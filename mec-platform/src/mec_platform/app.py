@@ -112,6 +112,8 @@ def build_platform(settings: PlatformSettings) -> Platform:
     threading.Thread(target=_liveness_loop,
                      args=(registry, health, settings.liveness_check_s, stop),
                      name="liveness", daemon=True).start()  # fmt: skip
+    threading.Thread(target=_supervision_loop, args=(manager, settings.supervision_s, stop),
+                     name="supervision", daemon=True).start()  # fmt: skip
     return Platform(app, db, authority, registry, manager, notifier, admin_secret, stop)
 
 
@@ -126,3 +128,12 @@ def _liveness_loop(registry: Registry, health: Health, period: float, stop: thre
         except Exception as exc:  # keep checking; the database may come back
             health.set("database", False, f"{backend}: {type(exc).__name__}")
             log.error("liveness check failed", error=str(exc))
+
+
+def _supervision_loop(manager: Manager, period: float, stop: threading.Event) -> None:
+    """Notice apps that died (killed, crashed, container or release gone) within seconds."""
+    while not stop.wait(period):
+        try:
+            manager.supervise()
+        except Exception as exc:  # keep supervising; the database may come back
+            log.error("supervision failed", error=str(exc))

@@ -8,14 +8,24 @@ backend starts the app (a command for ``process``, an image for ``docker``, a ch
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Annotated, Any
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from mec_platform.models import CategoryRef, DnsRule, TrafficRule
+
+PLATFORM_PREFIX = "PLATFORM_"  # the platform's own settings: never passed to an app
 
 Name = Annotated[str, Field(min_length=1, max_length=128)]
 
@@ -58,12 +68,33 @@ class ServiceDescriptor(AppdModel):
     transports_supported: list[dict[str, Any]] | None = None
 
 
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
 class ProcessDeployment(AppdModel):
     command: Annotated[list[str], Field(min_length=1)]
-    env: dict[str, str] = {}
+    env: dict[EnvName, str] = {}
     env_prefix: str | None = Field(
         None, description="also pass PLATFORM_URL etc. as <prefix>PLATFORM_URL (e.g. PEP_)"
     )
+    inherit_env: list[str] = Field(
+        [],
+        description="variables of the platform's environment the app receives, by name or "
+        "PREFIX* (the operator's settings for this app, e.g. RNIS_*); never PLATFORM_*",
+    )
+
+    @field_validator("inherit_env")
+    @classmethod
+    def _never_the_platforms(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            stem = pattern.removesuffix("*")
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", stem):
+                raise ValueError(f"{pattern!r} is not a variable name or NAME_PREFIX*")
+            if stem.startswith(PLATFORM_PREFIX) or (
+                pattern.endswith("*") and PLATFORM_PREFIX.startswith(stem)
+            ):
+                raise ValueError(f"{pattern!r} would pass the platform's own settings")
+        return patterns
 
 
 class DockerDeployment(AppdModel):

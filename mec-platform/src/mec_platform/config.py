@@ -43,6 +43,9 @@ class PlatformSettings(ServiceSettings):
     liveness_check_s: float = Field(
         1.0, gt=0, description="how often missed heartbeats are checked"
     )
+    supervision_s: float = Field(
+        2.0, gt=0, description="how often the platform checks that started apps still run"
+    )
     amqp_exchange: str = Field("rnis", description="exchange advertised with the AMQP transport")
     apps_dir: Path | None = Field(
         None, description="where process-backend apps run and log (default <state dir>/apps)"

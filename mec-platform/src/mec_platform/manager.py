@@ -53,6 +53,9 @@ class Manager:
         self.base_url, self.graceful_timeout_s = base_url, graceful_timeout_s
         self._threads: list[threading.Thread] = []
         self._writes = threading.Lock()  # conditional writes compare and write under it
+        # Held while an operation begins and while a dead app is handled, so that the two
+        # never act on one instance at once.
+        self._lifecycle_lock = threading.Lock()
         registry.on_rules_changed = self.apply_traffic_rules
 
     # --- packages ---------------------------------------------------------------------------
@@ -263,7 +266,7 @@ class Manager:
 
     def _begin(self, instance_id: str, operation: str, params: dict[str, Any],
                want_state: str) -> tuple[str, AppD]:  # fmt: skip
-        with self.db.session() as s:
+        with self._lifecycle_lock, self.db.session() as s:
             row, appd = self._instance(s, instance_id)
             if self._busy(s, instance_id):
                 raise ProblemError(409, "another operation on this app instance is in progress")
@@ -293,12 +296,13 @@ class Manager:
             client_id, secret = self.authority.create_app_client(instance_id)
             env = {"PLATFORM_URL": self.base_url, "APP_INSTANCE_ID": instance_id,
                    "CLIENT_ID": client_id, "CLIENT_SECRET": secret}  # fmt: skip
+            self._set_ready(instance_id, False)  # before the start: the app may confirm at once
             ref = self.backend.start(instance_id, appd, env)
             with self.db.session() as s:
                 row = s.get(AppInstance, instance_id)
                 assert row is not None
                 row.instantiation_state, row.operational_state = "INSTANTIATED", "STARTED"
-                row.backend, row.backend_ref, row.ready = self.backend.name, ref, False
+                row.backend, row.backend_ref = self.backend.name, ref
             self.apply_traffic_rules(instance_id)
         except (BackendError, DataplaneError, OSError) as exc:
             log.error("instantiation failed", app_instance_id=instance_id, error=str(exc))
@@ -307,6 +311,12 @@ class Manager:
             return
         log.info("app instantiated", app_instance_id=instance_id, app=appd.app_name)
         self._set_op(op_id, "COMPLETED")
+
+    def _set_ready(self, instance_id: str, ready: bool) -> None:
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            assert row is not None
+            row.ready = ready
 
     def _load_rules(self, instance_id: str, appd: AppD) -> None:
         with self.db.session() as s:
@@ -344,13 +354,13 @@ class Manager:
 
     def _terminate(self, instance_id: str, op_id: str, graceful: bool, timeout: int) -> None:
         self._set_op(op_id, "PROCESSING")
-        if graceful:
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            assert row is not None
+            ref, running = row.backend_ref, row.operational_state == "STARTED"
+        if graceful and running:  # a dead app (STOPPED) confirms nothing
             self._graceful_stop(instance_id, timeout)
         try:
-            with self.db.session() as s:
-                row = s.get(AppInstance, instance_id)
-                assert row is not None
-                ref = row.backend_ref
             if ref:
                 self.backend.stop(ref, timeout_s=10)
         except BackendError as exc:
@@ -383,6 +393,54 @@ class Manager:
             if row is not None:
                 row.instantiation_state, row.operational_state = "NOT_INSTANTIATED", None
                 row.backend_ref, row.ready, row.termination_pending = None, False, None
+
+    # --- supervision ------------------------------------------------------------------------
+
+    def supervise(self) -> list[str]:
+        """Find started apps whose process, container or release is gone; returns their ids.
+
+        A dead app's instance becomes STOPPED and not ready (it stays INSTANTIATED until the
+        operator terminates it); its services are removed (subscribers are told REMOVED),
+        its data-plane rules (which would steer traffic to nothing) and credentials are
+        removed, and the backend reaps what is left of it.
+        """
+        with self.db.session() as s:
+            started = [(row.id, row.backend_ref) for row in s.scalars(select(AppInstance).where(
+                AppInstance.instantiation_state == "INSTANTIATED",
+                AppInstance.operational_state == "STARTED"))]  # fmt: skip
+        dead = []
+        for instance_id, ref in started:
+            if ref and not self._alive(instance_id, ref) and self._mark_stopped(instance_id):
+                self._app_died(instance_id, ref)
+                dead.append(instance_id)
+        return dead
+
+    def _alive(self, instance_id: str, ref: str) -> bool:
+        try:
+            return self.backend.alive(ref)
+        except BackendError as exc:  # the engine is unreachable: the app may well be fine
+            log.warning("cannot check app", app_instance_id=instance_id, error=str(exc))
+            return True
+
+    def _mark_stopped(self, instance_id: str) -> bool:
+        """STOPPED, unless an operation (e.g. a termination) already owns the instance."""
+        with self._lifecycle_lock, self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            if row is None or row.operational_state != "STARTED" or self._busy(s, instance_id):
+                return False
+            row.operational_state, row.ready = "STOPPED", False
+            return True
+
+    def _app_died(self, instance_id: str, ref: str) -> None:
+        log.error("app died", app_instance_id=instance_id, backend=self.backend.name, ref=ref)
+        if self.dataplane is not None:
+            self.dataplane.remove(instance_id)
+        self.registry.remove_services(instance_id)
+        self.authority.revoke_app_clients(instance_id)
+        try:
+            self.backend.stop(ref, timeout_s=1)
+        except BackendError as exc:
+            log.error("cannot reap dead app", app_instance_id=instance_id, error=str(exc))
 
     def recover(self) -> None:
         """After a restart: operations cut short are FAILED; rules are applied again."""

@@ -224,15 +224,20 @@ class Registry:
     def remove_app_resources(self, app_instance_id: str) -> None:
         """At termination: the app's services (notified as REMOVED), subscriptions, rules."""
         with self.db.session() as s:
+            for model in (Subscription, AppRule):
+                for item in s.scalars(select(model).where(
+                        model.app_instance_id == app_instance_id)):  # fmt: skip
+                    s.delete(item)
+        self.remove_services(app_instance_id)
+
+    def remove_services(self, app_instance_id: str) -> None:
+        """The app's services leave discovery; subscribers are told REMOVED."""
+        with self.db.session() as s:
             services = list(s.scalars(select(Service).where(
                 Service.app_instance_id == app_instance_id)))  # fmt: skip
             removed = [self.service_json(row) for row in services]
             for row in services:
                 s.delete(row)
-            for model in (Subscription, AppRule):
-                for item in s.scalars(select(model).where(
-                        model.app_instance_id == app_instance_id)):  # fmt: skip
-                    s.delete(item)
         self._reindex([], [svc["serInstanceId"] for svc in removed])
         for service in removed:
             self._notify_availability(service, "REMOVED")

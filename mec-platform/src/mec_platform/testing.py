@@ -84,6 +84,7 @@ def make_settings(state_dir: Path, **overrides: Any) -> PlatformSettings:
         "notify_backoff_s": 0.05,
         "graceful_timeout_s": 5,
         "liveness_check_s": 0.2,
+        "supervision_s": 0.2,
         **overrides,
     }
     return PlatformSettings(**values)

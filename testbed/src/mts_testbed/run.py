@@ -183,7 +183,8 @@ class System:
                                   headers={"Authorization": f"Bearer {token}"})  # fmt: skip
 
     def platform_env(self) -> dict[str, str]:
-        """The platform's environment; its process backend passes it on to the apps."""
+        """The platform's environment; each app receives only its own part of it (the AppDs
+        grant RNIS_*, PEP_*, PM_* with inheritEnv) and PATH."""
         topo = self.require_topo()
         amqp = f"amqp://{self.amqp_user}:{self.amqp_password}@{topo.mgmt['mec_host']}:5672/%2F"
         return {
