@@ -65,6 +65,16 @@ def test_observation_time_becomes_monotonic() -> None:
     assert 29 <= age_ms <= 40
 
 
+def test_staleness_runs_from_the_measurement_not_the_poll() -> None:
+    """A report measured 80 ms ago and polled again just now is 80 ms old (issue 22, #6)."""
+    now = time.time_ns()
+    m = measurement(observed_ns=now, source_time_ns=now - 80_000_000)
+    update = radio_state(m, default_harq=8)
+    assert update is not None
+    age_ms = (time.monotonic_ns() - update.radio.observed_ns) / 1e6
+    assert 75 <= age_ms < 1000
+
+
 def test_unknowns_are_conservative() -> None:
     assert radio_state(measurement(dl_tbs_bytes=None), default_harq=8) is None
     assert radio_state(measurement(ue_ipv4=None), default_harq=8) is None

@@ -20,11 +20,9 @@ func (s *source) rebuild() {
 		s.config = s.appendConfigs(nil)
 		s.changed = false
 	}
-	sfnSF := int(now.UnixMilli()/10%1024)<<4 | int(now.UnixMilli()%10)
+	sfnSF := int(now.UnixMilli() % 10240) // frame*10 + subframe, as OAI's agent writes it
 	mac := append(make([]byte, 0, 1600*len(s.ues)+256), `{"date_time":"`...)
 	mac = now.UTC().AppendFormat(mac, "2006-01-02T15:04:05.000")
-	mac = append(mac, `","date_time_ns":"`...)
-	mac = strconv.AppendInt(mac, now.UnixNano(), 10)
 	mac = append(mac, `","mac_stats":[`...)
 	for c := range s.cells {
 		if c > 0 {

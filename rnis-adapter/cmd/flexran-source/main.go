@@ -3,8 +3,8 @@
 // cells, with values that change every refresh period. The adapter's tests and benchmark
 // use it; the RAN emulator (testbed/ran-emulator) is the realistic source.
 //
-// Documents are built once per refresh, not per request. Extensions: "date_time_ns" (the
-// snapshot's time in Unix ns) and "ueIpv4" per UE (as the RAN emulator). A small control API
+// Documents are built once per refresh, not per request. sfnSn is frame*10 + subframe, as
+// OAI's agent writes it. Extension: "ueIpv4" per UE (as the RAN emulator). A small control API
 // changes the population for tests:
 //
 //	POST /source/attach?ue=N   POST /source/detach?ue=N   POST /source/move?ue=N&cell=C

@@ -30,6 +30,7 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/mec012"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
 	"mts.invalid/suite/rnis-adapter/internal/poller"
+	"mts.invalid/suite/rnis-adapter/internal/ranclock"
 	"mts.invalid/suite/rnis-adapter/internal/service"
 	"mts.invalid/suite/rnis-adapter/internal/state"
 	"mts.invalid/suite/services/common/go/auth"
@@ -117,12 +118,13 @@ func parse(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	out := []byte("[")
 	n := 0
-	now := time.Now().UnixNano()
+	now := time.Now()
 	for i := range snaps {
 		for _, skip := range snaps[i].Skipped {
 			fmt.Fprintf(stderr, "rnis-adapter: sample %d, bs_id %d, UE entry %d skipped: %s\n", i, skip.BSID, skip.Index, skip.Reason)
 		}
-		for _, m := range meas.Normalize(&snaps[i], now, ips) {
+		// one document on its own: when it was measured is unknown (source_time_ns null)
+		for _, m := range meas.Normalize(&snaps[i], now, ips, nil) {
 			if n > 0 {
 				out = append(out, ",\n "...)
 			}
@@ -162,8 +164,14 @@ func serve(args []string) int {
 }
 
 func run(cfg *config.Config, log *slog.Logger) error {
+	format, err := ranclock.ParseSFNFormat(cfg.SFNFormat)
+	if err != nil {
+		return err
+	}
+	clock := ranclock.New(format)
 	pcfg := poller.Config{BaseURL: strings.TrimSuffix(cfg.FlexRANURL, "/"), Path: cfg.FlexRANPath, Token: cfg.FlexRANToken, Split: cfg.Split,
-		Period: cfg.PollPeriod, Timeout: cfg.PollTimeout, ConfigPeriod: cfg.ConfigPeriod, ReportSF: cfg.ReportSF}
+		Period: cfg.PollPeriod, Timeout: cfg.PollTimeout, ConfigPeriod: cfg.ConfigPeriod, ReportSF: cfg.ReportSF,
+		Clock: clock, StaleBound: cfg.StaleBound}
 	if err := pcfg.Validate(); err != nil {
 		return err
 	}
@@ -200,7 +208,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pipeline := &service.Pipeline{IPs: ips, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
+	pipeline := &service.Pipeline{IPs: ips, Clock: clock, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", health)

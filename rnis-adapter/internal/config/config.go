@@ -34,6 +34,8 @@ type Config struct {
 	PollPeriod, PollTimeout time.Duration
 	ConfigPeriod            time.Duration
 	ReportSF                int
+	SFNFormat               string
+	StaleBound              time.Duration
 	IPMapFile               string
 	DetachAfter             time.Duration
 
@@ -72,7 +74,9 @@ func (c *Config) settings() []setting {
 		{"POLL_PERIOD", "8ms", "poll period, 1ms..10s", duration(&c.PollPeriod)},
 		{"POLL_TIMEOUT", "1s", "timeout of one statistics request", duration(&c.PollTimeout)},
 		{"CONFIG_PERIOD", "1s", "enb_config refresh period in split mode (also on an unknown RNTI)", duration(&c.ConfigPeriod)},
-		{"REPORT_SF", "0", "if > 0, set the controller's reporting period to this many ms (POST /stats/conf/enb/:id)", integer(&c.ReportSF)},
+		{"REPORT_SF", "0", "if > 0, keep the controller's reporting period at this many ms: set on every (re)connection of an eNB (POST /stats/conf/enb/:id), read back every CONFIG_PERIOD and set again when the controller's configuration or the report stream differs", integer(&c.ReportSF)},
+		{"SFN_FORMAT", "decimal", "how the source writes sfnSn: decimal (frame*10+subframe: OAI's FlexRAN agent, the RAN emulator) or packed (frame<<4|subframe)", oneOf(&c.SFNFormat, "decimal", "packed")},
+		{"STALE_BOUND", "50ms", "the consumers' staleness bound (the PEP's PEP_MELD_STALE_MS): a warning is logged when the RAN reports less often", duration(&c.StaleBound)},
 		{"IP_MAP", "", "JSON file mapping IMSI or <bs_id>/<rnti> to UE IPv4 (docs/rnis-adapter.md)", str(&c.IPMapFile)},
 		{"DETACH_AFTER", "1s", "a UE missing from the statistics this long (and 2 polls) is detached", duration(&c.DetachAfter)},
 		{"NOTIFY_TIMEOUT", "2s", "timeout of one MEC 012 notification POST", duration(&c.NotifyTimeout)},

@@ -29,8 +29,7 @@ func Some(v int64) Int { return Int{V: v, Set: true} }
 
 // Snapshot is one sample of the controller's statistics.
 type Snapshot struct {
-	Time     time.Time // "date_time" (UTC assumed; zero if absent)
-	TimeNs   int64     // extension "date_time_ns": the source's time in Unix ns (0 if absent)
+	Time     time.Time // "date_time": when the controller answered (UTC assumed; zero if absent), not when the RAN measured
 	Legacy   bool      // 2017 format (agent_id, no macStats)
 	Stations []Station
 	Skipped  []Skip // UE entries that could not be read
@@ -88,7 +87,7 @@ type LogicalChannel struct {
 type UEStats struct {
 	RNTI          int64
 	WBCQI         Int // dlCqiReport.csiReport[servCellIndex 0].p10csi.wbCqi
-	SFNSF         Int // dlCqiReport.sfnSn: frame << 4 | subframe
+	SFNSF         Int // dlCqiReport.sfnSn as the source writes it (ranclock.SFNFormat)
 	PHR           Int
 	TBSDL         Int // macStats.tbsDl, bytes in the last TTI
 	PRBDL         Int
@@ -194,10 +193,6 @@ func parseSample(s *scanner) (Snapshot, error) {
 		switch string(key) {
 		case "date_time":
 			return snap.readTime(s)
-		case "date_time_ns":
-			ns, err := s.int(key)
-			snap.TimeNs = ns.V
-			return err
 		case "eNB_config":
 			hasConfig = true
 			return nullOr(s, func() error {

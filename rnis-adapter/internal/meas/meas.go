@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/ranclock"
 	"mts.invalid/suite/services/common/go/threegpp"
 )
 
@@ -17,9 +19,6 @@ const SchemaVersion = 1
 
 // BestCQI is the CQI whose TBS bounds what a UE can get (MELD's S_TBm).
 const BestCQI = 15
-
-// TTIMicros is the LTE TTI; FlexRAN reports LTE.
-const TTIMicros = 1000
 
 // Int is an optional integer (unset = not reported by the RAN source).
 type Int = flexran.Int
@@ -38,8 +37,10 @@ type Measurement struct {
 	RLCQueue, RLCHOL                      Int
 	RLC                                   []flexran.RLCReport
 	HARQ, PHR, SFNSF, Frame, Subframe     Int
-	SourceTimeNs                          Int
-	ObservedNs                            int64
+	SourceTimeNs                          Int   // when the report was measured (ranclock)
+	SourceTimeUncNs                       Int   // its uncertainty: the report period
+	ObservedNs                            int64 // when the adapter got the poll's answer
+	TTINs                                 int64 // measured TTI length (ranclock), > 0
 
 	BestCQITBS, CellBestCQITBS Int
 	CellUEs                    int
@@ -75,31 +76,68 @@ type Resolver interface {
 	Lookup(imsi string, bsID, rnti int64) netip.Addr
 }
 
-// Normalize builds the measurements of one snapshot. observedNs is when the adapter got it.
-func Normalize(s *flexran.Snapshot, observedNs int64, ips Resolver) []Measurement {
+// Normalize builds the measurements of one snapshot observed (answered) at the given time.
+// The clock (one per source) dates each station's report; without one (a single document
+// read on its own) the measurement time is unknown and the TTI nominal.
+func Normalize(s *flexran.Snapshot, observed time.Time, ips Resolver, clock *ranclock.Clock) []Measurement {
 	n := 0
 	for i := range s.Stations {
 		n += len(s.Stations[i].UEs)
 	}
 	out := make([]Measurement, 0, n)
-	sourceNs := sourceTime(s)
 	for i := range s.Stations {
-		out = appendStation(out, &s.Stations[i], sourceNs, observedNs, ips)
+		st := &s.Stations[i]
+		out = appendStation(out, st, stationTime(st, observed, clock), observed.UnixNano(), ips)
 	}
 	return out
 }
 
-func sourceTime(s *flexran.Snapshot) Int {
-	if s.TimeNs > 0 {
-		return flexran.Some(s.TimeNs)
+// stationTime dates a station's report from the sfnSn of its first UE that has one (the
+// agent reports all its UEs at once).
+func stationTime(st *flexran.Station, observed time.Time, clock *ranclock.Clock) timing {
+	t := timing{format: ranclock.SFNDecimal, tti: ranclock.NominalTTI, holMeasured: reportsHOL(st)}
+	if clock == nil {
+		return t
 	}
-	if !s.Time.IsZero() {
-		return flexran.Some(s.Time.UnixNano())
+	var sfn flexran.Int
+	for j := range st.UEs {
+		if st.UEs[j].SFNSF.Set {
+			sfn = st.UEs[j].SFNSF
+			break
+		}
 	}
-	return Int{}
+	r := clock.Observe(st.BSID, sfn.V, sfn.Set, observed)
+	t.format, t.tti = clock.Format(), r.TTI
+	t.measured = flexran.Some(r.MeasuredNs)
+	if r.UncertaintyNs > 0 {
+		t.uncertainty = flexran.Some(r.UncertaintyNs)
+	}
+	t.holMeasured = clock.HOLMeasured(st.BSID, reportsHOL(st))
+	return t
 }
 
-func appendStation(out []Measurement, st *flexran.Station, sourceNs Int, observedNs int64, ips Resolver) []Measurement {
+// timing is what the clock says about one station's report.
+type timing struct {
+	measured, uncertainty Int
+	tti                   time.Duration
+	format                ranclock.SFNFormat
+	holMeasured           bool
+}
+
+// reportsHOL tells whether a station reported a head-of-line delay other than 0 (OAI's
+// agent always writes 0: it does not measure it).
+func reportsHOL(st *flexran.Station) bool {
+	for j := range st.UEs {
+		for _, q := range st.UEs[j].RLC {
+			if q.TxHOL.Set && q.TxHOL.V > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func appendStation(out []Measurement, st *flexran.Station, t timing, observedNs int64, ips Resolver) []Measurement {
 	first := len(out)
 	type cellNames struct {
 		key  string
@@ -115,7 +153,13 @@ func appendStation(out []Measurement, st *flexran.Station, sourceNs Int, observe
 			BSID: st.BSID, RNTI: ue.RNTI, IMSI: conf.IMSI, IPv4: conf.IPv4,
 			WBCQI: ue.WBCQI, DLMCS: ue.MCS1DL, DLTBS: ue.TBSDL, DLPRBs: ue.PRBDL,
 			PHR: ue.PHR, HARQ: ue.HARQProcesses, SFNSF: ue.SFNSF, RLC: ue.RLC, RRC: ue.RRC,
-			SourceTimeNs: sourceNs, ObservedNs: observedNs,
+			SourceTimeNs: t.measured, SourceTimeUncNs: t.uncertainty, ObservedNs: observedNs,
+			TTINs: int64(t.tti),
+		}
+		if m.DLTBS.Set && m.DLTBS.V == 0 && m.DLPRBs.Set {
+			// no transport block in the last TTI: the UE held no PRBs then (OAI keeps the
+			// prbDl of an earlier TTI: an idle UE reads 2 PRBs)
+			m.DLPRBs = flexran.Some(0)
 		}
 		if cell != nil {
 			m.PhyCellID, m.CellPRBs = cell.PhyCellID, cell.DLBandwidth
@@ -132,14 +176,13 @@ func appendStation(out []Measurement, st *flexran.Station, sourceNs Int, observe
 		if !m.IPv4.IsValid() && ips != nil {
 			m.IPv4 = ips.Lookup(m.IMSI, st.BSID, m.RNTI)
 		}
-		if m.SFNSF.Set {
-			m.Frame = flexran.Some(m.SFNSF.V >> 4 & 1023)
-			m.Subframe = flexran.Some(m.SFNSF.V & 15)
-			if m.Subframe.V > 9 {
-				m.Subframe = Int{}
-			}
+		if frame, sub, ok := t.format.Split(m.SFNSF.V); m.SFNSF.Set && ok {
+			m.Frame, m.Subframe = flexran.Some(frame), flexran.Some(sub)
 		}
 		m.RLCQueue, m.RLCHOL = drbQueue(ue.RLC)
+		if !t.holMeasured {
+			m.RLCHOL = Int{} // the source writes 0 without measuring it: unknown
+		}
 		m.ERABs, arena = erabs(arena, st, ue)
 		out = append(out, m)
 	}
@@ -277,7 +320,6 @@ func deriveCell(ues []Measurement) {
 }
 
 func derive(m *Measurement) {
-	m.BestCQITBS = tbsBytesForCQI(BestCQI, m.DLPRBs)
 	m.CellBestCQITBS = tbsBytesForCQI(BestCQI, m.CellPRBs)
 	if m.HasPRBUsage() {
 		m.CellPRBUsage = float64(m.CellAllocPRBs.V) / float64(m.CellPRBs.V)
@@ -286,7 +328,7 @@ func derive(m *Measurement) {
 		if m.WBCQI.V == 0 { // CQI 0: out of range, nothing gets through
 			m.CQICapacity = flexran.Some(0)
 		} else if tbs := tbsBytesForCQI(int(m.WBCQI.V), m.CellPRBs); tbs.Set {
-			m.CQICapacity = bitsPerSecond(tbs.V)
+			m.CQICapacity = m.BitsPerSecond(tbs.V)
 		}
 	}
 	if m.DLPRBs.Set && m.CellPRBs.Set && m.CellAllocPRBs.Set {
@@ -294,10 +336,23 @@ func derive(m *Measurement) {
 		m.RapidPRBs = flexran.Some(min(m.DLPRBs.V+unused, m.CellPRBs.V))
 		if mcs := m.rapidMCS(); mcs.Set {
 			if tbs, err := threegpp.LTETBSBytesForMCS(int(mcs.V), int(m.RapidPRBs.V)); err == nil {
-				m.RapidCapacity = bitsPerSecond(int64(tbs))
+				m.RapidCapacity = m.BitsPerSecond(int64(tbs))
 			}
 		}
 	}
+	m.BestCQITBS = tbsBytesForCQI(BestCQI, m.schedulablePRBs())
+}
+
+// schedulablePRBs are the PRBs MELD's Q_th is taken on: those the UE held in the last TTI,
+// or, when it held none (nothing queued), those it would get now (RAPID's Pe_i).
+func (m *Measurement) schedulablePRBs() Int {
+	if m.DLPRBs.Set && m.DLPRBs.V > 0 {
+		return m.DLPRBs
+	}
+	if m.RapidPRBs.Set {
+		return m.RapidPRBs
+	}
+	return m.DLPRBs
 }
 
 // rapidMCS is MCS_i: the UE's last DL MCS, or the MCS of its CQI when it has none yet.
@@ -322,6 +377,15 @@ func tbsBytesForCQI(cqi int, prbs Int) Int {
 	return flexran.Some(int64(tbs))
 }
 
-func bitsPerSecond(tbsBytes int64) Int {
-	return flexran.Some(tbsBytes * 8 * 1_000_000 / TTIMicros)
+// BitsPerSecond converts bytes per TTI into bit/s at the measured TTI rate (the one
+// conversion: the feed's capacities and MEC 012 throughput).
+func (m *Measurement) BitsPerSecond(bytesPerTTI int64) Int {
+	tti := m.TTINs
+	if tti <= 0 {
+		tti = int64(ranclock.NominalTTI)
+	}
+	return flexran.Some(bytesPerTTI * 8 * int64(time.Second) / tti)
 }
+
+// TTIMicros is the measured TTI in µs (the feed's tti_us).
+func (m *Measurement) TTIMicros() int64 { return max(1, (m.TTINs+500)/1000) }

@@ -8,15 +8,24 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	gojson "github.com/goccy/go-json"
 
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/ranclock"
 )
 
 const fixtures = "../../testdata/flexran"
 
 func normalizeFile(t testing.TB, name string, ips Resolver) []Measurement {
+	t.Helper()
+	s := parseFile(t, name)
+	return Normalize(&s, time.Unix(0, 42), ips, nil)
+}
+
+// parseFile reads the first sample of a fixture.
+func parseFile(t testing.TB, name string) flexran.Snapshot {
 	t.Helper()
 	doc, err := os.ReadFile(filepath.Join(fixtures, name))
 	if err != nil {
@@ -27,7 +36,7 @@ func normalizeFile(t testing.TB, name string, ips Resolver) []Measurement {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Normalize(&snaps[0], 42, ips)
+	return snaps[0]
 }
 
 func some(v int64) Int { return flexran.Some(v) }
@@ -40,15 +49,15 @@ func TestSaturatedSingleUE(t *testing.T) {
 		"cell_prbs":          {m.CellPRBs, some(25)},
 		"dl_tbs":             {m.DLTBS, some(2292)},
 		"rlc_queue":          {m.RLCQueue, some(934597)},
-		"rlc_hol":            {m.RLCHOL, some(0)},
+		"rlc_hol":            {m.RLCHOL, Int{}}, // OAI writes 0 without measuring it
 		"best_cqi_tbs":       {m.BestCQITBS, some(2292)},
 		"cell_best_cqi_tbs":  {m.CellBestCQITBS, some(2292)},
 		"cell_alloc":         {m.CellAllocPRBs, some(25)},
 		"rapid_prbs":         {m.RapidPRBs, some(25)},
 		"rapid_capacity_bps": {m.RapidCapacity, some(18_336_000)},
 		"cqi_capacity_bps":   {m.CQICapacity, some(18_336_000)},
-		"frame":              {m.Frame, some(1161 >> 4)},
-		"subframe":           {m.Subframe, some(1161 & 15)},
+		"frame":              {m.Frame, some(116)}, // sfnSn 1161 = frame*10 + subframe (OAI)
+		"subframe":           {m.Subframe, some(1)},
 		"harq":               {m.HARQ, some(8)},
 	}
 	for name, c := range checks {
@@ -59,8 +68,8 @@ func TestSaturatedSingleUE(t *testing.T) {
 	if m.Cell != "10000-0" || m.IMSI != "" || m.CellUEs != 1 || m.CellPRBUsage != 1 || m.ObservedNs != 42 {
 		t.Errorf("%+v", m)
 	}
-	if m.SourceTimeNs.V != 1795276672424000000 { // 2026-11-21T15:57:52.424 UTC
-		t.Errorf("source time %d", m.SourceTimeNs.V)
+	if m.SourceTimeNs.Set { // date_time is when the controller answered, not a measurement time
+		t.Errorf("source time %d from one document", m.SourceTimeNs.V)
 	}
 }
 
@@ -138,6 +147,7 @@ type jsonView struct {
 	Frame          *int64    `json:"frame"`
 	Subframe       *int64    `json:"subframe"`
 	SourceTimeNs   *int64    `json:"source_time_ns"`
+	SourceTimeUnc  *int64    `json:"source_time_uncertainty_ns"`
 	ObservedNs     int64     `json:"observed_ns"`
 	TTIus          int64     `json:"tti_us"`
 	BestCQITBS     *int64    `json:"best_cqi_tbs_bytes"`
@@ -169,7 +179,7 @@ func view(m *Measurement) jsonView {
 		WBCQI: ptr(m.WBCQI), DLMCS: ptr(m.DLMCS), DLTBS: ptr(m.DLTBS), DLPRBs: ptr(m.DLPRBs), CellPRBs: ptr(m.CellPRBs),
 		RLCQueue: ptr(m.RLCQueue), RLCHOL: ptr(m.RLCHOL), RLC: []rlcView{}, HARQ: ptr(m.HARQ), PHR: ptr(m.PHR),
 		SFNSF: ptr(m.SFNSF), Frame: ptr(m.Frame), Subframe: ptr(m.Subframe), SourceTimeNs: ptr(m.SourceTimeNs),
-		ObservedNs: m.ObservedNs, TTIus: TTIMicros, BestCQITBS: ptr(m.BestCQITBS), CellBestCQITBS: ptr(m.CellBestCQITBS),
+		SourceTimeUnc: ptr(m.SourceTimeUncNs), ObservedNs: m.ObservedNs, TTIus: m.TTIMicros(), BestCQITBS: ptr(m.BestCQITBS), CellBestCQITBS: ptr(m.CellBestCQITBS),
 		CellUEs: m.CellUEs, CellAlloc: ptr(m.CellAllocPRBs), RapidPRBs: ptr(m.RapidPRBs),
 		RapidCapacity: ptr(m.RapidCapacity), CQICapacity: ptr(m.CQICapacity)}
 	if m.IMSI != "" {
@@ -204,7 +214,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			continue
 		}
 		for _, s := range snaps {
-			for _, m := range Normalize(&s, 7, ips) {
+			for _, m := range Normalize(&s, time.Unix(0, 7), ips, ranclock.New(ranclock.SFNDecimal)) {
 				n++
 				fast := m.AppendJSON(nil)
 				want, _ := json.Marshal(view(&m))

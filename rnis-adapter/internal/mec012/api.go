@@ -270,7 +270,7 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 		}
 		ue := map[string]any{"ecgi": ecgiOf(&m), "associateId": associate(&m)[0]}
 		if m.DLTBS.Set {
-			ue["dl_nongbr_throughput_ue"] = m.DLTBS.V * 8 * 1000 / meas.TTIMicros
+			ue["dl_nongbr_throughput_ue"] = m.BitsPerSecond(m.DLTBS.V).V / 1000 // kbit/s at the measured TTI rate
 		}
 		if m.RLCHOL.Set {
 			ue["dl_nongbr_delay_ue"] = m.RLCHOL.V
@@ -293,8 +293,9 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"cellInfo": cellInfo, "cellUEInfo": ueInfo, "timeStamp": stamped})
 }
 
-// measuredAt is when the RAN took a measurement: the source's time (FlexRAN's date_time,
-// or the RAN emulator's date_time_ns to the ns) if it has one, else when the adapter saw it.
+// measuredAt is when the RAN took a measurement: when the adapter first saw its report
+// (ranclock; FlexRAN's date_time is only when the controller answered), else when the
+// adapter saw it.
 func measuredAt(m *meas.Measurement) int64 {
 	if m.SourceTimeNs.Set {
 		return m.SourceTimeNs.V

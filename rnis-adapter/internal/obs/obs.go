@@ -4,6 +4,7 @@ package obs
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,9 @@ type Metrics struct {
 	brokerUp       prometheus.Gauge
 	sourceUp       prometheus.Gauge
 	notifications  *prometheus.CounterVec
+	reportSets     prometheus.Counter
+	reportPeriod   *prometheus.GaugeVec
+	tti            *prometheus.GaugeVec
 }
 
 // NewMetrics registers the metrics in a registry of their own (plus Go and process metrics).
@@ -67,10 +71,16 @@ func NewMetrics(health *svc.Health) *Metrics {
 		sourceUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rnis_ran_source_up", Help: "1 when the last poll succeeded"}),
 		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rnis_mec012_notifications_total",
 			Help: "MEC 012 notifications by type and result (sent, failed)"}, []string{"type", "result"}),
+		reportSets: prometheus.NewCounter(prometheus.CounterOpts{Name: "rnis_report_period_set_total",
+			Help: "Times the controller's reporting period was (re)applied (RNIS_REPORT_SF)"}),
+		reportPeriod: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rnis_report_period_seconds",
+			Help: "Time between two new reports (sfnSn) of a base station, measured"}, []string{"bs_id"}),
+		tti: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rnis_tti_seconds",
+			Help: "TTI length measured from a base station's sfnSn progression"}, []string{"bs_id"}),
 	}
 	for _, c := range []prometheus.Collector{m.pollLatency, m.pollBytes, m.polls, m.pollFailures, m.parseErrors,
 		m.uesSeen, m.measurements, m.repeats, m.events, m.published, m.publishLatency, m.nacks, m.dropped,
-		m.brokerUp, m.sourceUp, m.notifications} {
+		m.brokerUp, m.sourceUp, m.notifications, m.reportSets, m.reportPeriod, m.tti} {
 		f(c)
 	}
 	// Show every series from the start, at zero.
@@ -93,6 +103,16 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) SourceUp(up bool, detail string) {
 	m.sourceUp.Set(b2f(up))
 	m.health.Set("ran_source", up, detail, true)
+}
+
+// ReportPeriodSet implements poller.Observer.
+func (m *Metrics) ReportPeriodSet(int64) { m.reportSets.Inc() }
+
+// ReportPeriod implements poller.Observer.
+func (m *Metrics) ReportPeriod(bsID int64, period, tti time.Duration) {
+	id := strconv.FormatInt(bsID, 10)
+	m.reportPeriod.WithLabelValues(id).Set(period.Seconds())
+	m.tti.WithLabelValues(id).Set(tti.Seconds())
 }
 
 // Polled implements poller.Observer.

@@ -9,6 +9,7 @@ package poller
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/ranclock"
 )
 
 // Config of a Poller.
@@ -30,8 +32,10 @@ type Config struct {
 	Period       time.Duration // 1 ms .. 10 s
 	Timeout      time.Duration // per request
 	ConfigPeriod time.Duration // enb_config refresh in split mode
-	ReportSF     int           // >0: set the controller's reporting period (ms) at start
+	ReportSF     int           // >0: keep the controller's reporting period at this many ms
 	MaxBackoff   time.Duration
+	Clock        *ranclock.Clock // the report stream's clock: the period the agent really keeps
+	StaleBound   time.Duration   // consumers' staleness bound (MELD's): warn when reports are rarer
 }
 
 // Validate checks the ranges the adapter supports.
@@ -55,6 +59,8 @@ type Observer interface {
 	Polled(latency time.Duration, bytes int)
 	PollFailed(reason string)
 	Skipped(reason string)
+	ReportPeriodSet(bsID int64)
+	ReportPeriod(bsID int64, period, tti time.Duration)
 }
 
 // Handler processes one snapshot; observed is when the response arrived.
@@ -70,7 +76,8 @@ type Poller struct {
 	body    bytes.Buffer
 	configs map[int64]flexran.Station // split mode: the last enb_config per bs_id
 	lastCfg time.Time
-	confSet map[int64]bool // stations whose reporting period was set
+	confSet map[int64]bool // stations whose reporting period was set since they (re)appeared
+	present map[int64]bool // stations of the last poll
 	// split mode: when each not-yet-configured UE was first seen
 	unknownSince map[[2]int64]time.Time
 }
@@ -86,7 +93,7 @@ func New(cfg Config, obs Observer, log *slog.Logger) *Poller {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 2 * time.Second
 	}
-	return &Poller{cfg: cfg, obs: obs, log: log, configs: map[int64]flexran.Station{}, confSet: map[int64]bool{}, unknownSince: map[[2]int64]time.Time{},
+	return &Poller{cfg: cfg, obs: obs, log: log, configs: map[int64]flexran.Station{}, confSet: map[int64]bool{}, present: map[int64]bool{}, unknownSince: map[[2]int64]time.Time{},
 		client: &http.Client{Transport: transport, Timeout: cfg.Timeout}}
 }
 
@@ -106,6 +113,7 @@ func (p *Poller) Run(ctx context.Context, handle Handler) {
 				return
 			}
 			backoff = min(max(2*backoff, p.cfg.Period, 50*time.Millisecond), p.cfg.MaxBackoff)
+			clear(p.confSet) // a controller that restarted forgot the reporting period
 			p.obs.SourceUp(false, err.Error())
 			p.log.Warn("RAN source poll failed", "err", err, "retry_in", backoff.String())
 			if !sleep(ctx, backoff) {
@@ -122,13 +130,16 @@ func (p *Poller) Run(ctx context.Context, handle Handler) {
 
 func (p *Poller) pollOnce(ctx context.Context, handle Handler) error {
 	path := p.cfg.Path
+	verify := time.Since(p.lastCfg) >= p.cfg.ConfigPeriod
 	if p.cfg.Split {
 		path = strings.TrimSuffix(path, "/") + "/mac_stats"
-		if time.Since(p.lastCfg) >= p.cfg.ConfigPeriod {
+		if verify {
 			if err := p.refreshConfig(ctx); err != nil {
 				return err
 			}
 		}
+	} else if verify {
+		p.lastCfg = time.Now()
 	}
 	snaps, observed, err := p.fetch(ctx, path)
 	if err != nil {
@@ -139,7 +150,15 @@ func (p *Poller) pollOnce(ctx context.Context, handle Handler) error {
 			return err
 		}
 	}
-	p.obs.SourceUp(true, "polling "+p.cfg.BaseURL+path)
+	if p.cfg.Split {
+		p.mergeAll(snaps)
+	}
+	if !hasCell(snaps) {
+		// the controller answers but no eNB is connected (e.g. after a controller restart)
+		p.obs.SourceUp(false, "no cell reported by "+p.cfg.BaseURL+path+": no eNB connected to the controller")
+	} else {
+		p.obs.SourceUp(true, "polling "+p.cfg.BaseURL+path)
+	}
 	for i := range snaps {
 		s := &snaps[i]
 		for _, skip := range s.Skipped {
@@ -147,13 +166,34 @@ func (p *Poller) pollOnce(ctx context.Context, handle Handler) error {
 			p.log.Debug("UE entry skipped", "bs_id", skip.BSID, "index", skip.Index, "reason", skip.Reason)
 		}
 		if p.cfg.Split {
-			p.mergeConfig(s)
 			p.holdUnknown(s)
 		}
-		p.setReportPeriod(ctx, s)
 		handle(s, observed)
 	}
+	if len(snaps) > 0 {
+		p.keepReportPeriod(ctx, &snaps[len(snaps)-1], verify)
+	}
+	if verify {
+		p.checkReportPeriods()
+	}
 	return nil
+}
+
+// checkReportPeriods exports each station's measured report period and TTI, and warns when
+// reports come less often than the consumers' staleness bound: they would then act on
+// stale radio state (MELD falls back to plain TCP) part of the time.
+func (p *Poller) checkReportPeriods() {
+	if p.cfg.Clock == nil {
+		return
+	}
+	for id, r := range p.cfg.Clock.Stations() {
+		p.obs.ReportPeriod(id, r.ReportPeriod, r.TTI)
+		if p.cfg.StaleBound > 0 && r.ReportPeriod > p.cfg.StaleBound {
+			p.log.Warn("RAN reports are rarer than the consumers' staleness bound: set RNIS_REPORT_SF lower",
+				"bs_id", id, "report_period", r.ReportPeriod.String(), "report_subframes", r.ReportSF,
+				"stale_bound", p.cfg.StaleBound.String(), "tti", r.TTI.String())
+		}
+	}
 }
 
 func (p *Poller) fetch(ctx context.Context, path string) ([]flexran.Snapshot, time.Time, error) {
@@ -259,6 +299,25 @@ func (p *Poller) holdUnknown(s *flexran.Snapshot) {
 	}
 }
 
+func (p *Poller) mergeAll(snaps []flexran.Snapshot) {
+	for i := range snaps {
+		p.mergeConfig(&snaps[i])
+	}
+}
+
+// hasCell tells whether the last sample reports any cell.
+func hasCell(snaps []flexran.Snapshot) bool {
+	if len(snaps) == 0 {
+		return false
+	}
+	for _, st := range snaps[len(snaps)-1].Stations {
+		if len(st.Cells) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *Poller) mergeConfig(s *flexran.Snapshot) {
 	for i := range s.Stations {
 		st := &s.Stations[i]
@@ -268,22 +327,84 @@ func (p *Poller) mergeConfig(s *flexran.Snapshot) {
 	}
 }
 
-// setReportPeriod asks the controller, once per station, to report every ReportSF ms.
-func (p *Poller) setReportPeriod(ctx context.Context, s *flexran.Snapshot) {
+// keepReportPeriod sets the controller's reporting period of every station that is new or
+// came back (a restarted eNB or controller reuses its bs_id and falls back to the
+// controller's default, 100 ms), and, when verify is set, reads each station's
+// configuration back and sets it again if it differs.
+func (p *Poller) keepReportPeriod(ctx context.Context, s *flexran.Snapshot, verify bool) {
 	if p.cfg.ReportSF <= 0 {
 		return
 	}
+	now := map[int64]bool{}
 	for _, st := range s.Stations {
-		if p.confSet[st.BSID] {
-			continue
+		now[st.BSID] = true
+		if !p.present[st.BSID] {
+			delete(p.confSet, st.BSID) // (re)appeared: its reporting configuration is unknown
 		}
-		p.confSet[st.BSID] = true
-		if err := p.postReportConf(ctx, st.BSID); err != nil {
-			p.log.Warn("could not set the controller's reporting period", "bs_id", st.BSID, "err", err)
-			continue
-		}
-		p.log.Info("controller reporting period set", "bs_id", st.BSID, "sf_ms", p.cfg.ReportSF)
 	}
+	p.present = now
+	for id := range now {
+		switch {
+		case !p.confSet[id]:
+			p.setReportPeriod(ctx, id, "station (re)connected")
+		case verify:
+			if sf, freq, err := p.getReportConf(ctx, id); err != nil {
+				p.log.Warn("could not read the controller's reporting period", "bs_id", id, "err", err)
+			} else if freq != "FLSRF_PERIODICAL" || sf != p.cfg.ReportSF {
+				p.setReportPeriod(ctx, id, fmt.Sprintf("controller reports %s every %d ms", freq, sf))
+			} else if got := p.streamPeriodSF(id); got > int64(p.cfg.ReportSF)*3/2+2 {
+				// the controller's configuration reads right but the agent reports slower
+				p.setReportPeriod(ctx, id, fmt.Sprintf("reports arrive every %d subframes", got))
+			}
+		}
+	}
+}
+
+func (p *Poller) setReportPeriod(ctx context.Context, bsID int64, why string) {
+	p.confSet[bsID] = true
+	if err := p.postReportConf(ctx, bsID); err != nil {
+		p.log.Warn("could not set the controller's reporting period", "bs_id", bsID, "err", err)
+		return
+	}
+	p.obs.ReportPeriodSet(bsID)
+	p.log.Info("controller reporting period set", "bs_id", bsID, "sf_ms", p.cfg.ReportSF, "why", why)
+}
+
+// streamPeriodSF is the report period the station's sfnSn shows (0 when unknown).
+func (p *Poller) streamPeriodSF(bsID int64) int64 {
+	if p.cfg.Clock == nil {
+		return 0
+	}
+	return p.cfg.Clock.Stations()[bsID].ReportSF
+}
+
+// getReportConf reads GET /stats/conf/enb/:id: the period (ms) and frequency in force.
+func (p *Poller) getReportConf(ctx context.Context, bsID int64) (sf int, freq string, err error) {
+	url := fmt.Sprintf("%s/stats/conf/enb/%d", p.cfg.BaseURL, bsID)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	p.authorize(req)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return 0, "", fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, body)
+	}
+	var conf struct {
+		Reports []struct {
+			ReportFrequency string `json:"reportFrequency"`
+			SF              int    `json:"sf"`
+		} `json:"reports"`
+	}
+	if err := json.Unmarshal(body, &conf); err != nil || len(conf.Reports) == 0 {
+		return 0, "", fmt.Errorf("not a reporting configuration: %.200s", body)
+	}
+	return conf.Reports[0].SF, conf.Reports[0].ReportFrequency, nil
 }
 
 // ReportConf is the body of POST /stats/conf/enb/:id (flexran-rtc v2 apidoc example).

@@ -2,26 +2,32 @@ package poller
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/ranclock"
 )
 
 type nopObs struct{}
 
-func (nopObs) SourceUp(bool, string)     {}
-func (nopObs) Polled(time.Duration, int) {}
-func (nopObs) PollFailed(string)         {}
-func (nopObs) Skipped(string)            {}
-func quiet() *slog.Logger                { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-func ue(rnti string) string              { return `{"rnti":` + rnti + `,"mac_stats":{"phr":1}}` }
+func (nopObs) SourceUp(bool, string)                            {}
+func (nopObs) Polled(time.Duration, int)                        {}
+func (nopObs) PollFailed(string)                                {}
+func (nopObs) Skipped(string)                                   {}
+func (nopObs) ReportPeriodSet(int64)                            {}
+func (nopObs) ReportPeriod(int64, time.Duration, time.Duration) {}
+func quiet() *slog.Logger                                       { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func ue(rnti string) string                                     { return `{"rnti":` + rnti + `,"mac_stats":{"phr":1}}` }
 func mac(ues ...string) string {
 	return `{"mac_stats":[{"bs_id":1,"ue_mac_stats":[` + strings.Join(ues, ",") + `]}]}`
 }
@@ -41,6 +47,7 @@ type fake struct {
 	configFetches int
 	posted        []string
 	auth          []string
+	sf            int // the controller's reporting period (GET /stats/conf/enb/1)
 }
 
 func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -51,6 +58,11 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost:
 		body, _ := io.ReadAll(r.Body)
 		f.posted = append(f.posted, r.URL.Path+" "+string(body))
+		var req struct{ Reports []struct{ SF int } }
+		_ = json.Unmarshal(body, &req)
+		f.sf = req.Reports[0].SF
+	case r.URL.Path == "/stats/conf/enb/1":
+		_, _ = fmt.Fprintf(w, `{"reports":[{"reportFrequency":"FLSRF_PERIODICAL","sf":%d}]}`, f.sf)
 	case r.URL.Path == "/stats/mac_stats":
 		_, _ = io.WriteString(w, f.macDoc)
 	case r.URL.Path == "/stats/enb_config":
@@ -141,5 +153,83 @@ func TestValidate(t *testing.T) {
 		if c.Validate() == nil {
 			t.Errorf("%+v accepted", c)
 		}
+	}
+}
+
+// obsRecorder records the source's health.
+type obsRecorder struct {
+	nopObs
+	up     []bool
+	detail string
+}
+
+func (o *obsRecorder) SourceUp(up bool, detail string) { o.up, o.detail = append(o.up, up), detail }
+
+// Defect 3: the reporting period is kept, not set once: it is set again when the station
+// comes back (eNB or controller restart reusing the bs_id), when the controller's
+// configuration reads otherwise, and when the report stream shows a longer period; the
+// last case is driven by the live saturated timeline (reports every ~100 subframes).
+// Defect 7 (health): a controller with no eNB shows the RAN source degraded.
+func TestReportPeriodIsKeptAndNoCellIsDegraded(t *testing.T) {
+	f := &fake{sf: 100}
+	f.set(mac(ue("7")), config("7"))
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	clock := ranclock.New(ranclock.SFNDecimal)
+	o := &obsRecorder{}
+	p := New(Config{BaseURL: srv.URL, Path: "/stats", Split: true, Period: time.Millisecond, Timeout: time.Second,
+		ConfigPeriod: time.Nanosecond, ReportSF: 10, Clock: clock}, o, quiet())
+	ctx := context.Background()
+	poll := func() {
+		t.Helper()
+		if err := p.pollOnce(ctx, func(*flexran.Snapshot, time.Time) {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	posts := func() int { f.mu.Lock(); defer f.mu.Unlock(); return len(f.posted) }
+	poll()
+	if posts() != 1 || f.sf != 10 {
+		t.Fatalf("not set on first sight: %q", f.posted)
+	}
+	poll()
+	if posts() != 1 {
+		t.Fatalf("set again although the controller keeps it: %q", f.posted)
+	}
+	f.mu.Lock()
+	f.sf = 100 // the controller restarted: its default
+	f.mu.Unlock()
+	poll()
+	if posts() != 2 || f.sf != 10 {
+		t.Fatalf("not set again after the controller fell back to 100 ms: %q", f.posted)
+	}
+	// the controller loses the eNB (no cell: degraded), then the eNB comes back with its bs_id
+	f.set(`{"mac_stats":[]}`, `{"eNB_config":[]}`)
+	poll()
+	if o.up[len(o.up)-1] || !strings.Contains(o.detail, "no cell") {
+		t.Fatalf("no eNB, health %v %q", o.up, o.detail)
+	}
+	f.set(mac(ue("8")), config("8"))
+	poll()
+	if posts() != 3 || !o.up[len(o.up)-1] {
+		t.Fatalf("not set again when bs_id 1 came back: %q", f.posted)
+	}
+	// the controller's configuration reads 10 ms, but the agent reports every ~100 subframes
+	lines, err := os.ReadFile("../../testdata/flexran/live-oai-rfsim-timeline/saturated-poll-10ms.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+		var l struct{ Doc json.RawMessage }
+		_ = json.Unmarshal([]byte(line), &l)
+		var ps flexran.Parser
+		snaps, _ := ps.Parse(l.Doc)
+		sfn := snaps[0].Stations[0].UEs[0].SFNSF
+		// bs_id 10000 in the capture; the clock is keyed by the fake's bs_id 1
+		clock.Observe(1, sfn.V, sfn.Set, start.Add(time.Duration(i)*10*time.Millisecond))
+	}
+	poll()
+	if posts() != 4 {
+		t.Fatalf("a report stream every %d subframes did not re-apply 10 ms: %q", clock.Stations()[1].ReportSF, f.posted)
 	}
 }

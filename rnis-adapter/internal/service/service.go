@@ -10,6 +10,7 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
+	"mts.invalid/suite/rnis-adapter/internal/ranclock"
 	"mts.invalid/suite/rnis-adapter/internal/state"
 )
 
@@ -33,6 +34,7 @@ const (
 // Pipeline processes snapshots; it is used by the poller goroutine only.
 type Pipeline struct {
 	IPs     meas.Resolver
+	Clock   *ranclock.Clock // dates the reports and measures the TTI rate (one per source)
 	Tracker *state.Tracker
 	Pub     Publisher
 	Sink    EventSink
@@ -46,7 +48,7 @@ type Pipeline struct {
 
 // Handle processes one snapshot observed at the given time.
 func (p *Pipeline) Handle(s *flexran.Snapshot, observed time.Time) {
-	ms := meas.Normalize(s, observed.UnixNano(), p.IPs)
+	ms := meas.Normalize(s, observed, p.IPs, p.Clock)
 	fresh, events := p.Tracker.Update(ms, observed)
 	p.arena, p.batch, p.fresh = p.arena[:0], p.batch[:0], p.fresh[:0]
 	for i := range ms {

@@ -40,6 +40,13 @@ def notify_cca(
     return small_tb or txq_bytes >= q_th_bytes
 
 
+def measured_ns(m: RnisMeasurement) -> int:
+    """When the RAN measured ``m`` (wall clock): the adapter's first sight of the report
+    (``source_time_ns``), else the poll that brought it. MELD's staleness runs from here:
+    a report repeated by later polls is not fresher."""
+    return m.source_time_ns if m.source_time_ns is not None else m.observed_ns
+
+
 @dataclass(frozen=True)
 class RadioUpdate:
     ue: str
@@ -54,7 +61,7 @@ def radio_state(m: RnisMeasurement, default_harq: int) -> RadioUpdate | None:
     txq = U32_MAX if m.rlc_queue_bytes is None else min(m.rlc_queue_bytes, U32_MAX)
     capacity_Bps = (m.rapid_capacity_bps or 0) // 8  # noqa: N806 - B vs b matters here
     radio = UeRadio(
-        observed_ns=max(monotonic_from_wall(m.observed_ns), 0),
+        observed_ns=max(monotonic_from_wall(measured_ns(m)), 0),
         capacity_Bps=capacity_Bps,
         d_tbs=min(m.dl_tbs_bytes, U32_MAX),
         txq_bytes=txq,

@@ -65,10 +65,21 @@ class _CellFields(BaseModel):
     phy_cell_id: int | None = Field(None, ge=0, description="physical cell id")
     cell_prbs: int | None = Field(None, ge=0, description="cell DL bandwidth in PRBs (N_PRB)")
     source_time_ns: int | None = Field(
-        None, ge=0, description="time the RAN source stamped the report (Unix ns)"
+        None,
+        ge=0,
+        description="when the RAN measured the report (Unix ns): the first poll that saw its"
+        " frame (sfnSn); use it for staleness",
+    )
+    source_time_uncertainty_ns: int | None = Field(
+        None, ge=0, description="uncertainty of source_time_ns: the RAN's report period (ns)"
     )
     observed_ns: int = Field(..., ge=0, description="adapter wall clock at the poll (Unix ns)")
-    tti_us: int = Field(1000, gt=0, description="TTI length (µs); 1000 for LTE")
+    tti_us: int = Field(
+        1000,
+        gt=0,
+        description="TTI length (µs) measured from the frame numbers; 1000 for a real-time LTE"
+        " RAN, longer or shorter for a simulated one. Bytes per TTI / tti_us = the rate",
+    )
     cell_best_cqi_tbs_bytes: int | None = Field(
         None, ge=0, description="TBS at CQI 15 on all cell_prbs PRBs (MELD S_TBm), bytes"
     )
@@ -103,7 +114,9 @@ class RnisCellUe(BaseModel):
     harq_processes: int | None = Field(None, ge=0, description="DL HARQ processes (N_HARQ)")
     phr: int | None = Field(None, description="power headroom report (raw index)")
     sfn_sf: int | None = Field(
-        None, ge=0, description="FlexRAN sfn_sf of the report: frame << 4 | subframe"
+        None,
+        ge=0,
+        description="sfnSn of the report as the source writes it (OAI: frame * 10 + subframe)",
     )
     frame: int | None = Field(None, ge=0, le=1023, description="system frame number")
     subframe: int | None = Field(None, ge=0, le=9, description="subframe")
@@ -126,7 +139,7 @@ class RnisMeasurement(RnisCellUe, _CellFields):
 
     MELD uses ``dl_tbs_bytes`` (D_TBS), ``rlc_queue_bytes`` (S_TxQueue), ``harq_processes``
     (N_HARQ), ``best_cqi_tbs_bytes`` / ``cell_best_cqi_tbs_bytes`` (for Q_th) and
-    ``source_time_ns``/``observed_ns`` (staleness). RAPID uses ``dl_prbs`` (Pa_i),
+    ``source_time_ns`` (staleness; ``observed_ns`` when null). RAPID uses ``dl_prbs`` (Pa_i),
     ``cell_prbs`` (N_PRB), ``cell_allocated_prbs`` (ΣPa), ``dl_mcs`` (MCS_i), ``cell_ues`` (M)
     and ``rapid_capacity_bps`` (C_i). The path manager uses the per-cell ``dl_tbs_bytes``,
     ``wb_cqi`` and ``cqi_capacity_bps`` of each of a UE's cells (paths).
