@@ -96,22 +96,38 @@ def test_layer2_meas(ready: Adapter) -> None:
     is_problem(ready.get("/rni/v2/queries/layer2_meas", colour="blue"), 400)
 
 
-def test_rab_info_and_plmn_info(ready: Adapter) -> None:
+def test_rab_info_and_plmn_info(tmp_path: Path, source: FlexranSource, exchange: str) -> None:
+    # a static (operator) token names app instances; this adapter knows its own
+    a = Adapter(tmp_path, source.url, exchange, env={"RNIS_APP_INSTANCE_ID": "app-1"}).start()
+    try:
+        wait_for(lambda: len(a.get("/rni/v2/queries/ext/ran_meas").json()["ueMeas"]) == 4, 10,
+                 "UEs")  # fmt: skip
+        _rab_info_and_plmn_info(a)
+    finally:
+        a.stop()
+
+
+def _rab_info_and_plmn_info(ready: Adapter) -> None:
     body = ready.get("/rni/v2/queries/rab_info", app_ins_id="app-1").json()
     check("RabInfo", body)
     assert body["appInstanceId"] == "app-1"
     ues = [u for c in body["cellUserInfo"] for u in c["ueInfo"]]
     assert len(ues) == 4
     assert ues[0]["erabInfo"] == [{"erabId": 5, "erabQosParameters": {"qci": 9}}]
-    assert ready.get("/rni/v2/queries/rab_info", qci="1").json()["cellUserInfo"] == []
-    is_problem(ready.get("/rni/v2/queries/rab_info", erab_id="five"), 400)
+    assert (
+        ready.get("/rni/v2/queries/rab_info", app_ins_id="app-1", qci="1").json()["cellUserInfo"]
+        == []
+    )
+    is_problem(ready.get("/rni/v2/queries/rab_info", app_ins_id="app-1", erab_id="five"), 400)
 
-    plmn = ready.get("/rni/v2/queries/plmn_info", app_ins_id="a,b").json()
-    assert [p["appInstanceId"] for p in plmn] == ["a", "b"]
+    plmn = ready.get("/rni/v2/queries/plmn_info", app_ins_id="app-1").json()
+    assert [p["appInstanceId"] for p in plmn] == ["app-1"]
     for p in plmn:
         check("PlmnInfo", p)
         assert p["plmn"] == [{"mcc": "208", "mnc": "93"}]
     is_problem(ready.get("/rni/v2/queries/plmn_info"), 400)
+    is_problem(ready.get("/rni/v2/queries/plmn_info", app_ins_id="app-1,99"), 404)
+    is_problem(ready.get("/rni/v2/queries/rab_info"), 400)  # a static token carries no instance
 
 
 def test_extension_resource_has_the_feed_schema(ready: Adapter) -> None:

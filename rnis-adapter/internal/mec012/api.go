@@ -9,11 +9,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"mts.invalid/suite/rnis-adapter/internal/meas"
@@ -33,6 +36,7 @@ type Config struct {
 	NotifyTimeout     time.Duration
 	Tokens            []string
 	Verifiers         []auth.Verifier // more ways to accept a token (platform-issued JWTs)
+	AppInstanceID     string          // the adapter's own app instance on the platform ("": none)
 }
 
 // Server is the MEC 012 API and the notifier of its subscriptions.
@@ -44,6 +48,7 @@ type Server struct {
 	log      *slog.Logger
 	subs     *store
 	notifier *notifier
+	known    sync.Map // app instance ids this RNIS knows exist: its own and its callers'
 }
 
 // New returns the API with the subscriptions saved in cfg.SubscriptionsFile; Routes mounts
@@ -153,10 +158,8 @@ type filter struct {
 func parseFilter(r *http.Request, allowed ...string) (filter, error) {
 	var f filter
 	q := r.URL.Query()
-	for key := range q {
-		if !contains(allowed, key) {
-			return f, fmt.Errorf("unknown query parameter %q", key)
-		}
+	if err := svc.UnknownQueryParameter(q, allowed...); err != nil {
+		return f, err
 	}
 	f.cells = splitList(q["cell_id"])
 	f.ips = splitList(q["ue_ipv4_address"])
@@ -184,6 +187,19 @@ func splitList(values []string) []string {
 		}
 	}
 	return out
+}
+
+// unknownCell is the first cell the filter names that the RAN does not report ("" if none):
+// MEC 012 answers 404 for a query about a cell that does not exist.
+func (s *Server) unknownCell(f filter) string {
+	latest := s.tracker.Latest()
+	for _, c := range f.cells {
+		one := filter{cells: []string{c}}
+		if !slices.ContainsFunc(latest, func(m meas.Measurement) bool { return one.cellMatch(&m) }) {
+			return c
+		}
+	}
+	return ""
 }
 
 func (f filter) cellMatch(m *meas.Measurement) bool {
@@ -234,9 +250,12 @@ var layer2Params = []string{"app_ins_id", "cell_id", "ue_ipv4_address", "ue_ipv6
 // tbsDl × 8 bit per 1 ms TTI (kbit/s), UE delay = RLC head-of-line delay (ms). Every bearer
 // is counted as non-GBR: FlexRAN does not tell GBR bearers apart reliably.
 func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
-	f, err := parseFilter(r, layer2Params...)
-	if err != nil {
-		problem(w, r, http.StatusBadRequest, err.Error())
+	f, ok := s.cellQuery(w, r, layer2Params...)
+	if !ok {
+		return
+	}
+	if _, status, err := s.appInstances(r, false); err != nil {
+		problem(w, r, status, err.Error())
 		return
 	}
 	type cellAcc struct {
@@ -308,9 +327,13 @@ var rabParams = []string{"app_ins_id", "cell_id", "ue_ipv4_address", "ue_ipv6_ad
 
 // rabInfo lists the E-RABs of the UEs, per cell.
 func (s *Server) rabInfo(w http.ResponseWriter, r *http.Request) {
-	f, err := parseFilter(r, rabParams...)
+	f, ok := s.cellQuery(w, r, rabParams...)
+	if !ok {
+		return
+	}
+	apps, status, err := s.appInstances(r, true)
 	if err != nil {
-		problem(w, r, http.StatusBadRequest, err.Error())
+		problem(w, r, status, err.Error())
 		return
 	}
 	q := r.URL.Query()
@@ -356,8 +379,52 @@ func (s *Server) rabInfo(w http.ResponseWriter, r *http.Request) {
 	if cells == nil {
 		cells = []*cellUsers{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"appInstanceId": appInstance(q.Get("app_ins_id")),
+	writeJSON(w, http.StatusOK, map[string]any{"appInstanceId": apps[0],
 		"requestId": newID(), "cellUserInfo": cells, "timeStamp": now()})
+}
+
+// cellQuery parses a query's filters: 400 for a bad parameter, 404 for a cell the RAN does
+// not report.
+func (s *Server) cellQuery(w http.ResponseWriter, r *http.Request, allowed ...string) (filter, bool) {
+	f, err := parseFilter(r, allowed...)
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return f, false
+	}
+	if c := s.unknownCell(f); c != "" {
+		problem(w, r, http.StatusNotFound, fmt.Sprintf("cell_id %q: no such cell is reported by the RAN", c))
+		return f, false
+	}
+	return f, true
+}
+
+// appInstances are the app instances a query is about: app_ins_id, or the caller's own
+// instance (from its platform-issued token). An app's token reaches only its own instance
+// (403 for another's: isolation, not a statement about existence); a static (operator)
+// token may name an instance this RNIS knows to exist (its own, or one whose token it has
+// seen), 404 otherwise. required: a caller with no instance must name one (400).
+func (s *Server) appInstances(r *http.Request, required bool) ([]string, int, error) {
+	caller := auth.AppInstanceOf(auth.BearerToken(r.Header.Get("Authorization")))
+	if caller != "" {
+		s.known.Store(caller, true)
+	}
+	asked := splitList(r.URL.Query()["app_ins_id"])
+	if len(asked) == 0 && caller != "" {
+		return []string{caller}, 0, nil
+	}
+	if len(asked) == 0 && required {
+		return nil, http.StatusBadRequest, errors.New("app_ins_id is required: the token carries no app instance")
+	}
+	for _, id := range asked {
+		_, seen := s.known.Load(id)
+		switch {
+		case caller != "" && id != caller:
+			return nil, http.StatusForbidden, fmt.Errorf("app_ins_id %q: this token reaches only its own app instance %q", id, caller)
+		case caller == "" && id != s.cfg.AppInstanceID && !seen:
+			return nil, http.StatusNotFound, fmt.Errorf("app_ins_id %q: no such application instance is known to this RNIS", id)
+		}
+	}
+	return asked, 0, nil
 }
 
 // plmnInfo returns, for each application instance asked about, the PLMNs of the cells.
@@ -366,9 +433,13 @@ func (s *Server) plmnInfo(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	apps := splitList(r.URL.Query()["app_ins_id"])
-	if len(apps) == 0 {
+	if !r.URL.Query().Has("app_ins_id") { // mandatory in MEC 012, even for an app's token
 		problem(w, r, http.StatusBadRequest, "app_ins_id is required (comma-separated list)")
+		return
+	}
+	apps, status, err := s.appInstances(r, true)
+	if err != nil {
+		problem(w, r, status, err.Error())
 		return
 	}
 	var plmns []Plmn
@@ -429,13 +500,6 @@ func containsPlmn(list []Plmn, p Plmn) bool {
 		}
 	}
 	return false
-}
-
-func appInstance(id string) string {
-	if id == "" {
-		return "unknown"
-	}
-	return id
 }
 
 func newID() string {

@@ -18,6 +18,7 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
 	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/services/common/go/svc"
 )
 
 // The subscription types this RNIS serves, with their filter attribute and event kind.
@@ -212,14 +213,21 @@ func (st *store) get(id string) (*subscription, bool) {
 	return s, ok
 }
 
-// replace swaps subscription id for s (false: no such subscription); if it cannot be
-// saved, nothing changes.
-func (st *store) replace(id string, s *subscription) (bool, error) {
+// precondition is checked with a subscription's current representation before a change,
+// under the store's lock, so two writers holding the same ETag cannot both succeed.
+type precondition func(current map[string]any) error
+
+// replace swaps subscription id for s (false: no such subscription); if the precondition
+// fails or the change cannot be saved, nothing changes.
+func (st *store) replace(id string, s *subscription, check precondition) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	old, ok := st.subs[id]
 	if !ok {
 		return false, nil
+	}
+	if err := check(st.view(old)); err != nil {
+		return true, err
 	}
 	s.ID = id
 	st.subs[id] = s
@@ -230,14 +238,17 @@ func (st *store) replace(id string, s *subscription) (bool, error) {
 	return true, nil
 }
 
-// remove deletes subscription id (false: no such subscription); if it cannot be saved,
-// nothing changes.
-func (st *store) remove(id string) (bool, error) {
+// remove deletes subscription id (false: no such subscription); if the precondition fails
+// or the change cannot be saved, nothing changes.
+func (st *store) remove(id string, check precondition) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	old, ok := st.subs[id]
 	if !ok {
 		return false, nil
+	}
+	if err := check(st.view(old)); err != nil {
+		return true, err
 	}
 	delete(st.subs, id)
 	if err := st.save(); err != nil {
@@ -279,13 +290,19 @@ func (st *store) expired(t time.Time) []*subscription {
 	return out
 }
 
+// subscriptionTypeValues are the values MEC 012 permits for subscription_type.
+var subscriptionTypeValues = []string{"cell_change", "rab_est", "rab_mod", "rab_rel", "meas_rep_ue",
+	"nr_meas_rep_ue", "timing_advance_ue", "ca_reconf", "s1_bearer"}
+
 func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	for key := range q {
-		if key != "subscription_type" {
-			problem(w, r, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q", key))
-			return
-		}
+	err := svc.UnknownQueryParameter(q, "subscription_type")
+	if err == nil {
+		err = svc.EnumQueryParameter(q, "subscription_type", subscriptionTypeValues...)
+	}
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
 	}
 	want := q.Get("subscription_type")
 	links := []map[string]any{}
@@ -328,7 +345,7 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("subscription created", "id", sub.ID, "type", sub.Type, "callback", sub.Callback)
 	w.Header().Set("Location", s.subs.href(sub.ID))
-	writeJSON(w, http.StatusCreated, s.subs.view(sub))
+	svc.WriteTagged(w, r, http.StatusCreated, s.subs.view(sub))
 }
 
 func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
@@ -337,7 +354,17 @@ func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusNotFound, "no subscription "+r.PathValue("subscriptionId"))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.subs.view(sub))
+	svc.WriteTagged(w, r, http.StatusOK, s.subs.view(sub))
+}
+
+// conditions are the request's If-Match / If-None-Match as a precondition.
+func conditions(r *http.Request) precondition {
+	return func(current map[string]any) error {
+		if err := svc.CheckPreconditions(r, svc.ETagOf(current)); err != nil {
+			return err
+		}
+		return nil
+	}
 }
 
 func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
@@ -360,16 +387,16 @@ func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusUnprocessableEntity, "subscriptionType cannot change ("+old.Type+")")
 		return
 	}
-	found, err := s.subs.replace(id, sub)
+	found, err := s.subs.replace(id, sub, conditions(r))
 	if !s.stored(w, r, id, found, err) {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.subs.view(sub))
+	svc.WriteTagged(w, r, http.StatusOK, s.subs.view(sub))
 }
 
 func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("subscriptionId")
-	found, err := s.subs.remove(id)
+	found, err := s.subs.remove(id, conditions(r))
 	if !s.stored(w, r, id, found, err) {
 		return
 	}
@@ -379,9 +406,12 @@ func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request) {
 // stored answers a change to subscription id that did not happen (404, or 500 if it could
 // not be saved) and tells whether it did.
 func (s *Server) stored(w http.ResponseWriter, r *http.Request, id string, found bool, err error) bool {
+	var failed *svc.PreconditionError
 	switch {
 	case !found:
 		problem(w, r, http.StatusNotFound, "no subscription "+id)
+	case errors.As(err, &failed):
+		problem(w, r, failed.Status, failed.Detail)
 	case err != nil:
 		s.log.Error("cannot save the subscriptions", "err", err)
 		problem(w, r, http.StatusInternalServerError, "the change could not be saved")
