@@ -15,17 +15,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rnis-adapter" / "tests"))
 
-from rnis_helpers import SHARED_AMQP, TOKEN, Adapter, FlexranSource, wait_for
+from rnis_helpers import (
+    RNIS_APPD,
+    SHARED_AMQP,
+    TOKEN,
+    Adapter,
+    FlexranSource,
+    app_credentials,
+    wait_for,
+)
 
 from mec_platform.testing import external_app, onboard, running_platform
 
-RNIS_APPD = """
-appDId: rnis
-appName: rnis-adapter
-appProvider: mts
-appSoftVersion: "0.1"
-appDVersion: "1"
-"""
 RNI = "/rni/v2"
 
 
@@ -45,16 +46,14 @@ def rnis(tmp_path: Path) -> Iterator[Rnis]:
     with running_platform(tmp_path) as platform:
         onboard(platform, RNIS_APPD)
         onboard(platform)
-        created = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": "rnis"})
-        rnis_id = created.json()["id"]
-        creds = platform.admin.post(f"/app_lcm/v1/app_instances/{rnis_id}/credentials").json()
+        rnis_id, client_id, secret = app_credentials(platform)
         app_id, app = external_app(platform)
         source = FlexranSource(tmp_path, ues=2, cells=2)
         env = {
             "RNIS_PLATFORM_URL": platform.url,
             "RNIS_APP_INSTANCE_ID": rnis_id,
-            "RNIS_CLIENT_ID": creds["clientId"],
-            "RNIS_CLIENT_SECRET": creds["clientSecret"],
+            "RNIS_CLIENT_ID": client_id,
+            "RNIS_CLIENT_SECRET": secret,
         }
         adapter = Adapter(tmp_path, source.url, exchange, env=env).start()
         try:

@@ -26,6 +26,25 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "build" / "bin"
 SHARED_AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
 TOKEN = "test-token"
+RNIS_APPD = """
+appDId: rnis
+appName: rnis-adapter
+appProvider: mts
+appSoftVersion: "0.1"
+appDVersion: "1"
+appServiceProduced:
+  - {serName: rnis, version: "2.1.1"}
+"""
+
+
+def app_credentials(platform: Any) -> tuple[str, str, str]:
+    """A new app instance of the RNIS AppD on a platform (mec_platform.testing.Running):
+    its id, client id and client secret."""
+    r = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": "rnis"})
+    assert r.status_code == 201, r.text
+    instance = r.json()["id"]
+    creds = platform.admin.post(f"/app_lcm/v1/app_instances/{instance}/credentials").json()
+    return instance, creds["clientId"], creds["clientSecret"]
 
 
 def binary(name: str) -> Path:

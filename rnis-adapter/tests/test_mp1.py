@@ -9,27 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from rnis_helpers import Adapter, FlexranSource, wait_for
+from rnis_helpers import RNIS_APPD, Adapter, FlexranSource, app_credentials, wait_for
 
 from mec_platform.testing import Running, make_settings, onboard
-
-RNIS_APPD = """
-appDId: rnis
-appName: rnis-adapter
-appProvider: mts
-appSoftVersion: "0.1"
-appDVersion: "1"
-appServiceProduced:
-  - {serName: rnis, version: "2.1.1"}
-"""
-
-
-def app_credentials(platform: Running) -> tuple[str, str, str]:
-    r = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": "rnis"})
-    assert r.status_code == 201, r.text
-    instance = r.json()["id"]
-    creds = platform.admin.post(f"/app_lcm/v1/app_instances/{instance}/credentials").json()
-    return instance, creds["clientId"], creds["clientSecret"]
 
 
 def rnis_services(platform: Running) -> list[dict[str, Any]]:
