@@ -52,7 +52,7 @@ bench: setup rabbitmq $(BENCH_TARGETS) ## every benchmark
 experiments: setup rabbitmq $(EXPERIMENT_TARGETS) ## every experiment (long)
 
 run: setup rabbitmq ## the whole system on the emulated RAN, with a live status
-	uv run python -m mts_testbed.run
+	uv run python -m mts_lab.run
 
 clean: ## remove build outputs (not the venv)
 	rm -rf build/

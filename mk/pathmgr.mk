@@ -11,11 +11,11 @@ test-pathmgr: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter ## p
 	uv run pytest -q services/path-manager/tests
 
 bench-pathmgr: python ## path manager: prediction time p90 per number of paths, accuracy vs full model and Monte Carlo
-	nice -n 10 uv run path-manager bench --out $(PATHMGR_RESULTS)/predictor
+	nice -n 10 uv run python -m mts_lab.pathmgr.bench --out $(PATHMGR_RESULTS)/predictor
 
 experiment-pathmgr-sim: python ## path manager: the simulation study (8 paths, 2 Gbit/s, 100 runs x 70 s, T_R 25/50/100 ms)
-	nice -n 10 uv run path-manager simulate --runs 100 --workers 2 --out $(PATHMGR_RESULTS)/simulation
+	nice -n 10 uv run python -m mts_lab.pathmgr.study --runs 100 --workers 2 --out $(PATHMGR_RESULTS)/simulation
 
 .PHONY: experiment-pathmgr
 experiment-pathmgr: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter ## path manager on the emulated RAN through the PEP (MPTCP RAN leg), Table 7.2 scaled 1/50, 5 schemes x 45 s
-	nice -n 10 uv run python testbed/experiments/pathmgr/emulated.py --out $(PATHMGR_RESULTS)/emulated
+	nice -n 10 uv run python -m mts_lab.pathmgr.experiment --out $(PATHMGR_RESULTS)/emulated

@@ -37,10 +37,10 @@ test-meld: python rabbitmq $(MELD_TEST_DEPS) ## MELD/RAPID tests alone (root: BP
 	uv run pytest -q pep/tests/ran_aware
 
 bench-meld: python $(MELD_OBJ) $(MELD_LOADER) ## cost of a per-UE map update from Python -> docs/results/meld-bench/
-	uv run python -m mec_pep.ran_aware.bench --out docs/results/meld-bench
+	uv run python -m mts_lab.meld.bench --out docs/results/meld-bench
 
 experiment-meld: python rabbitmq build ## MELD, thesis Table 4.1 setup (long) -> docs/results/meld/
-	uv run python testbed/experiments/meld/run.py --out docs/results/meld
+	uv run python -m mts_lab.meld.experiment --out docs/results/meld
 
 experiment-rapid: python rabbitmq build ## RAPID, thesis Table 5.3 scenarios (long) -> docs/results/rapid/
-	uv run python testbed/experiments/rapid/run.py --out docs/results/rapid
+	uv run python -m mts_lab.rapid.experiment --out docs/results/rapid

@@ -17,7 +17,7 @@ test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator ## PEP tests in 
 	uv run pytest -q pep/tests
 
 bench-pep: python $(PEP_PRELOAD) ## PEP vs direct vs HAProxy: throughput, CPU/Gbit, conn/s, memory -> docs/results/pep/
-	uv run python -m mec_pep.bench --out docs/results/pep
+	uv run python -m mts_lab.pep.bench --out docs/results/pep
 
 experiment-pep-split: python build ## split-TCP benefit on the emulated RAN, E2E vs PEP, capacity step -> docs/results/pep-split/
-	uv run python -m mec_pep.experiment --out docs/results/pep-split
+	uv run python -m mts_lab.pep.experiment --out docs/results/pep-split

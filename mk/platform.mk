@@ -13,4 +13,4 @@ platform-conformance: python ## only the schemathesis run against the official M
 	uv run pytest -q mec-platform/tests/test_conformance.py
 
 bench-platform: python ## discovery req/s and p99 with 1,000 services; fan-out to 100 subscribers (docs/results/platform)
-	uv run python -m mec_platform.bench --out docs/results/platform
+	uv run python -m mts_lab.platform.bench --out docs/results/platform

@@ -19,4 +19,4 @@ test-testbed: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter $(ME
 	uv run pytest -q testbed/tests
 
 bench-emulator: python build/bin/ran-emulator ## emulator capacity and TTI lateness -> docs/results/emulator/
-	uv run python -m mts_testbed.bench_emulator --out docs/results/emulator
+	uv run python -m mts_lab.emulator.bench --out docs/results/emulator

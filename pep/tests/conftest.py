@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pep_support import DataServer, PepProcess
 
-from mec_pep.lab import Lab
+from mts_lab.line import Lab
 
 
 @pytest.fixture(scope="module")

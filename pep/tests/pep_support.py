@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from mec_pep.lab import Lab, in_netns
+from mts_lab.line import Lab, in_netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
 import pep_tlv

@@ -17,7 +17,7 @@ from pep_support import (
     wait_for,
 )
 
-from mec_pep.lab import Lab, in_netns
+from mts_lab.line import Lab, in_netns
 
 pytestmark = pytest.mark.netns
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mec_pep import bench
+from mts_lab.pep import bench
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

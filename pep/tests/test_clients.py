@@ -11,7 +11,7 @@ import pep_tlv
 import pytest
 from pep_support import TLV_PORT, DataServer, PepProcess, request
 
-from mec_pep.lab import Lab, in_netns
+from mts_lab.line import Lab, in_netns
 
 HERE = Path(__file__).resolve().parent
 HEADER_DIR = HERE.parent / "clients" / "c"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mec_pep import experiment
+from mts_lab.pep import experiment
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

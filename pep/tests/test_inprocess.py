@@ -24,8 +24,8 @@ from mec_pep.backlog import BacklogFeed, routing_key
 from mec_pep.config import PepSettings
 from mec_pep.dataplane import DataPlane
 from mec_pep.flows import Flow, FlowTable, Hooks, PepExtension
-from mec_pep.lab import Lab, in_netns
 from mec_pep.service import PepService
+from mts_lab.line import Lab, in_netns
 
 pytestmark = pytest.mark.netns
 

@@ -35,7 +35,7 @@ from pep_support import (
     send_stream,
 )
 
-from mec_pep.lab import Lab, in_netns
+from mts_lab.line import Lab, in_netns
 from path_manager.actuation import MptcpActuator, subflow_bytes
 
 pytestmark = pytest.mark.netns

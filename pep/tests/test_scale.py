@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from pep_support import PepProcess, wait_for
 
-from mec_pep.lab import Lab, in_netns
+from mts_lab.line import Lab, in_netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -24,7 +24,7 @@ MAX_USER_MEMORY_PER_FLOW_KIB = 10.0
 def echo_server(lab: Lab) -> Iterator[tuple[str, int]]:
     proc = lab.popen(
         lab.server_ns,
-        [sys.executable, "-m", "mec_pep.bench", "echo", lab.server_ip, str(ECHO_PORT)],
+        [sys.executable, "-m", "mts_lab.pep.bench", "echo", lab.server_ip, str(ECHO_PORT)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from pep_support import DataServer, PepProcess, connect_direct, request
 
-from mec_pep.lab import Lab
+from mts_lab.line import Lab
 
 pytestmark = pytest.mark.netns
 

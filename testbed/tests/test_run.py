@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mts_testbed import run
+from mts_lab import run
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.slow]
 

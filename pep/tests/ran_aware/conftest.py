@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mec_pep.lab import in_netns, run
 from mec_pep.ran_aware.kernel import MeldKernel, Mode, Tuning, loader_paths
+from mts_lab.line import in_netns, run
 
 PIN_ROOT = Path("/sys/fs/bpf/mts-pep")
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # beyond net.core.[rw]mem_max (root)

@@ -8,30 +8,18 @@ experiments do that; docs/results.md).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from mts_lab.meld import experiment as meld
+from mts_lab.rapid import experiment as rapid
+
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.slow]
-
-EXPERIMENTS = Path(__file__).resolve().parents[3] / "testbed/experiments"
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"experiment_{name}", EXPERIMENTS / name / "run.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_meld_small(build: tuple[Path, Path], tmp_path: Path) -> None:
-    meld = load("meld")
     results = meld.run(["reno"], ["off", "meld-de"], runs=1, size=3_000_000, out=tmp_path)
     assert (tmp_path / "meld.png").stat().st_size > 0
     assert json.loads((tmp_path / "meld.json").read_text())["summary"]
@@ -42,7 +30,6 @@ def test_meld_small(build: tuple[Path, Path], tmp_path: Path) -> None:
 
 
 def test_rapid_small(build: tuple[Path, Path], tmp_path: Path) -> None:
-    rapid = load("rapid")
     results = rapid.run(runs=1, size=10_000_000, udp_seconds=5, scenarios=["short"], out=tmp_path)
     assert (tmp_path / "rapid.png").stat().st_size > 0
     short = results["summary"]["short"]

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from mts_lab.pathmgr.simulate import EventLoop
 from path_manager.control import (
     Action,
     ControlSettings,
@@ -14,7 +15,6 @@ from path_manager.control import (
     Trigger,
 )
 from path_manager.predictor import PathState, Prediction, Scenario, Thresholds
-from path_manager.simulate import EventLoop
 
 
 def prediction(p_high: float, p_low: float) -> Prediction:

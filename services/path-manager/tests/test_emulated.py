@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-EXPERIMENT = ROOT / "testbed/experiments/pathmgr/emulated.py"
 
 pytestmark = pytest.mark.netns
 
@@ -26,7 +25,7 @@ def test_the_pep_carries_the_load_and_the_path_manager_switches_paths(tmp_path):
         if not (ROOT / "build/bin" / binary).exists():
             pytest.fail(f"build/bin/{binary} missing: make build")
     done = subprocess.run(
-        [sys.executable, str(EXPERIMENT), "--seconds", "8", "--warmup", "2",
+        [sys.executable, "-m", "mts_lab.pathmgr.experiment", "--seconds", "8", "--warmup", "2",
          "--modes", "fpt+r", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip

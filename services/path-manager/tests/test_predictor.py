@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from path_manager.bench import random_scenario
-from path_manager.montecarlo import simulate
+from mts_lab.pathmgr.bench import random_scenario
+from mts_lab.pathmgr.montecarlo import simulate
 from path_manager.predictor import PathState, Scenario, Solver, Thresholds, predict
 
 TH = Thresholds(high=500.0, low=250.0, horizon=0.2)

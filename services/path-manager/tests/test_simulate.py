@@ -5,9 +5,16 @@ import json
 import numpy as np
 import pytest
 
+from mts_lab.pathmgr.simulate import (
+    Channel,
+    EventLoop,
+    FluidProxy,
+    SimSetup,
+    run_once,
+    settings_for,
+)
+from mts_lab.pathmgr.study import run_study, table_lines
 from path_manager.control import ControlSettings, Mode
-from path_manager.simulate import Channel, EventLoop, FluidProxy, SimSetup, run_once, settings_for
-from path_manager.study import run_study, table_lines
 
 SMALL = SimSetup(duration=12.0)
 

@@ -11,14 +11,10 @@ The testbed's management link reaches the root namespace, but RabbitMQ's ``guest
 only logs in over loopback; the bed therefore relays the PEP's AMQP connection from the
 MEC namespace's loopback to the broker's (``_AmqpRelay``) instead of adding users to the
 shared broker.
-
-Also ``python -m mec_pep.ran_aware.bed serve PORT:CCA ...`` (the content server: sends the
-requested number of bytes with that congestion control), run inside the server namespace.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -26,7 +22,6 @@ import secrets
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import threading
@@ -38,50 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from mec_pep.lab import in_netns
+from mts_lab import REPO, traffic
+from mts_lab.line import in_netns
 
 if TYPE_CHECKING:
     from mts_testbed.topology import Topology
 
-REPO = Path(__file__).resolve().parents[4]
 BROKER = ("127.0.0.1", 5672)
-REQUEST = struct.Struct("!Q")  # the size to send, as mec_pep.experiment's fetch asks it
 API = "http://127.0.0.1:8102"
 TOKEN = "bed"  # noqa: S105 - the API token of a throwaway PEP on a loopback address
-
-
-# ---- the content server ------------------------------------------------------------------------
-
-
-def serve(specs: list[str]) -> None:
-    """``PORT:CCA``: on each connection to PORT, send the requested bytes with CCA, close."""
-    chunk = memoryview(os.urandom(1 << 20))
-
-    def send(conn: socket.socket) -> None:
-        with conn:
-            (size,) = REQUEST.unpack(conn.recv(REQUEST.size, socket.MSG_WAITALL))
-            while size > 0:
-                n = conn.send(chunk[: min(size, len(chunk))])
-                size -= n
-            conn.shutdown(socket.SHUT_WR)
-            conn.recv(1)
-
-    def accept(listener: socket.socket, cca: bytes) -> None:
-        while True:
-            conn, _ = listener.accept()
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca)
-            threading.Thread(target=send, args=(conn,), daemon=True).start()
-
-    threads = []
-    for spec in specs:
-        port, cca = spec.split(":")
-        listener = socket.create_server(("0.0.0.0", int(port)), backlog=64)
-        t = threading.Thread(target=accept, args=(listener, cca.encode()), daemon=True)
-        t.start()
-        threads.append(t)
-    print("ready", flush=True)
-    for t in threads:
-        t.join()
 
 
 # ---- AMQP from the MEC namespace to the broker -------------------------------------------------
@@ -177,8 +137,9 @@ class RanAwareBed:
         # Every sender picks its congestion control per socket (the server per port, the PEP
         # per RAN leg): a namespace's default may not be settable (only the "allowed" ones).
         server = topo.popen(
-            topo.server.ns, sys.executable, "-m", "mec_pep.ran_aware.bed", "serve",
-            *(f"{p}:{c}" for p, c in cfg.servers.items()), stdout=subprocess.PIPE, text=True,
+            topo.server.ns,
+            *traffic.command("serve", *(f"{p}:{c}" for p, c in cfg.servers.items())),
+            stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.procs.append(server)
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
@@ -271,10 +232,10 @@ class RanAwareBed:
 
     # -- traffic
     def fetch(self, port: int, size: int) -> Download:
-        """Start a download of ``size`` bytes from the server at the UE (mec_pep.experiment)."""
+        """Start a download of ``size`` bytes from the server at the UE (mts_lab.traffic)."""
         proc = self.topo.popen(
-            self.topo.ue(1).ns, sys.executable, "-m", "mec_pep.experiment", "fetch",
-            self.server_ip, str(port), str(size), stdout=subprocess.PIPE, text=True,
+            self.topo.ue(1).ns, *traffic.command("fetch", self.server_ip, str(port), str(size)),
+            stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert proc.stdout is not None
         started = json.loads(proc.stdout.readline())["started"]
@@ -320,17 +281,17 @@ class RanAwareBed:
     def udp(
         self, port: int, rate_bps: float, seconds: float, size: int = 1250
     ) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
-        """A CBR UDP stream server → UE (mts_testbed.traffic); returns (sink, sender)."""
+        """A CBR UDP stream server → UE (mts_lab.traffic); returns (sink, sender)."""
         pps = rate_bps / 8 / size
         count = int(pps * seconds)
         sink = self.topo.popen(
-            self.topo.ue(1).ns, sys.executable, "-m", "mts_testbed.traffic", "sink",
+            self.topo.ue(1).ns, sys.executable, "-m", "mts_lab.traffic", "sink",
             self.ue_ip, str(port), "--count", str(count), "--timeout", "3",
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert sink.stderr is not None and sink.stderr.readline().strip() == "ready"
         sender = self.topo.popen(
-            self.topo.server.ns, sys.executable, "-m", "mts_testbed.traffic", "send",
+            self.topo.server.ns, sys.executable, "-m", "mts_lab.traffic", "send",
             self.ue_ip, str(port), "--rate", str(pps), "--count", str(count),
             "--size", str(size), text=True,
         )  # fmt: skip
@@ -381,16 +342,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m mec_pep.ran_aware.bed")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("serve", help="content server: PORT:CCA ...")
-    s.add_argument("specs", nargs="+", metavar="PORT:CCA")
-    args = parser.parse_args()
-    serve(args.specs)
-
-
-if __name__ == "__main__":
-    main()

@@ -24,7 +24,6 @@ import sys
 import tempfile
 import threading
 import time
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +86,7 @@ def cpu_seconds(pid: int) -> float:
 
 def run_wrk(url: str, app_token: str, services: int, query: str, seconds: int,
             connections: int, pid: int) -> dict[str, Any]:  # fmt: skip
-    script = files("mec_platform.bench_data").joinpath("discovery.lua")
+    script = Path(__file__).with_name("discovery.lua")
     env = {**os.environ, "MTS_TOKEN": app_token, "MTS_SERVICES": str(services),
            "MTS_QUERY": query}  # fmt: skip
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
@@ -201,7 +200,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mec_platform.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m mts_lab.platform.bench", description=__doc__)
     p.add_argument("--out", type=Path, default=Path("docs/results/platform"))
     p.add_argument("--services", type=int, default=1000)
     p.add_argument("--subscribers", type=int, default=100)

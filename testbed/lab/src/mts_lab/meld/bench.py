@@ -1,6 +1,6 @@
 """Cost of feeding the kernel: one map update, and one RNIS message end to end.
 
-    python -m mec_pep.ran_aware.bench --out docs/results/meld-bench
+    python -m mts_lab.meld.bench --out docs/results/meld-bench
 
 Registers a private instance of the congestion controls (root), then times
 ``MeldKernel.set_radio`` (one bpf(2) BPF_MAP_UPDATE_ELEM through ctypes) and the whole
@@ -74,7 +74,7 @@ def run(n: int, ues: int) -> dict[str, object]:
         kernel.close()
     per_second = 1e6 / statistics.fmean(end_to_end)
     return {
-        "command": f"python -m mec_pep.ran_aware.bench --n {n} --ues {ues}",
+        "command": f"python -m mts_lab.meld.bench --n {n} --ues {ues}",
         "host": {
             "kernel": platform.release(),
             "cpus": os.cpu_count(),

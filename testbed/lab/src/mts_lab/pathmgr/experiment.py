@@ -3,8 +3,8 @@
 One UE on four cells (``multipath-4path-short-queue.yaml``: LoS/NLoS Markov chains, mean
 dwell 3 s/2.5 s). The RNIS adapter polls the emulator and feeds the path manager. Data:
 
-    server ns: traffic.py send ──TCP──▶ MEC ns: the PEP (transparent, RAN leg MPTCP)
-        ──MPTCP, one subflow per cell──▶ UE ns: traffic.py receive
+    server ns: records.py send ──TCP──▶ MEC ns: the PEP (transparent, RAN leg MPTCP)
+        ──MPTCP, one subflow per cell──▶ UE ns: records.py receive
 
 The server offers a paced load in 1500-byte records stamped at generation; the PEP splits
 the connection (TPROXY), relays it to the UE over MPTCP and publishes the UE's backlog
@@ -37,13 +37,13 @@ from typing import Any
 import numpy as np
 
 from mec_common.health import Health
+from mts_lab import REPO
 from mts_testbed.topology import Topology
 from path_manager.control import Mode
 from path_manager.service import PathManager, PmSettings
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 RECORD = 1500
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def log(message: str) -> None:
@@ -59,7 +59,7 @@ class Testbed:
 
     def __init__(self, exchange: str, scenario: Path) -> None:
         self.name = "pmx" + uuid.uuid4().hex[:6]
-        sh(str(ROOT / ".venv/bin/testbed"), "up", "--config", str(scenario), "--name", self.name)
+        sh(str(REPO / ".venv/bin/testbed"), "up", "--config", str(scenario), "--name", self.name)
         self.topology = Topology.load(self.name)
         self.ue = self.topology.ues[0]
         self.mec = self.topology.mec.ns
@@ -79,14 +79,14 @@ class Testbed:
         self.adapter_log = Path(tempfile.gettempdir()) / f"{self.name}-rnis-adapter.log"
         with self.adapter_log.open("w") as log_file:
             self.adapter = subprocess.Popen(
-                [str(ROOT / "build/bin/rnis-adapter"), "serve"], env=env,
+                [str(REPO / "build/bin/rnis-adapter"), "serve"], env=env,
                 stdout=log_file, stderr=subprocess.STDOUT,
             )  # fmt: skip
 
     def close(self) -> None:
         self.adapter.terminate()
         self.adapter.wait(10)
-        sh(str(ROOT / ".venv/bin/testbed"), "down", "--name", self.name, check=False)
+        sh(str(REPO / ".venv/bin/testbed"), "down", "--name", self.name, check=False)
 
 
 def _free_port() -> int:
@@ -138,15 +138,15 @@ class Transfer:
 
     def __init__(self, tb: Testbed, rate_bps: float, seconds: float) -> None:
         self.out = Path(tempfile.mkdtemp(prefix=f"{tb.name}-rx-")) / "delays.npy"
-        traffic = str(Path(__file__).with_name("traffic.py"))
+        records = str(Path(__file__).with_name("records.py"))
         self.sender = subprocess.Popen(
-            ["ip", "netns", "exec", tb.topology.server.ns, sys.executable, traffic, "send",
+            ["ip", "netns", "exec", tb.topology.server.ns, sys.executable, records, "send",
              "--port", str(SERVER_PORT), "--rate", str(rate_bps), "--seconds", str(seconds + 1)],
         )  # fmt: skip
         time.sleep(0.5)  # listening
         self.t0 = time.monotonic()
         self.receiver = subprocess.Popen(
-            ["ip", "netns", "exec", tb.ue.ns, sys.executable, traffic, "receive",
+            ["ip", "netns", "exec", tb.ue.ns, sys.executable, records, "receive",
              "--server", tb.topology.server.addresses["wan0"], "--port", str(SERVER_PORT),
              "--bind", tb.ue.paths[0].ip, "--seconds", str(seconds), "--out", str(self.out)],
         )  # fmt: skip
@@ -362,7 +362,7 @@ def main() -> None:
     parser.add_argument(
         "--scenario",
         type=Path,
-        default=Path(__file__).with_name("multipath-4path-short-queue.yaml"),
+        default=REPO / "testbed/configs/multipath-4path-short-queue.yaml",
         help="testbed scenario (4 cells, LoS/NLoS Markov)",
     )
     parser.add_argument("--rate", type=float, default=20e6, help="offered load, bit/s (2e7)")
@@ -380,7 +380,7 @@ def main() -> None:
         default=262144,
         help="PEP_RAN_SNDBUF: the MPTCP connection's and each subflow's send buffer (262144)",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "docs/results/pathmgr/emulated")
+    parser.add_argument("--out", type=Path, default=REPO / "docs/results/pathmgr/emulated")
     args = parser.parse_args()
     rnis = f"pmx-rnis-{uuid.uuid4().hex[:8]}"
     pep_exchange = f"pmx-pep-{uuid.uuid4().hex[:8]}"

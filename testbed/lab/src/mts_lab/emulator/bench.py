@@ -1,6 +1,6 @@
 """Benchmark of the RAN emulator: forwarding capacity and TTI clock punctuality.
 
-    python -m mts_testbed.bench_emulator --out docs/results/emulator [--seconds 5]
+    python -m mts_lab.emulator.bench --out docs/results/emulator [--seconds 5]
 
 Capacity: 1500-byte UDP datagrams from the MEC namespace through the RAN namespace's
 downlink TUN, the emulator and the UEs' TUNs, with radio capacity set far above what
@@ -232,7 +232,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mts_testbed.bench_emulator", description=__doc__.split("\n")[0]
+        prog="python -m mts_lab.emulator.bench", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--out", type=Path, default=Path("docs/results/emulator"))
     parser.add_argument("--seconds", type=float, default=5, help="measurement window per point")

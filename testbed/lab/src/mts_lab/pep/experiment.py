@@ -8,9 +8,7 @@ The research reports −38.5 % (E2E FQ-CoDel 23.29 s → PEP 14.31 s, 32 MB). Ea
 discipline (FQ-CoDel, and a FIFO sized to the BDP like the research's BFIFO) is run with
 E2E and PEP alternately, ``--runs`` times.
 
-Also ``python -m mec_pep.experiment serve PORT...`` (sends SIZE bytes on request) and
-``... fetch HOST PORT SIZE`` (downloads, prints a JSON timeline); both run in the testbed's
-namespaces.
+The content server and the downloader are ``mts_lab.traffic``'s.
 """
 
 from __future__ import annotations
@@ -18,9 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -32,68 +28,13 @@ from typing import Any
 
 import httpx
 
-from mts_testbed.results import save_results
+from mts_lab import traffic
+from mts_lab.results import save_results
 
 PORT_PEP, PORT_E2E = 5001, 5002  # the PEP intercepts the first only
-REQUEST = struct.Struct("!Q")
-SAMPLE_S = 0.1
 # The research's hosts ran Cubic. A namespace's default may only be a "non-restricted"
 # algorithm (here: reno, bbr), so the sender and the PEP set it per socket.
 CONGESTION_CONTROL = "cubic"
-
-
-# ---- traffic ------------------------------------------------------------------------------------
-
-
-def serve(ports: list[int]) -> None:
-    """Send the requested number of bytes on each connection, then close."""
-    listeners = [socket.create_server(("0.0.0.0", p), backlog=64) for p in ports]
-    for listener in listeners:  # accepted sockets inherit it
-        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION_CONTROL.encode())
-    chunk = memoryview(os.urandom(1 << 20))
-    print("ready", flush=True)
-
-    def send(conn: socket.socket) -> None:
-        with conn:
-            (size,) = REQUEST.unpack(conn.recv(REQUEST.size, socket.MSG_WAITALL))
-            while size > 0:
-                n = min(size, len(chunk))
-                conn.sendall(chunk[:n])
-                size -= n
-            conn.shutdown(socket.SHUT_WR)
-            conn.recv(1)
-
-    def accept(listener: socket.socket) -> None:
-        while True:
-            conn, _ = listener.accept()
-            threading.Thread(target=send, args=(conn,), daemon=True).start()
-
-    for listener in listeners[1:]:
-        threading.Thread(target=accept, args=(listener,), daemon=True).start()
-    accept(listeners[0])
-
-
-def fetch(host: str, port: int, size: int) -> None:
-    """Download ``size`` bytes; print the start time, then a JSON result with a timeline."""
-    start = time.monotonic()
-    print(json.dumps({"started": time.time()}), flush=True)
-    sock = socket.create_connection((host, port), timeout=120)
-    sock.sendall(REQUEST.pack(size))
-    buf = bytearray(1 << 20)
-    received, timeline, next_sample = 0, [(0.0, 0)], start + SAMPLE_S
-    while True:
-        n = sock.recv_into(buf)
-        if n == 0:
-            break
-        received += n
-        now = time.monotonic()
-        if now >= next_sample:
-            timeline.append((round(now - start, 3), received))
-            next_sample = now + SAMPLE_S
-    fct = time.monotonic() - start
-    timeline.append((round(fct, 3), received))
-    sock.close()
-    print(json.dumps({"bytes": received, "fct_s": fct, "timeline": timeline}), flush=True)
 
 
 # ---- the experiment ----------------------------------------------------------------------------
@@ -160,7 +101,8 @@ class Testbed:
     def _start(self, workdir: Path) -> None:
         topo = self.topo
         server = topo.popen(
-            topo.server.ns, *_self_cmd(), "serve", str(PORT_PEP), str(PORT_E2E),
+            topo.server.ns,
+            *traffic.command("serve", *(f"{p}:{CONGESTION_CONTROL}" for p in (PORT_PEP, PORT_E2E))),
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.procs.append(server)
@@ -213,7 +155,7 @@ class Testbed:
         ue = self.topo.ue(1)
         server = self.topo.server.addresses["wan0"]
         client = self.topo.popen(
-            ue.ns, *_self_cmd(), "fetch", server, str(port), str(s.size),
+            ue.ns, *traffic.command("fetch", server, str(port), str(s.size)),
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert client.stdout is not None
@@ -237,10 +179,6 @@ class Testbed:
 
         stop_processes(self.procs)
         builder.down(self.name, log=lambda *a, **k: None)
-
-
-def _self_cmd() -> list[str]:
-    return [sys.executable, "-m", "mec_pep.experiment"]
 
 
 def run(setup: Setup, queues: list[str], out: Path) -> dict[str, Any]:
@@ -338,17 +276,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mec_pep.experiment",
+        prog="python -m mts_lab.pep.experiment",
         description="Split-TCP benefit on the emulated RAN: E2E vs PEP completion times "
         "with a radio capacity step (needs root and `make build`).",
     )
-    sub = parser.add_subparsers(dest="command")
-    srv = sub.add_parser("serve", help="traffic server (helper)")
-    srv.add_argument("ports", type=int, nargs="+")
-    get = sub.add_parser("fetch", help="download client (helper)")
-    get.add_argument("host")
-    get.add_argument("port", type=int)
-    get.add_argument("size", type=int)
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep-split"))
     parser.add_argument("--size-mb", type=float, default=100, help="download size, MB")
     parser.add_argument("--step-after", type=float, default=13, help="s into the download")
@@ -365,15 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--queues", default="fq_codel,fifo", help="radio queue disciplines")
     args = parser.parse_args(argv)
-    if args.command == "serve":
-        serve(args.ports)
-    elif args.command == "fetch":
-        fetch(args.host, args.port, args.size)
-    else:
-        buffer = None if args.pep_buffer_mib is None else int(args.pep_buffer_mib * (1 << 20))
-        setup = Setup(int(args.size_mb * 1e6), args.step_after, args.low, args.high,
-                      args.wan_delay, args.wan_rate, args.ran_delay, args.runs, buffer)  # fmt: skip
-        run(setup, args.queues.split(","), args.out)
+    buffer = None if args.pep_buffer_mib is None else int(args.pep_buffer_mib * (1 << 20))
+    setup = Setup(int(args.size_mb * 1e6), args.step_after, args.low, args.high,
+                  args.wan_delay, args.wan_rate, args.ran_delay, args.runs, buffer)  # fmt: skip
+    run(setup, args.queues.split(","), args.out)
     return 0
 
 

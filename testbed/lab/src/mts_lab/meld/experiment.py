@@ -14,7 +14,7 @@ kernel's loss verdicts (counter deltas), the age of the radio state the PEP hold
 Output: ``meld.json``, ``meld.png``, and a table. Published (thesis, picoquic on OAI):
 MELD-ME +80 % (NewReno) / +8 % (Cubic); MELD-DE +131 % / +9 % with higher RTT.
 
-    uv run python testbed/experiments/meld/run.py --out docs/results/meld [--runs 10]
+    uv run python -m mts_lab.meld.experiment --out docs/results/meld [--runs 10]
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mec_pep.ran_aware.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
-from mts_testbed.results import save_results
+from mts_lab import REPO
+from mts_lab.meld.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
+from mts_lab.results import save_results
 
-REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 PORT = 5001
 MODES = ("off", "meld-de", "meld-me")

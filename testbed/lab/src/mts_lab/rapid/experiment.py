@@ -19,7 +19,7 @@ LTE FDD 5 MHz / 25 PRB, one UE, RLC AM 1 MB, end-to-end RTT ~50 ms, ~16 Mbit/s
 The radio state reaches the PEP through the real chain (emulator → rnis-adapter → RabbitMQ
 → PEP → BPF maps). Output: ``rapid.json``, ``rapid.png`` and a table.
 
-    uv run python testbed/experiments/rapid/run.py --out docs/results/rapid [--runs 5]
+    uv run python -m mts_lab.rapid.experiment --out docs/results/rapid [--runs 5]
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mec_pep.ran_aware.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
-from mts_testbed.results import save_results
+from mts_lab import REPO
+from mts_lab.meld.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
+from mts_lab.results import save_results
 
-REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "testbed/configs/lte-25prb-rapid.yaml"
 # Server ports: the PEP splits the first two only.
 PORTS = {"pep": {"cubic": 5001, "bbr": 5002}, "e2e": {"cubic": 5011, "bbr": 5012}}

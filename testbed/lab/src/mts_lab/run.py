@@ -9,9 +9,7 @@ The same file is downloaded at the UE three times: end to end (before the PEP ex
 through the PEP with MELD off, and through the PEP with MELD. The result (goodput, MELD's
 decisions) is printed and written to ``build/run/`` as JSON and PNG. Everything started is
 stopped again, also on Ctrl-C.
-
-``python -m mts_testbed.run serve PORT`` and ``... fetch HOST PORT SIZE`` are the content
-server and the downloader it runs inside the namespaces.
+The content server and the downloader are ``mts_lab.traffic``'s.
 """
 
 from __future__ import annotations
@@ -23,12 +21,9 @@ import os
 import secrets
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,59 +32,18 @@ from typing import Any
 
 import httpx
 
+from mts_lab import REPO, traffic
 from mts_testbed import builder
 from mts_testbed.netns import stop_processes
 from mts_testbed.topology import Topology
 
-REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 APPDS = REPO / "mec-platform/appds"
 OUT = REPO / "build/run"
-REQUEST = struct.Struct("!Q")  # the downloader asks for this many bytes
 CONTENT_PORT = 5201
 PROGRESS_S = 0.25
 
 PLATFORM_PORT, PEP_PORT = 8100, 8102
-
-
-# ---- content server and downloader (run inside the namespaces) ----------------------------------
-
-
-def serve(port: int) -> None:
-    """Send each client the number of bytes it asks for (8 bytes, network order), close."""
-    chunk = memoryview(os.urandom(1 << 20))
-    listener = socket.create_server(("0.0.0.0", port), backlog=16)
-    listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
-    print("ready", flush=True)
-
-    def send(conn: socket.socket) -> None:
-        with conn:
-            (size,) = REQUEST.unpack(conn.recv(REQUEST.size, socket.MSG_WAITALL))
-            while size > 0:
-                size -= conn.send(chunk[: min(size, len(chunk))])
-            conn.shutdown(socket.SHUT_WR)
-            conn.recv(1)
-
-    while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=send, args=(conn,), daemon=True).start()
-
-
-def fetch(host: str, port: int, size: int) -> None:
-    """Download ``size`` bytes, printing ``{"t": s, "bytes": n}`` every PROGRESS_S."""
-    start = time.monotonic()
-    sock = socket.create_connection((host, port), timeout=60)
-    sock.sendall(REQUEST.pack(size))
-    buf = bytearray(1 << 20)
-    received, next_report = 0, start + PROGRESS_S
-    while n := sock.recv_into(buf):
-        received += n
-        if (now := time.monotonic()) >= next_report:
-            print(json.dumps({"t": round(now - start, 3), "bytes": received}), flush=True)
-            next_report = now + PROGRESS_S
-    print(json.dumps({"t": round(time.monotonic() - start, 3), "bytes": received, "done": True}),
-          flush=True)  # fmt: skip
-    sock.close()
 
 
 # ---- live status ------------------------------------------------------------------------------
@@ -160,7 +114,9 @@ class System:
         self.status.step(f"testbed up: {scenario} (namespaces {self.name}-*)")
         self.topo = builder.up(self.scenario, self.name, log=lambda *a, **k: None)
         self.status.step("content server in the server namespace")
-        server = self.popen(self.topo.server.ns, "serve", str(CONTENT_PORT), stdout=subprocess.PIPE)
+        server = self.start_traffic(
+            self.topo.server.ns, "serve", str(CONTENT_PORT), stdout=subprocess.PIPE
+        )
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         self.status.step(f"RabbitMQ user {self.amqp_user} for the MEC host")
         rabbitmqctl("add_user", self.amqp_user, self.amqp_password)
@@ -269,13 +225,17 @@ class System:
         topo = self.require_topo()
         result = Download(label, size)
         before = self.meld_counters() if via_pep else None
-        proc = self.popen(topo.ue(1).ns, "fetch", topo.server.addresses["wan0"],
-                          str(CONTENT_PORT), str(size), stdout=subprocess.PIPE)  # fmt: skip
+        proc = self.start_traffic(topo.ue(1).ns, "fetch", topo.server.addresses["wan0"],
+                          str(CONTENT_PORT), str(size), "--progress", str(PROGRESS_S),
+                          stdout=subprocess.PIPE)  # fmt: skip
         assert proc.stdout is not None
         for line in proc.stdout:
             sample = json.loads(line)
-            result.timeline.append((sample["t"], sample["bytes"]))
-            self.status.live(self.progress(result, via_pep))
+            if "t" in sample:  # progress
+                result.timeline.append((sample["t"], sample["bytes"]))
+                self.status.live(self.progress(result, via_pep))
+            elif "fct_s" in sample:  # the end
+                result.timeline.append((round(sample["fct_s"], 3), sample["bytes"]))
         if proc.wait() != 0 or not result.timeline or result.timeline[-1][1] != size:
             raise RuntimeError(f"{label}: the download failed")
         if before is not None:
@@ -334,10 +294,10 @@ class System:
             op = check(admin.get(f"/app_lcm/v1/app_lcm_op_occs/{op['id']}"))
 
     # -- helpers
-    def popen(self, ns: str, *args: str, **kw: Any) -> subprocess.Popen[str]:
+    def start_traffic(self, ns: str, *args: str, **kw: Any) -> subprocess.Popen[str]:
+        """Start ``mts_lab.traffic ARGS`` in namespace ``ns``."""
         topo = self.require_topo()
-        proc = topo.popen(ns, sys.executable, "-m", "mts_testbed.run", *args, text=True,
-                          start_new_session=True, **kw)  # fmt: skip
+        proc = topo.popen(ns, *traffic.command(*args), text=True, start_new_session=True, **kw)
         self.procs.append(proc)
         return proc
 
@@ -481,7 +441,7 @@ def summary(downloads: list[Download]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m mts_testbed.run",
+        prog="python -m mts_lab.run",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Run the whole MEC Transport Suite on the emulated RAN (root): testbed, MEC "
         "platform, RNIS adapter and PEP with MELD; download a file at the UE end to end, "
@@ -494,24 +454,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="MELD mode of the last download")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT, help="result.json and result.png here")
     parser.add_argument("--keep", action="store_true", help="stay up until Ctrl-C")
-    sub = parser.add_subparsers(dest="command")
-    s = sub.add_parser("serve", help="(inside the server namespace) the content server")
-    s.add_argument("port", type=int)
-    f = sub.add_parser("fetch", help="(inside a UE namespace) one download with progress")
-    f.add_argument("host")
-    f.add_argument("port", type=int)
-    f.add_argument("size", type=int)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        serve(args.port)
-        return 0
-    if args.command == "fetch":
-        fetch(args.host, args.port, args.size)
-        return 0
     args.scenario = args.scenario.resolve()
     signal.signal(signal.SIGTERM, _interrupt)
     status = Status()

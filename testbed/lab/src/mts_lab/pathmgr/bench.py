@@ -1,4 +1,7 @@
-"""``path-manager bench``: prediction time per number of paths and the predictor's accuracy.
+"""``make bench-pathmgr``: prediction time per number of paths and the predictor's accuracy.
+
+    python -m mts_lab.pathmgr.bench --out docs/results/pathmgr/predictor
+
 
 Scenarios are random but reproducible (seeded): per-path LoS capacity 400–1000 Mbit/s, NLoS
 50–150 Mbit/s, mean LoS/NLoS times 1–4 s, a random LoS vector, a queue of 0–800 packets and a
@@ -7,6 +10,7 @@ load of 0.4–1.2 times the mean capacity, so that the probabilities span (0, 1)
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -16,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from path_manager.montecarlo import simulate
+from mts_lab import REPO
+from mts_lab.pathmgr.montecarlo import simulate
 from path_manager.predictor import PathState, Scenario, Solver, Thresholds, predict
 
 PACKET_BITS = 12_000
@@ -126,7 +131,7 @@ def run_bench(repeat: int, scenarios: int, mc_samples: int, out_dir: Path) -> di
     else:
         acc = {int(k): v for k, v in json.loads(previous.read_text())["accuracy"].items()}
     result = {
-        "command": f"path-manager bench --repeat {repeat} --scenarios {scenarios}"
+        "command": f"python -m mts_lab.pathmgr.bench --repeat {repeat} --scenarios {scenarios}"
         f" --mc-samples {mc_samples}",
         "load_average_at_start": load,
         "load_average_at_end": os.getloadavg(),
@@ -183,3 +188,29 @@ def _plot(times: dict[int, dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m mts_lab.pathmgr.bench",
+        description="Measure the predictor: wall time p90 over random scenarios per number "
+        "of paths (CDF and FPT are computed together), the reduced model's error against the "
+        "full model on 3-4 paths, and both against Monte Carlo.",
+    )
+    parser.add_argument("--repeat", type=int, default=1000, help="predictions per size (1000)")
+    parser.add_argument(
+        "--scenarios",
+        type=int,
+        default=100,
+        help="accuracy scenarios (100); 0 = timing only, keep the last accuracy results",
+    )
+    parser.add_argument("--mc-samples", type=int, default=200_000, help="Monte Carlo samples")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "docs/results/pathmgr/predictor", help="output dir"
+    )
+    args = parser.parse_args(argv)
+    run_bench(args.repeat, args.scenarios, args.mc_samples, args.out)
+
+
+if __name__ == "__main__":
+    main()

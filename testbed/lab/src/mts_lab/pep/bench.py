@@ -7,7 +7,7 @@ iperf3 throughput with 1 and 8 streams in both directions, the proxy process's C
 per Gbit relayed, connections per second (connect, 1-byte echo, close), and the user-space
 memory (RSS) each idle connection adds to the proxy process. JSON and PNG go to ``--out``.
 
-Also: ``python -m mec_pep.bench echo HOST PORT`` (an epoll echo server holding any number of
+Also: ``python -m mts_lab.pep.bench echo HOST PORT`` (an epoll echo server holding any number of
 connections) and ``... connrate HOST PORT SECONDS`` (a connection-rate client); both are
 used by the benchmark and by the tests.
 """
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mec_pep.lab import Lab, in_netns
-from mts_testbed.results import save_results
+from mts_lab.line import Lab, in_netns
+from mts_lab.results import save_results
 
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
 ECHO_PEP, ECHO_DIRECT = 7001, 7002
@@ -217,7 +217,7 @@ def _pep_healthy() -> bool:
 
 
 def _self_cmd() -> list[str]:
-    return [sys.executable, "-m", "mec_pep.bench"]
+    return [sys.executable, "-m", "mts_lab.pep.bench"]
 
 
 def _wait_listening(lab: Lab, ns: str, port: int, timeout: float = 60) -> None:
@@ -525,7 +525,7 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mec_pep.bench",
+        prog="python -m mts_lab.pep.bench",
         description="Benchmark the PEP against direct routing and HAProxy (needs root).",
     )
     sub = parser.add_subparsers(dest="command")

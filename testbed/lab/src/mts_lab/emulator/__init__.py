@@ -1,0 +1,1 @@
+"""The RAN emulator bench (capacity, TTI lateness)."""

@@ -1,0 +1,1 @@
+"""The path manager: simulation study, Monte Carlo reference, predictor bench, experiment."""

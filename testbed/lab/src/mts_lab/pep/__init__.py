@@ -1,0 +1,1 @@
+"""Benchmarks and experiments of the PEP's relay (split TCP)."""

@@ -1,0 +1,1 @@
+"""The MEC platform bench (Mp1 discovery and notification fan-out)."""
