@@ -46,9 +46,16 @@ type ue struct {
 	m        meas.Measurement
 	hash     uint64
 	lastSeen time.Time
-	missed   int // successful polls without this UE
-	erabs    []meas.ERAB
+	missed   int         // successful polls without this UE
+	erabs    []meas.ERAB // the E-RABs announced (rab_est sent), with the QCI announced
+	waiting  map[int64]time.Time
 }
+
+// QCIWait is how long an E-RAB without a QCI is held back before it is announced anyway
+// (a source that never reports one). A live OAI eNB lists the GTP E-RAB ~45 ms after the
+// UE and the DRB's QCI ~0.5 s later (testdata/.../reattach-drb-timing.txt); announced at
+// once, the bearer had no QCI and MEC 012's mandatory QCI filter never matched.
+const QCIWait = 2 * time.Second
 
 // Tracker is safe for one writer (the poller) and many readers (the REST API).
 type Tracker struct {
@@ -117,8 +124,10 @@ func (t *Tracker) arrivals(events []Event, arrived []ueKey, present map[ueKey]bo
 func handedOver(events []Event, k ueKey, erabs []meas.ERAB) []Event {
 	out := events[:0]
 	for _, e := range events {
-		if e.Kind == RabEst && e.UE.BSID == k.bs && e.UE.RNTI == k.rnti && hasERAB(erabs, e.ERAB.ID) {
-			continue
+		if e.Kind == RabEst && e.UE.BSID == k.bs && e.UE.RNTI == k.rnti {
+			if _, moved := findERAB(erabs, e.ERAB.ID); moved {
+				continue
+			}
 		}
 		out = append(out, e)
 	}
@@ -163,19 +172,58 @@ func (t *Tracker) departures(events []Event, present map[ueKey]bool, now time.Ti
 	return events
 }
 
+// erabChanges announces an E-RAB when it is complete (its QCI known), or after QCIWait
+// without one; an E-RAB announced without a QCI is announced again when its QCI arrives.
+// An announced E-RAB that goes is released.
 func (t *Tracker) erabChanges(events []Event, u *ue, m *meas.Measurement, now time.Time) []Event {
+	announced := make([]meas.ERAB, 0, len(m.ERABs))
 	for _, e := range m.ERABs {
-		if !hasERAB(u.erabs, e.ID) {
-			events = append(events, Event{Kind: RabEst, UE: *m, ERAB: e, TimeNs: now.UnixNano()})
+		old, known := findERAB(u.erabs, e.ID)
+		switch {
+		case known && (old.QCI.Set || !e.QCI.Set):
+			announced = append(announced, old) // nothing new to tell
+			continue
+		case !e.QCI.Set && !u.waitedFor(e.ID, now):
+			continue // not complete yet: the QCI usually follows
 		}
+		delete(u.waiting, e.ID)
+		events = append(events, Event{Kind: RabEst, UE: *m, ERAB: e, TimeNs: now.UnixNano()})
+		announced = append(announced, e)
 	}
 	for _, e := range u.erabs {
-		if !hasERAB(m.ERABs, e.ID) {
+		if _, still := findERAB(m.ERABs, e.ID); !still {
 			events = append(events, Event{Kind: RabRel, UE: *m, ERAB: e, TimeNs: now.UnixNano()})
 		}
 	}
-	u.erabs = append(u.erabs[:0], m.ERABs...)
+	for id := range u.waiting {
+		if _, still := findERAB(m.ERABs, id); !still {
+			delete(u.waiting, id)
+		}
+	}
+	u.erabs = announced
 	return events
+}
+
+// waitedFor tells whether E-RAB id has waited QCIWait for its QCI (it starts waiting now).
+func (u *ue) waitedFor(id int64, now time.Time) bool {
+	if u.waiting == nil {
+		u.waiting = map[int64]time.Time{}
+	}
+	since, ok := u.waiting[id]
+	if !ok {
+		u.waiting[id] = now
+		return false
+	}
+	return now.Sub(since) >= QCIWait
+}
+
+func findERAB(list []meas.ERAB, id int64) (meas.ERAB, bool) {
+	for _, e := range list {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return meas.ERAB{}, false
 }
 
 // measReport: a new RRC measurement (another measid, RSRP or RSRQ; -1 is "none yet").
@@ -189,15 +237,6 @@ func (t *Tracker) measReport(events []Event, u *ue, m *meas.Measurement, now tim
 		return events
 	}
 	return append(events, Event{Kind: MeasRep, UE: *m, TimeNs: now.UnixNano()})
-}
-
-func hasERAB(list []meas.ERAB, id int64) bool {
-	for _, e := range list {
-		if e.ID == id {
-			return true
-		}
-	}
-	return false
 }
 
 func less(a, b ueKey) bool { return a.bs < b.bs || (a.bs == b.bs && a.rnti < b.rnti) }
