@@ -97,7 +97,7 @@ def test_app_a_cannot_touch_app_b(platform: Running) -> None:
     for headers in (
         {},
         {"Authorization": "Bearer nope"},
-        {"Authorization": f"Bearer {platform.platform.authority.notification_token()}"},
+        {"Authorization": f"Bearer {platform.platform.authority.notification_token('s')}"},
     ):
         assert httpx.get(f"{platform.url}{SM}/services", headers=headers).status_code == 401
 
@@ -128,7 +128,8 @@ def test_availability_notifications_are_filtered_retried_and_signed(
     # The notification's token verifies with mec_common.auth against the platform's JWKS.
     verifier = TokenVerifier([], jwt_keys=jwks_key_lookup(f"{platform.url}/oauth2/jwks"))
     token = receiver.headers[0]["Authorization"].removeprefix("Bearer ")
-    assert verifier.verify_notification(token) is not None
+    assert verifier.verify_notification(token, r.headers["location"]) is not None
+    assert verifier.verify_notification(token, r.headers["location"] + "x") is None
     assert verifier.verify(token) is None  # not valid for any API
 
 
@@ -244,12 +245,18 @@ def test_termination_endpoint_of_an_app_admits_only_the_platform(platform: Runni
     )
     api.include_router(termination_router(registration, verifier))
     http = TestClient(api)
-    path = "/mec/notifications/app_termination"
+    path = f"/mec/notifications/app_termination/{registration.callback_secret}"
+    registration._subscription = sub = f"{platform.url}/subscriptions/ours"
     body = {"notificationType": "AppTerminationNotification", "operationAction": "TERMINATING",
-            "maxGracefulTimeout": 5, "_links": {"subscription": {"href": "x"}}}  # fmt: skip
-    notify = {"Authorization": f"Bearer {platform.platform.authority.notification_token()}"}
+            "maxGracefulTimeout": 5, "_links": {"subscription": {"href": sub}}}  # fmt: skip
+    authority = platform.platform.authority
+    notify = {"Authorization": f"Bearer {authority.notification_token(sub)}"}
     app_token = {"Authorization": app.headers["Authorization"]}  # an API token: not enough
+    other = {"Authorization": f"Bearer {authority.notification_token(sub + 'x')}"}
     assert http.post(path, json=body, headers=app_token).status_code == 401
+    assert http.post(path, json=body, headers=other).status_code == 401  # another subscription's
+    assert http.post("/mec/notifications/app_termination/guess", json=body,
+                     headers=notify).status_code == 404  # fmt: skip
     assert http.post(path, json=body).status_code == 401
     assert http.post(path, content=b"{nope", headers=notify).status_code == 400
     assert http.post(path, json={**body, "operationAction": "X"}, headers=notify).status_code == 400

@@ -87,7 +87,8 @@ def test_termination_notification_stops_the_adapter(
         r = httpx.post(callback, json=note, headers=headers)
         assert r.status_code == 401, (headers, r.text)
         assert r.headers["content-type"] == "application/problem+json"
-    platform_token = {"Authorization": f"Bearer {platform.platform.authority.notification_token()}"}
+    token = platform.platform.authority.notification_token(link["href"])
+    platform_token = {"Authorization": f"Bearer {token}"}
     r = httpx.post(callback, json={"operationAction": "DANCE"}, headers=platform_token)
     assert r.status_code == 400
     assert a.proc is not None and a.proc.alive(), "refused notifications change nothing"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -10,6 +11,7 @@ from fastapi import FastAPI, Request, Response
 from sqlalchemy.exc import DBAPIError
 
 from mec_common.api import create_app, problem_response
+from mec_common.config import private_dir
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.tproxy import Runner
@@ -24,7 +26,7 @@ from mec_platform.models import TransportInfo
 from mec_platform.mp1_api import app_support_router, service_mgmt_router
 from mec_platform.notifier import Notifier
 from mec_platform.registry import Registry
-from mec_platform.security import Authority
+from mec_platform.security import Authority, LoginLimiter
 
 log = get_logger(__name__)
 
@@ -70,7 +72,7 @@ def transports(settings: PlatformSettings) -> list[TransportInfo]:
 
 def build_platform(settings: PlatformSettings) -> Platform:
     health = Health()
-    settings.state_dir.mkdir(parents=True, exist_ok=True)  # the default SQLite lives there
+    private_dir(settings.state_dir)  # the default SQLite (with the signing key) lives there
     db = Database(settings.db_url())
     health.set("database", True, db.engine.url.get_backend_name())
     authority = Authority(db, settings.api_tokens, settings.token_ttl_s)
@@ -104,8 +106,11 @@ def build_platform(settings: PlatformSettings) -> Platform:
                                 headers={"Retry-After": "5"})  # fmt: skip
 
     app.add_exception_handler(DBAPIError, database_down)
+    limiter = LoginLimiter(settings.login_rate_per_s, settings.login_burst,
+                           settings.login_max_pending)  # fmt: skip
+    hashing = ThreadPoolExecutor(max_workers=2, thread_name_prefix="oauth-scrypt")
     for router in (service_mgmt_router(), app_support_router(), pkgm_router(), lcm_router(),
-                   oauth_router(authority)):  # fmt: skip
+                   oauth_router(authority, limiter, hashing)):  # fmt: skip
         app.include_router(router)
 
     stop = threading.Event()

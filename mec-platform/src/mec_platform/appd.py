@@ -161,11 +161,62 @@ class AppdError(ValueError):
     """An AppD that cannot be onboarded; the message says every problem found."""
 
 
+MAX_NODES = 20_000
+"""Largest AppD as a tree, aliases expanded (a real one has a few hundred nodes)."""
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that refuses what could blow up: a document whose tree, with every
+    alias expanded, exceeds ``MAX_NODES`` (a 421-byte "billion laughs" expands to 44 MiB),
+    and duplicate mapping keys (one meaning per document)."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if node is None:
+        return None
+    _check_tree(node)
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_tree(root: yaml.Node) -> None:
+    """Counts the expanded tree in time linear in the distinct nodes (sizes memoized)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = MAX_NODES + 1  # a node inside itself (recursive alias): too big
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            keys = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in keys:
+                        raise AppdError(f"duplicate key {key.value!r} ({key.start_mark})")
+                    keys.add(key.value)
+                total += size(key) + size(value)
+                if total > MAX_NODES:
+                    break
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                total += size(item)
+                if total > MAX_NODES:
+                    break
+        sizes[id(node)] = total
+        return total
+
+    if size(root) > MAX_NODES:
+        raise AppdError(f"the AppD expands to more than {MAX_NODES} nodes (aliases expanded)")
+
+
 def parse_appd(raw: bytes) -> tuple[AppD, str]:
     """Parse YAML or JSON bytes into a validated AppD and its sha256 checksum."""
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        data = load_yaml(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
         raise AppdError(f"the AppD is neither valid YAML nor JSON: {exc}") from None
     if not isinstance(data, dict):
         raise AppdError("the AppD must be a mapping (YAML) or an object (JSON)")

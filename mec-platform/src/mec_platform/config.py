@@ -32,6 +32,13 @@ class PlatformSettings(ServiceSettings):
         "written (0600) to <state dir>/platform-admin.secret",
     )
     token_ttl_s: int = Field(900, ge=30, le=86400, description="lifetime of access tokens")
+    login_rate_per_s: float = Field(
+        5.0, gt=0, description="token requests per second per client address (429 beyond)"
+    )
+    login_burst: int = Field(20, ge=1, description="token requests a client address may burst")
+    login_max_pending: int = Field(
+        16, ge=1, description="token requests checked at once (scrypt); 429 beyond"
+    )
     backend: Literal["process", "docker", "helm"] = Field(
         "process", description="how app instances are run: local processes, Docker, Helm"
     )

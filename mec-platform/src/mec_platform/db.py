@@ -6,13 +6,15 @@ what queries filter on. A restart of the platform keeps everything.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, String, create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 
@@ -41,6 +43,16 @@ class Client(Base):
     secret_hash: Mapped[str]
     app_instance_id: Mapped[str | None] = mapped_column(String(64), index=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RevokedClient(Base):
+    """Credentials revoked before their tokens expired; published at /oauth2/revocations so
+    every service refuses those tokens. A row can go once every token of it has expired."""
+
+    __tablename__ = "revoked_clients"
+
+    client_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    expires: Mapped[float] = mapped_column(Float, index=True)
 
 
 class AppPackage(Base):
@@ -132,9 +144,24 @@ class Database:
         self.engine.dispose()
 
 
+def _private_sqlite_file(url: str) -> None:
+    """The database holds the signing key: 0600 from creation on (SQLite gives its WAL and
+    shared-memory files the database file's mode)."""
+    path = make_url(url).database
+    if not path or path == ":memory:":
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        if (extra := Path(path + suffix)).exists():
+            extra.chmod(0o600)
+
+
 def _engine(url: str) -> Engine:
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True, pool_size=8)
+    _private_sqlite_file(url)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")

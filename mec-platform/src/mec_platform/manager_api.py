@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from concurrent.futures import Executor
 from typing import Annotated, Any
 from urllib.parse import parse_qs, unquote
 
@@ -16,7 +18,7 @@ from mec_common.auth import Principal
 from mec_common.rest_policy import preconditions, tagged
 from mec_platform.manager import LCM, PKGM, Manager
 from mec_platform.mp1_api import CONDITIONAL, CONDITIONAL_GET, Caller, json_response
-from mec_platform.security import Authority
+from mec_platform.security import Authority, LoginLimiter
 
 
 async def admin(who: Caller) -> Principal:
@@ -163,7 +165,9 @@ def lcm_router() -> APIRouter:
     return r
 
 
-def oauth_router(authority: Authority) -> APIRouter:
+def oauth_router(authority: Authority, limiter: LoginLimiter, hashing: Executor) -> APIRouter:
+    """The token endpoint checks secrets (scrypt) in ``hashing``, never in the event loop,
+    behind ``limiter`` (per client address, and a cap on logins in progress)."""
     r = APIRouter(prefix="/oauth2", tags=["oauth2"])
 
     @r.post("/token", summary="OAuth 2.0 client credentials grant (RFC 6749 §4.4)")
@@ -176,7 +180,13 @@ def oauth_router(authority: Authority) -> APIRouter:
         client_id, secret = _client_auth(request.headers.get("authorization", ""), form)
         if not client_id or secret is None:
             return _oauth_error(401, "invalid_client")
-        issued = authority.issue(client_id, secret)
+        if not limiter.admit(request.client.host if request.client else ""):
+            return _oauth_error(429, "slow_down")
+        try:
+            loop = asyncio.get_running_loop()
+            issued = await loop.run_in_executor(hashing, authority.issue, client_id, secret)
+        finally:
+            limiter.release()
         if issued is None:
             return _oauth_error(401, "invalid_client")
         return JSONResponse(issued, headers={"Cache-Control": "no-store"})
@@ -184,6 +194,11 @@ def oauth_router(authority: Authority) -> APIRouter:
     @r.get("/jwks", summary="Public keys that verify the platform's tokens")
     def jwks() -> JSONResponse:
         return JSONResponse(authority.jwks())
+
+    @r.get("/revocations", summary="Revoked client ids whose tokens have not expired yet")
+    def revocations() -> JSONResponse:
+        """Public like the JWKS: every service refuses tokens whose ``sub`` is listed."""
+        return JSONResponse(authority.revocations(), headers={"Cache-Control": "no-store"})
 
     return r
 
@@ -200,5 +215,6 @@ def _client_auth(header: str, form: dict[str, str]) -> tuple[str | None, str | N
 
 
 def _oauth_error(status: int, error: str) -> JSONResponse:
-    headers = {"WWW-Authenticate": 'Basic realm="mec-platform"'} if status == 401 else None
+    headers = {401: {"WWW-Authenticate": 'Basic realm="mec-platform"'},
+               429: {"Retry-After": "1"}}.get(status)  # fmt: skip
     return JSONResponse({"error": error}, status, headers=headers)

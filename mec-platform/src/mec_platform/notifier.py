@@ -56,7 +56,7 @@ def check_callback(url: str, networks: list[str]) -> None:
 
 class Notifier:
     def __init__(
-        self, token: Callable[[], str], *, attempts: int = 5, backoff_s: float = 0.5
+        self, token: Callable[[str], str], *, attempts: int = 5, backoff_s: float = 0.5
     ) -> None:
         self._token = token
         self._attempts, self._backoff = attempts, backoff_s
@@ -68,11 +68,12 @@ class Notifier:
     def submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    def notify(self, url: str, body: dict[str, Any], kind: str) -> Future[bool]:
-        """Send ``body`` to ``url`` in the background; the future tells if it arrived."""
-        return self.submit(self._deliver(url, orjson.dumps(body), kind))
+    def notify(self, url: str, body: dict[str, Any], kind: str, subscription: str) -> Future[bool]:
+        """Send ``body`` to ``url`` in the background with the token of ``subscription`` (its
+        URI); the future tells if it arrived."""
+        return self.submit(self._deliver(url, orjson.dumps(body), kind, subscription))
 
-    async def _deliver(self, url: str, payload: bytes, kind: str) -> bool:
+    async def _deliver(self, url: str, payload: bytes, kind: str, subscription: str) -> bool:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=256),
@@ -81,7 +82,7 @@ class Notifier:
         delay = self._backoff
         headers = {"Content-Type": "application/json"}
         for attempt in range(1, self._attempts + 1):
-            headers["Authorization"] = f"Bearer {self._token()}"
+            headers["Authorization"] = f"Bearer {self._token(subscription)}"
             try:
                 async with self._session.post(url, data=payload, headers=headers) as r:
                     await r.read()

@@ -366,13 +366,14 @@ class Registry:
             criteria = FilteringCriteria.model_validate(row.body.get("filteringCriteria") or {})
             if not criteria.matches(service):
                 continue
+            href = self._subscription_href(SERVICE_MGMT, row)
             notification = {
                 "notificationType": "SerAvailabilityNotification",
                 "serviceReferences": [reference],
-                "_links": {"subscription": {"href": self._subscription_href(SERVICE_MGMT, row)}},
+                "_links": {"subscription": {"href": href}},
             }
             sent.append(self.notifier.notify(row.body["callbackReference"], notification,
-                                             "service_availability"))  # fmt: skip
+                                             "service_availability", href))  # fmt: skip
         return sent
 
     def notify_termination(
@@ -387,17 +388,18 @@ class Registry:
         app_base = f"{self.base_url}{APP_SUPPORT}/applications/{app_instance_id}"
         sent = []
         for row in rows:
+            href = self._subscription_href(APP_SUPPORT, row)
             notification = {
                 "notificationType": "AppTerminationNotification",
                 "operationAction": action,
                 "maxGracefulTimeout": max_graceful_timeout,
                 "_links": {
-                    "subscription": {"href": self._subscription_href(APP_SUPPORT, row)},
+                    "subscription": {"href": href},
                     "confirmTermination": {"href": f"{app_base}/confirm_termination"},
                 },
             }
             sent.append(self.notifier.notify(row.body["callbackReference"], notification,
-                                             "app_termination"))  # fmt: skip
+                                             "app_termination", href))  # fmt: skip
         return sent
 
     # --- app support ------------------------------------------------------------------------

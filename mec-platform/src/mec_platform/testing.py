@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from mec_common.api import uvicorn_options
 from mec_platform.app import Platform, build_platform
 from mec_platform.config import PlatformSettings
 
@@ -37,7 +38,7 @@ class Running:
         self.settings = settings
         self.platform: Platform = build_platform(settings)
         config = uvicorn.Config(self.platform.app, host="127.0.0.1", port=settings.http_port,
-                                log_config=None, access_log=False)  # fmt: skip
+                                **uvicorn_options(settings))  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import ValidationError
 
-from mec_common.api import ProblemError, create_app, require_token
+from mec_common.api import ProblemError, create_app, service_access
 from mec_common.auth import TokenVerifier
 from mec_common.mp1 import termination_router
 from mec_common.tproxy import TproxyError
@@ -30,7 +30,7 @@ from mec_pep.models import (
     UeState,
 )
 from mec_pep.relay import Conn, Relay
-from mec_pep.service import PepService
+from mec_pep.service import SER_NAME, PepService
 from mec_pep.state import buffered, flow_state
 
 BASE = "/pep/v1"
@@ -57,13 +57,14 @@ def build_app(service: PepService, verifier: TokenVerifier) -> FastAPI:
             {"name": "config", "description": "configuration, read and changed at run time"},
         ],
     )
-    app.include_router(_router(service), prefix=BASE, dependencies=[Depends(require_token)])
+    access = [
+        Depends(service_access(SER_NAME))
+    ]  # apps with pep in their AppD read; operators change
+    app.include_router(_router(service), prefix=BASE, dependencies=access)
     for ext in service.extensions:
         router = ext.router()
         if router is not None:
-            app.include_router(
-                router, prefix=f"{BASE}/{ext.name}", dependencies=[Depends(require_token)]
-            )
+            app.include_router(router, prefix=f"{BASE}/{ext.name}", dependencies=access)
     if service.registration is not None:
         app.include_router(termination_router(service.registration, verifier, TERMINATION_PATH))
     return app
@@ -299,13 +300,12 @@ class PepCollector(Collector):
         relayed.add_metric(["from_ue"], c.bytes_from_ue)
         yield relayed
         yield GaugeMetricFamily("pep_pipes_in_use", "Splice pipes holding data", dp.pipes_in_use())
-        backlog = GaugeMetricFamily(
-            "pep_ue_backlog_bytes", "Bytes held toward the UE (last sample)", labels=["ue"]
-        )
-        if self.service.backlog is not None:
-            for ue, b in self.service.backlog.latest.items():
-                backlog.add_metric([ue], b.backlog_bytes)
-        yield backlog
+        # Totals only: /metrics needs no token, so it names no UE (per UE: GET /pep/v1/ues).
+        latest = list(self.service.backlog.latest.values()) if self.service.backlog else []
+        yield GaugeMetricFamily("pep_ue_backlog_bytes", "Bytes held toward all UEs (last samples)",
+                                sum(b.backlog_bytes for b in latest))  # fmt: skip
+        yield GaugeMetricFamily("pep_ues_with_backlog_samples", "UEs with a backlog sample",
+                                len(latest))  # fmt: skip
 
 
 def register_metrics(service: PepService) -> PepCollector:

@@ -222,11 +222,16 @@ def check_congestion_controls(settings: PepSettings) -> None:
                           f"(kernel has: {' '.join(available)})")  # fmt: skip
 
 
+SER_NAME = "pep"
+
+
 def service_info(public_url: str) -> dict[str, Any]:
     """The PEP API as a MEC service (ETSI MEC 011 ServiceInfo)."""
+    api = public_url.rstrip("/") + "/pep/v1"
     return {
-        "serName": "pep",
-        "serCategory": {"href": "/pep/v1", "id": "pep", "name": "PEP", "version": "v1"},
+        "serName": SER_NAME,
+        # CategoryRef.href is a URI (MEC 011): the API's own absolute URL
+        "serCategory": {"href": api, "id": "pep", "name": "PEP", "version": "v1"},
         "version": "v1",
         "state": "ACTIVE",
         "transportInfo": {
@@ -235,7 +240,7 @@ def service_info(public_url: str) -> dict[str, Any]:
             "type": "REST_HTTP",
             "protocol": "HTTP",
             "version": "1.1",
-            "endpoint": {"uris": [public_url.rstrip("/") + "/pep/v1"]},
+            "endpoint": {"uris": [api]},
             "security": {},
         },
         "serializer": "JSON",

@@ -6,13 +6,21 @@
 - ``GET /metrics`` (Prometheus; no auth),
 - OpenAPI at ``/openapi.json`` and Swagger UI at ``/docs`` served from local assets,
   so it works on testbeds without internet access,
-- ``require_token``: a dependency that admits only valid bearer tokens.
+- ``require_token``: a dependency that admits only valid bearer tokens, and
+  ``service_access``: the same plus the scopes a MEC service's API asks (docs/security.md),
+- a request-body limit applied before parsing and before auth (413), and refusal of JSON
+  bodies with duplicate keys (400),
+
+and ``serve`` runs it with a deadline for request headers (slowloris).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import threading
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -26,6 +34,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mec_common.auth import Principal, TokenVerifier
 from mec_common.config import ServiceSettings
@@ -152,6 +161,28 @@ def require_token(
 AuthenticatedPrincipal = Annotated[Principal, Depends(require_token)]
 
 
+_READS = frozenset({"GET", "HEAD"})
+
+
+def service_access(ser_name: str) -> Callable[[Request, Principal], Principal]:
+    """The access rule of a MEC service's API (PEP, path manager), as a dependency: apps that
+    declared ``ser_name`` in their AppD may read (GET); only operators (the admin, the
+    platform) may change anything. Everyone else: 403."""
+
+    def dependency(request: Request, principal: AuthenticatedPrincipal) -> Principal:
+        if request.method in _READS:
+            if not principal.may_consume(ser_name):
+                raise ProblemError(
+                    403, f"this token is not for the {ser_name} service: the app's AppD must "
+                    f"list {ser_name} in appServiceRequired or appServiceOptional")  # fmt: skip
+        elif not principal.is_operator:
+            raise ProblemError(403, f"changing the {ser_name} service needs the platform's or "
+                               "the admin's token")  # fmt: skip
+        return principal
+
+    return dependency
+
+
 def create_app(
     *,
     title: str,
@@ -186,6 +217,8 @@ def create_app(
     app.state.health = health
     app.state.token_verifier = token_verifier
     app.state.public_url = public_url
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       timeout_s=settings.header_timeout_s * 3)  # fmt: skip
     _install_problem_handlers(app)
     _install_docs(app, title)
 
@@ -199,6 +232,105 @@ def create_app(
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+class DuplicateKeyError(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise DuplicateKeyError(f"duplicate key {key!r} in the JSON body")
+        obj[key] = value
+    return obj
+
+
+class BodyLimit:
+    """Reads the whole request body before anything else (routing, auth, parsing) runs.
+
+    A body over ``max_bytes`` (by Content-Length or as it arrives) is refused with 413 and
+    not read further; a body that takes longer than ``timeout_s`` to arrive gets 408; a
+    JSON body with a duplicate key gets 400 (one meaning per document, whoever parses it).
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout_s: float) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            await self._refuse(scope, send, 413, f"the request body exceeds {self.max_bytes} bytes")
+            return
+        try:
+            body, disconnected = await asyncio.wait_for(self._read(receive), self.timeout_s)
+        except TimeoutError:
+            await self._refuse(scope, send, 408, "the request body arrived too slowly")
+            return
+        except _TooLargeError:
+            await self._refuse(scope, send, 413, f"the request body exceeds {self.max_bytes} bytes")
+            return
+        if disconnected:
+            return
+        if body and b"json" in headers.get(b"content-type", b""):
+            try:
+                json.loads(body, object_pairs_hook=_no_duplicate_keys)
+            except DuplicateKeyError as exc:
+                await self._refuse(scope, send, 400, str(exc))
+                return
+            except ValueError:
+                pass  # not JSON: the route's own parsing says so
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, receive: Any) -> tuple[bytes, bool]:
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return b"", True
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise _TooLargeError
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks), False
+
+    async def _refuse(self, scope: dict[str, Any], send: Any, status: int, detail: str) -> None:
+        # Connection: close: the unread rest of the body must not be taken as a next request.
+        response = problem_response(Request(scope), status, detail,
+                                    headers={"Connection": "close"})  # fmt: skip
+        await response(scope, _no_receive, send)
+
+
+class _TooLargeError(Exception):
+    pass
+
+
+async def _no_receive() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+def _replay(body: bytes, receive: Any) -> Callable[[], Awaitable[dict[str, Any]]]:
+    sent = False
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        message: dict[str, Any] = await receive()  # waits for the disconnect
+        return message
+
+    return replayed
 
 
 def _install_docs(app: FastAPI, title: str) -> None:
@@ -231,6 +363,57 @@ def _raise_stopped(signum: int, frame: object) -> None:
     raise _Stopped(signum)
 
 
+class HeaderDeadline(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request's headers.
+
+    uvicorn has none: a client that sends a header line now and then (slowloris) holds its
+    connection forever. The timer runs while the connection waits for a request's headers
+    (from connect, and after each response) and closes the connection when it fires.
+    """
+
+    header_timeout_s = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if not self._waiting_for_headers() and self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def _waiting_for_headers(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(self.header_timeout_s, self._expire)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if self._waiting_for_headers() and not self.transport.is_closing():
+            self.transport.close()
+
+
+def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
+    """The uvicorn settings every service runs with (``serve``, and servers run in tests)."""
+    protocol = type("HeaderDeadline", (HeaderDeadline,),
+                    {"header_timeout_s": settings.header_timeout_s})  # fmt: skip
+    return {"http": protocol, "timeout_keep_alive": 5, "log_config": None, "access_log": False}
+
+
 def serve(app: FastAPI, settings: ServiceSettings, **uvicorn_kwargs: Any) -> None:
     """Run the app with uvicorn on the configured host and port until SIGTERM or SIGINT.
 
@@ -248,9 +431,7 @@ def serve(app: FastAPI, settings: ServiceSettings, **uvicorn_kwargs: Any) -> Non
             app,
             host=settings.http_host,
             port=settings.http_port,
-            log_config=None,  # keep our structured logging
-            access_log=False,
-            **uvicorn_kwargs,
+            **(uvicorn_options(settings) | uvicorn_kwargs),  # log_config=None: our logging
         )
     except _Stopped:
         pass

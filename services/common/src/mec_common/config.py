@@ -47,6 +47,21 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "mts"
 
 
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (0700): it holds secrets."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a secret: the file is 0600 from its creation on, never readable by others."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also a file that existed with wider permissions
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 class ServiceSettings(BaseSettings):
     """Settings every service has. Field docs end up in docs/configuration.md."""
 
@@ -72,5 +87,12 @@ class ServiceSettings(BaseSettings):
         "amqp://guest:guest@127.0.0.1:5672/%2F", description="RabbitMQ URL (AMQP 0-9-1)"
     )
     state_dir: Path = Field(
-        default_factory=default_state_dir, description="directory for generated tokens and state"
+        default_factory=default_state_dir,
+        description="directory for generated tokens and state (made 0700; files in it 0600)",
+    )
+    max_body_bytes: int = Field(
+        1 << 20, ge=1024, description="largest request body the REST API reads (413 beyond)"
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="time a client has to send a request's headers (slowloris)"
     )

@@ -11,7 +11,8 @@ with exponential backoff while the platform is unreachable (shown in ``Health`` 
     ... on termination notification or shutdown: deregister services -> confirm_termination
 
 A service mounts ``termination_router(registration, verifier)`` so the platform can deliver
-the AppTerminationNotification (authenticated with the platform's notification token), and
+the AppTerminationNotification at an unguessable path (``callback_url`` plus a secret
+drawn at start), authenticated with a platform token bound to this subscription, and
 calls ``registration.start()``/``stop()`` in its FastAPI lifespan (not after
 ``uvicorn.run``: uvicorn re-raises SIGTERM once it has shut down, so code after it never
 runs). ``on_termination`` typically sets ``server.should_exit``.
@@ -26,6 +27,8 @@ a topic-based (AMQP) feed such as the RNIS one and keeps our own broker credenti
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from fastapi import APIRouter, Request, Response
 from fastapi.security import HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from mec_common.api import ProblemError
 from mec_common.auth import TokenVerifier
@@ -276,11 +280,17 @@ class MecAppRegistration:
         self.client = client
         self._wanted = services
         self._health = health
-        self._callback_url = termination_callback_url
+        # The secret last segment of the callback path: only the platform learns it.
+        self.callback_secret = secrets.token_urlsafe(24)
+        self._callback_url = (
+            f"{termination_callback_url.rstrip('/')}/{self.callback_secret}"
+            if termination_callback_url
+            else None
+        )
         self._on_termination = on_termination
         self._retry = (retry_initial, retry_max)
         self.registered: list[dict[str, Any]] = []
-        self._subscription: str | None = None
+        self._subscription: str | None = None  # its URI, as the platform gave it
         self._stop = threading.Event()
         self._done = threading.Event()  # deregistered and confirmed
         self._lock = threading.Lock()
@@ -335,6 +345,11 @@ class MecAppRegistration:
             except Mp1Error as exc:
                 self._report(False, f"heartbeat failed: {exc}")
 
+    @property
+    def subscription(self) -> str | None:
+        """The URI of our AppTerminationNotification subscription (None before it exists)."""
+        return self._subscription
+
     def handle_termination(self, operation_action: str) -> None:
         """The platform asked us to stop: clean up, confirm, then tell the service."""
 
@@ -379,15 +394,27 @@ def termination_router(
     verifier: TokenVerifier,
     path: str = "/mec/notifications/app_termination",
 ) -> APIRouter:
-    """The endpoint where the platform delivers our AppTerminationNotification."""
+    """The endpoint where the platform delivers our AppTerminationNotification.
+
+    It answers only at ``<path>/<registration.callback_secret>`` (404 elsewhere, as for any
+    unknown path), and only to a platform notification token bound to our subscription.
+    """
     router = APIRouter(tags=["mec"])
     bearer = HTTPBearer(auto_error=False)
 
-    @router.post(path, status_code=204, summary="AppTerminationNotification from the platform")
-    async def app_termination(request: Request) -> Response:
+    @router.post(path.rstrip("/") + "/{secret}", status_code=204,
+                 summary="AppTerminationNotification from the platform (secret path)")  # fmt: skip
+    async def app_termination(request: Request, secret: str) -> Response:
+        if not hmac.compare_digest(secret.encode(), registration.callback_secret.encode()):
+            raise ProblemError(404, "not found")
         credentials = await bearer(request)
-        if credentials is None or verifier.verify_notification(credentials.credentials) is None:
-            raise ProblemError(401, "a platform notification token is required")
+        token = credentials.credentials if credentials else ""
+        principal = await run_in_threadpool(
+            verifier.verify_notification, token, registration.subscription
+        )  # may fetch the revocation list or the JWKS
+        if principal is None or not principal.is_operator:
+            raise ProblemError(401, "a platform notification token for this subscription "
+                               "is required")  # fmt: skip
         try:
             body = await request.json()
         except ValueError:

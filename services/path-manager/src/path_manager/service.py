@@ -26,14 +26,14 @@ from ipaddress import IPv4Address
 from typing import Any, Literal
 
 import orjson
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from prometheus_client import Counter, Gauge, Histogram
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from mec_common.amqp import AmqpConsumer
-from mec_common.api import create_app, serve
-from mec_common.auth import TokenVerifier, ensure_static_token
+from mec_common.api import create_app, serve, service_access
+from mec_common.auth import TokenVerifier
 from mec_common.config import Port, ServiceSettings
 from mec_common.health import Health
 from mec_common.logging import configure_logging, get_logger
@@ -51,6 +51,7 @@ from path_manager.control import (
 from path_manager.radio import PathRadio, RadioSettings
 
 log = get_logger(__name__)
+SER_NAME = "path-manager"
 
 ARRIVAL_WINDOW = 0.1  # seconds of received_bytes the arrival rate is measured over
 CELL_KEY_PREFIX = f"{PREFIX}.cell."
@@ -461,7 +462,10 @@ def build_app(settings: PmSettings) -> tuple[FastAPI, PathManager]:
     from path_manager.api import router
 
     health = Health()
-    tokens = ensure_static_token(settings.api_tokens, settings.state_dir, "path-manager")
+    # Its static tokens and, with a platform, the platform's JWTs (docs/api.md)
+    verifier = TokenVerifier.for_service(
+        settings.api_tokens, settings.platform_url, settings.state_dir, "path-manager"
+    )
     manager = PathManager(settings, health)
 
     @asynccontextmanager
@@ -482,11 +486,12 @@ def build_app(settings: PmSettings) -> tuple[FastAPI, PathManager]:
         "hybrids), fed by RNIS. See docs/path-manager.md.",
         settings=settings,
         health=health,
-        token_verifier=TokenVerifier(tokens),
+        token_verifier=verifier,
         lifespan=lifespan,
     )
     app.state.manager = manager
-    app.include_router(router)
+    # apps with path-manager in their AppD read; only the platform or the admin change
+    app.include_router(router, dependencies=[Depends(service_access(SER_NAME))])
     return app, manager
 
 
@@ -499,7 +504,7 @@ def _register(settings: PmSettings, health: Health) -> Any:
         return None
     host = settings.http_host if settings.http_host != "0.0.0.0" else "127.0.0.1"
     service = {
-        "serName": "path-manager",
+        "serName": SER_NAME,
         "version": "v1",
         "state": "ACTIVE",
         "serializer": "JSON",
