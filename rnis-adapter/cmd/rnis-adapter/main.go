@@ -25,6 +25,7 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/config"
 	"mts.invalid/suite/rnis-adapter/internal/feed"
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/identity"
 	"mts.invalid/suite/rnis-adapter/internal/ipmap"
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/mec012"
@@ -175,14 +176,14 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err := pcfg.Validate(); err != nil {
 		return err
 	}
-	var ips meas.Resolver
+	var static identity.Static // what the IP map says; the book learns the rest
 	var ipm *ipmap.Map
 	if cfg.IPMapFile != "" {
 		m, err := ipmap.Load(cfg.IPMapFile)
 		if err != nil {
 			return err
 		}
-		ips, ipm = m, m
+		static, ipm = m, m
 	}
 	tokens, err := svc.APITokens(cfg.APITokens, cfg.StateDir, "rnis-adapter", log)
 	if err != nil {
@@ -208,7 +209,11 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pipeline := &service.Pipeline{IPs: ips, Clock: clock, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
+	book, err := identity.New(static, filepath.Join(cfg.StateDir, "rnis-ue-identity.json"), log)
+	if err != nil {
+		return err
+	}
+	pipeline := &service.Pipeline{UEs: book, Clock: clock, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", health)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/identity"
 	"mts.invalid/suite/rnis-adapter/internal/ranclock"
 	"mts.invalid/suite/services/common/go/threegpp"
 )
@@ -187,6 +188,25 @@ func appendStation(out []Measurement, st *flexran.Station, t timing, observedNs 
 		out = append(out, m)
 	}
 	deriveCell(out[first:])
+	return out
+}
+
+// Sightings lists the UEs of a snapshot with what the source says about their identity
+// (identity.Book learns addresses from them).
+func Sightings(s *flexran.Snapshot) []identity.Sighting {
+	var out []identity.Sighting
+	for i := range s.Stations {
+		st := &s.Stations[i]
+		for j := range st.UEs {
+			ue := &st.UEs[j]
+			conf := ueConfig(st, ue.RNTI)
+			addr := conf.IPv4
+			if !addr.IsValid() {
+				addr = ue.IPv4
+			}
+			out = append(out, identity.Sighting{Key: identity.Key{Station: st.BSID, UE: ue.RNTI}, IMSI: conf.IMSI, Addr: addr})
+		}
+	}
 	return out
 }
 

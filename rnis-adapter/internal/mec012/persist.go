@@ -7,7 +7,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
+
+	"mts.invalid/suite/services/common/go/svc"
 )
 
 // savedSubscription is one subscription in the state file: its id and the body as stored
@@ -65,24 +66,5 @@ func (st *store) save() error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(st.path), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(st.path), ".subscriptions-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
-	if _, err := tmp.Write(append(raw, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), st.path)
+	return svc.WriteFileAtomic(st.path, append(raw, '\n'))
 }

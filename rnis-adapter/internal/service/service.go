@@ -8,6 +8,7 @@ import (
 
 	"mts.invalid/suite/rnis-adapter/internal/feed"
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
+	"mts.invalid/suite/rnis-adapter/internal/identity"
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
 	"mts.invalid/suite/rnis-adapter/internal/ranclock"
@@ -33,7 +34,7 @@ const (
 
 // Pipeline processes snapshots; it is used by the poller goroutine only.
 type Pipeline struct {
-	IPs     meas.Resolver
+	UEs     *identity.Book  // UE addresses: configured, reported, learned across re-attaches
 	Clock   *ranclock.Clock // dates the reports and measures the TTI rate (one per source)
 	Tracker *state.Tracker
 	Pub     Publisher
@@ -48,7 +49,12 @@ type Pipeline struct {
 
 // Handle processes one snapshot observed at the given time.
 func (p *Pipeline) Handle(s *flexran.Snapshot, observed time.Time) {
-	ms := meas.Normalize(s, observed, p.IPs, p.Clock)
+	var ips meas.Resolver
+	if p.UEs != nil {
+		p.UEs.Poll(meas.Sightings(s), observed)
+		ips = p.UEs
+	}
+	ms := meas.Normalize(s, observed, ips, p.Clock)
 	fresh, events := p.Tracker.Update(ms, observed)
 	p.arena, p.batch, p.fresh = p.arena[:0], p.batch[:0], p.fresh[:0]
 	for i := range ms {
