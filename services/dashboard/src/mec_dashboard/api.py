@@ -228,7 +228,7 @@ async def _platform_view(request: Request, viewer: Viewer) -> dict[str, Any]:
     return {
         "packages": [
             {"name": p.get("appName"), "appDId": p.get("appDId"),
-             "version": p.get("appSoftVersion"), "state": p.get("operationalState"),
+             "version": p.get("appSoftwareVersion"), "state": p.get("operationalState"),
              "onboarding": p.get("onboardingState")}
             for p in packages.json()
         ],
@@ -261,6 +261,7 @@ async def put_mode(request: Request, change: ModeChange, viewer: SignedIn) -> di
     if r.status_code >= 400:
         raise ProblemError(r.status_code if r.status_code < 500 else 502, f"PEP: {r.text[:300]}")
     body: dict[str, Any] = r.json()
+    await _collector(request).slow_round()  # the page shows the new mode at the next tick
     return body
 
 

@@ -71,6 +71,7 @@ class Collector:
         self.rapid: dict[str, Any] = {"flows": [], "absent": "not read yet"}
         self.paths: dict[str, Any] = {"ues": [], "absent": "not read yet"}
         self.services: list[dict[str, Any]] = []
+        self.pep_state: dict[str, Any] | None = None  # kernel program, global mode, RNIS feed
         self.history_len = history
         self.seq = 0
         self.tick_json = "{}"
@@ -109,6 +110,7 @@ class Collector:
     async def slow_round(self) -> None:
         await asyncio.gather(*(b.discover(self.mp1) for b in self.backends))
         await asyncio.gather(*(b.check_health() for b in self.backends))
+        self.pep_state = await self.pep.get("/ran_aware/state")
         if self.mp1 is not None:
             found = await self.platform.get("/mec_service_mgmt/v1/services")
             if found is not None:
@@ -217,6 +219,7 @@ class Collector:
             "rapid": self.rapid,
             "paths": self.paths,
             "services": self.services,
+            "pep_state": self.pep_state,
         }
 
     def snapshot(self) -> dict[str, Any]:

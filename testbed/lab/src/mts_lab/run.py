@@ -39,11 +39,12 @@ from mts_testbed.topology import Topology
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 APPDS = REPO / "mec-platform/appds"
+DASHBOARD_APPD = REPO / "services/dashboard/appd.yaml"
 OUT = REPO / "build/run"
 CONTENT_PORT = 5201
 PROGRESS_S = 0.25
 
-PLATFORM_PORT, PEP_PORT = 8100, 8102
+PLATFORM_PORT, PEP_PORT, DASHBOARD_PORT = 8100, 8102, 8104
 
 
 # ---- live status ------------------------------------------------------------------------------
@@ -105,6 +106,7 @@ class System:
         self.pep_token = secrets.token_urlsafe(24)
         self.topo: Topology | None = None
         self.admin: httpx.Client | None = None
+        self.admin_token = ""
         self.instances: dict[str, str] = {}  # app name -> instance id
         self.scenario = scenario
 
@@ -135,6 +137,7 @@ class System:
                  90, "the platform", proc, self.work / "platform.log")  # fmt: skip
         token = httpx.post(f"{url}/oauth2/token", data={"grant_type": "client_credentials"},
                            auth=("admin", self.admin_secret)).json()["access_token"]  # fmt: skip
+        self.admin_token = token
         self.admin = httpx.Client(base_url=url, timeout=30,
                                   headers={"Authorization": f"Bearer {token}"})  # fmt: skip
 
@@ -162,6 +165,8 @@ class System:
             "PEP_MELD_MODE": "off",
             "PEP_RNIS_UE_NETWORKS": ",".join(f"{p.ip}/32" for ue in topo.ues for p in ue.paths),
             "PEP_LOG_LEVEL": "WARNING",
+            "DASHBOARD_STATE_DIR": str(self.work / "dashboard"),
+            "DASHBOARD_LOG_LEVEL": "WARNING",
         }
 
     def instantiate(self, appd: Path) -> str:
@@ -199,8 +204,15 @@ class System:
             f"  admin client secret: {self.admin_secret}",
             f"    RNIS (MEC 012):          http://{peer}:8101/docs  (platform-issued tokens)",
             f"    PEP:                     http://{peer}:{PEP_PORT}/docs  token: {self.pep_token}",
+            f"    dashboard:               {self.dashboard_url()}  sign in with a platform token,"
+            f" e.g. the admin's (15 min): {self.admin_token}",
+            f"      (a new one: curl -s -u admin:{self.admin_secret}"
+            f" -d grant_type=client_credentials http://{peer}:{PLATFORM_PORT}/oauth2/token)",
             f"    logs: {self.work}",
         ])  # fmt: skip
+
+    def dashboard_url(self) -> str:
+        return f"http://{self.require_topo().mgmt['mec_peer']}:{DASHBOARD_PORT}/"
 
     # -- the PEP's API (from the root namespace over the management link)
     def pep(self, method: str, path: str, **kw: Any) -> Any:
@@ -355,10 +367,12 @@ def run(args: argparse.Namespace, status: Status) -> list[Download]:
         downloads.append(system.download("end to end", args.size, via_pep=False))
         report_one(downloads[-1])
         system.start_platform()
-        for appd in ("rnis-adapter.yaml", "pep.yaml"):
-            status.step(f"onboard and instantiate {appd} (process backend)")
-            system.instantiate(APPDS / appd)
-        system.wait_for_services({"rnis", "pep"})
+        for appd in (APPDS / "rnis-adapter.yaml", APPDS / "pep.yaml", DASHBOARD_APPD):
+            status.step(f"onboard and instantiate {appd.name} (process backend)")
+            system.instantiate(appd)
+        system.wait_for_services({"rnis", "pep", "dashboard"})
+        print(f"    dashboard: {system.dashboard_url()} (sign in with a platform token)",
+              flush=True)  # fmt: skip
         status.step("waiting for the RNIS feed to reach the PEP's kernel program")
         system.wait_for_radio()
         for mode, label in (("off", "PEP, MELD off"), (args.mode, f"PEP + {args.mode.upper()}")):

@@ -190,6 +190,7 @@ function markLost(backends) {
     const b = backends[section.dataset.backend];
     const lost = b && b.ok === false;
     section.classList.toggle("lost", lost);
+    section.classList.toggle("absent", Boolean(b) && b.ok === null);
     section.querySelector(".lost-note").textContent = lost
       ? `${section.dataset.backend} lost since ${clock(b.since)} (last good read ${clock(b.last_ok)}): ${b.detail}`
       : b && b.ok === null ? `${section.dataset.backend}: ${b.detail}` : "";
@@ -208,7 +209,7 @@ function renderRadio(tick) {
     const r = tick.radio[ue];
     const s = r.sample;
     return `<tr data-ue="${esc(ue)}" class="${ue === selected ? "selected" : ""}${r.gone ? " gone" : ""}">${cells(
-      [esc(ue), esc(r.cell), num(r.rnti), esc(r.imsi), num(s[idx.cqi]), num(s[idx.mcs]), num(s[idx.tbs]),
+      [esc(ue), esc(r.cell), esc(r.rnti), esc(r.imsi), num(s[idx.cqi]), num(s[idx.mcs]), num(s[idx.tbs]),
         num(s[idx.prbs]), num(s[idx.rlc]), num(s[idx.age_ms], 1)],
       ["ue", "cell", "rnti", "imsi", "cqi", "mcs", "tbs", "prbs", "rlc", "age_ms"])}</tr>`;
   }));
@@ -247,6 +248,11 @@ window.addEventListener("resize", () => {
 });
 
 function renderPep(tick) {
+  const st = tick.pep_state;
+  $("#pep-state").textContent = !st ? "" : `kernel program ${st.kernel.loaded ? "loaded" : `NOT loaded (${st.kernel.reason})`}` +
+    ` · global mode ${st.global_mode} · RAN-leg CC ${st.ran_leg_cca ?? "–"}` +
+    (st.rnis ? ` · RNIS feed: ${num(st.rnis.received)} received, ${num(st.rnis.applied)} applied` : " · no RNIS feed");
+  if (st && document.activeElement !== $("#mode")) $("#mode").value = st.global_mode;
   fill("#meld-table", Object.entries(tick.meld).sort().map(([ue, m]) => `<tr data-ue="${esc(ue)}">${cells(
     [esc(ue), esc(m.mode), num(m.flows), num(m.counters.losses), num(m.counters.suppressed), num(m.counters.notified),
       num(m.counters.stale), m.radio_stale ? "stale" : num(m.radio_age_ms, 1)],
