@@ -20,3 +20,8 @@ $(DASHBOARD_ASSETS)/uPlot.iife.min.js: $(DASHBOARD_NPM)/package.json $(DASHBOARD
 .PHONY: test-dashboard
 test-dashboard: python rabbitmq build ## dashboard: sign-in and access control, lost backends, and a headless Chromium against the running emulated system (screenshots in build/test-dashboard/)
 	uv run pytest -q services/dashboard/tests
+
+BENCH_TARGETS += bench-dashboard
+.PHONY: bench-dashboard
+bench-dashboard: python rabbitmq build ## dashboard: CPU with 64 UEs at 8 ms polling (no page / page open in Chromium) and first paint -> docs/results/dashboard/
+	uv run python -m mts_lab.dashboard.bench --out docs/results/dashboard

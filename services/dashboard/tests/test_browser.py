@@ -10,9 +10,7 @@ over the management link like a user would. Screenshots (PNG) are kept in
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,33 +18,18 @@ from typing import Any
 
 import httpx
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from mts_testbed import run
+from mts_lab import run
+from mts_lab.dashboard.browser import BrowserMissingError, chromium, sign_in
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
 SHOTS = REPO / "build/test-dashboard"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 WAIT_S = 60  # hang guard only: the machine is shared
-
-
-def chromium(width: int = 1400, height: int = 2600) -> WebDriver:
-    for binary in (CHROMIUM, CHROMEDRIVER):
-        if not shutil.which(binary):
-            pytest.fail(f"{binary} is missing: `make system` installs chromium and chromium-driver")
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not try to download a driver
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                f"--window-size={width},{height}"):  # fmt: skip
-        options.add_argument(arg)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float = WAIT_S) -> Any:
@@ -102,7 +85,10 @@ def system() -> Iterator[run.System]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    driver = chromium()
+    try:
+        driver = chromium()
+    except BrowserMissingError as exc:
+        pytest.fail(str(exc))
     yield driver
     driver.quit()
 
@@ -119,7 +105,7 @@ def rnis_measurement(bed: run.System, ue: str) -> dict[str, Any]:
 
 def test_sign_in_is_refused_without_a_token(system: run.System, browser: WebDriver) -> None:
     browser.get(system.dashboard_url())
-    wait("the sign-in dialog", lambda: browser.find_element(By.ID, "signin").is_displayed())
+    wait("the sign-in dialog", lambda: browser.find_element(By.ID, "token").is_displayed())
     browser.find_element(By.ID, "signin-button").click()
     refused = wait("the refusal", lambda: text(browser, "#signin-error"))
     assert refused.startswith("refused:"), refused
@@ -135,9 +121,7 @@ def test_sign_in_is_refused_without_a_token(system: run.System, browser: WebDriv
 
 
 def test_live_values_match_the_rnis_api(system: run.System, browser: WebDriver) -> None:
-    browser.get(system.dashboard_url())
-    browser.find_element(By.ID, "token").send_keys(system.admin_token)
-    browser.find_element(By.ID, "signin-button").click()
+    sign_in(browser, system.dashboard_url(), system.admin_token)
     ue = system.ue_ip()
     row = f'#ue-table tr[data-ue="{ue}"]'
     wait("the UE's row", lambda: text(browser, f'{row} td[data-k="cqi"]') not in ("", "–"))
