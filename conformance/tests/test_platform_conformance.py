@@ -100,7 +100,9 @@ def test_two_concurrent_writers_one_gets_412_and_nothing_is_lost(
             statuses[name] = c.put(url, json={**start.json(), **change},
                                    headers={"If-Match": etag}).status_code  # fmt: skip
 
-    changes = {"a": {"priority": 7}, "b": {"state": "INACTIVE"}}
+    # an app may only narrow or toggle its AppD's rules (issue 20): a narrower filter
+    narrower = [{**start.json()["trafficFilter"][0], "srcAddress": ["10.30.0.0/16"]}]
+    changes = {"a": {"trafficFilter": narrower}, "b": {"state": "INACTIVE"}}
     writers = [threading.Thread(target=write, args=item) for item in changes.items()]
     for w in writers:
         w.start()
@@ -113,7 +115,7 @@ def test_two_concurrent_writers_one_gets_412_and_nothing_is_lost(
                    headers={"If-Match": fresh.headers["etag"]})  # fmt: skip
     assert r.status_code == 200, r.text
     final = client.get(url).json()
-    assert final["priority"] == 7 and final["state"] == "INACTIVE", final
+    assert final["trafficFilter"] == narrower and final["state"] == "INACTIVE", final
 
 
 def test_delete_of_a_subscription_honours_if_match(

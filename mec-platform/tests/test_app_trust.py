@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from mec_platform.backends import process
-from mec_platform.testing import Receiver, Running, make_settings, onboard, wait_op, wait_until
+from mec_platform.testing import (
+    Receiver,
+    Running,
+    external_app,
+    make_settings,
+    onboard,
+    wait_op,
+    wait_until,
+)
 
 BARE = Path(__file__).with_name("bare_app.py")
 LCM = "/app_lcm/v1"
@@ -145,3 +153,39 @@ def _pid_of(platform: Running, instance_id: str) -> int:
         row = s.get(AppInstance, instance_id)
         assert row is not None and row.backend_ref
         return int(row.backend_ref.split(":")[0])
+
+
+def test_an_app_may_only_narrow_or_toggle_its_declared_traffic_rules(platform: Running) -> None:
+    onboard(platform)  # SIMPLE_APPD: TCP to port 80 -> the app's proxy at 127.0.0.1:5000
+    app_id, app = external_app(platform)
+    url = f"/mec_app_support/v1/applications/{app_id}/traffic_rules/intercept-http"
+    declared = app.get(url).json()
+    flt = declared["trafficFilter"][0]
+
+    def put(**change: Any) -> Any:
+        return app.put(url, json={**declared, **change})
+
+    narrower = [{**flt, "srcAddress": ["10.30.0.0/16"]}]
+    assert put(state="INACTIVE").status_code == 200
+    assert put(trafficFilter=narrower).status_code == 200
+    stored = app.get(url).json()
+    assert stored["trafficFilter"] == narrower and stored["state"] == "ACTIVE"
+
+    widenings = {
+        "UE SSH to the app": {"trafficFilter": [{**flt, "dstPort": ["22"]}]},
+        "one more port": {"trafficFilter": [{**flt, "dstPort": ["80", "22"]}]},
+        "every packet": {"trafficFilter": []},
+        "another proxy port": {"dstInterface": {**declared["dstInterface"], "dstPort": 22}},
+        "another action": {"action": "DROP"},
+        "a higher priority": {"priority": 0},
+    }
+    for what, change in widenings.items():
+        r = put(**change)
+        assert r.status_code == 403, (what, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+    for bad in ("70000", "-1", "0", "http"):
+        r = put(trafficFilter=[{**flt, "dstPort": [bad]}])
+        assert r.status_code == 400 and "dstPort" in r.json()["detail"], (bad, r.text)
+    r = put(trafficFilter=[{**flt, "srcAddress": ["10.30.0.0/33"]}])
+    assert r.status_code == 400 and "srcAddress" in r.json()["detail"], r.text
+    assert app.get(url).json() == stored  # nothing refused was stored

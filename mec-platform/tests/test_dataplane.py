@@ -82,27 +82,8 @@ def test_traffic_rule_intercepts_until_termination(
                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert listener.stdout is not None and listener.stdout.readline().strip() == "listening"
-        appd = f"""
-appDId: pep-like
-appName: pep-like
-appProvider: mts-tests
-appSoftVersion: "1"
-appDVersion: "1"
-appTrafficRule:
-  - trafficRuleId: intercept-http
-    filterType: FLOW
-    priority: 1
-    trafficFilter: [{{protocol: [tcp], dstPort: ["80"], srcAddress: ["{net}.0/24"]}}]
-    action: FORWARD_DECAPSULATED
-    dstInterface: {{interfaceType: IP, dstIpAddress: {net}.1, dstPort: 5000}}
-deployment:
-  process: {{command: ["{sys.executable}", "{SAMPLE}"]}}
-"""
-        onboard(platform, appd)
         admin = platform.admin
-        iid = admin.post("/app_lcm/v1/app_instances", json={"appDId": "pep-like"}).json()["id"]
-        op = admin.post(f"/app_lcm/v1/app_instances/{iid}/instantiate").json()
-        assert wait_op(platform, op)["operationState"] == "COMPLETED"
+        iid = instantiate_pep_like(platform, net)
         table = table_prefix(iid) + "0"
         rules = sh("ip", "netns", "exec", mec, "nft", "list", "table", "ip", table).stdout
         assert f"tproxy to {net}.1:5000" in rules and "tcp dport 80" in rules
@@ -122,3 +103,79 @@ deployment:
     finally:
         listener.kill()
         platform.stop()
+
+
+def test_rule_changes_reach_nftables_together_with_storage_or_not_at_all(
+    tmp_path: Path, namespaces: tuple[str, str, str]
+) -> None:
+    """Issue 20: a PUT the data plane cannot apply stores nothing; a restart restores."""
+    mec, _client, net = namespaces
+    platform = Running(make_settings(tmp_path, dataplane=True, dataplane_netns=mec))
+    iid = ""
+    try:
+        admin = platform.admin
+        iid = instantiate_pep_like(platform, net)
+        table = table_prefix(iid) + "0"
+        url = f"/mec_app_support/v1/applications/{iid}/traffic_rules/intercept-http"
+        declared = admin.get(url).json()
+        narrowed = {**declared, "trafficFilter": [
+            {**declared["trafficFilter"][0], "srcAddress": [f"{net}.2/32"]}]}  # fmt: skip
+        assert admin.put(url, json=narrowed).status_code == 200
+        assert f"ip saddr {net}.2" in nft_table(mec, table)
+
+        wider = {**declared, "trafficFilter": [
+            {**declared["trafficFilter"][0], "srcAddress": ["0.0.0.0/0"]}]}  # fmt: skip
+        assert admin.put(url, json=wider).status_code == 403
+        bad = {**narrowed, "trafficFilter": [{**narrowed["trafficFilter"][0], "dstPort": ["-1"]}]}
+        assert admin.put(url, json=bad).status_code == 400
+        assert admin.get(url).json() == narrowed and f"ip saddr {net}.2" in nft_table(mec, table)
+
+        # The data plane fails (its namespace is gone): 503, and the rule stays as it was.
+        sh("ip", "netns", "del", mec)
+        r = admin.put(url, json={**narrowed, "state": "INACTIVE"})
+        assert r.status_code == 503 and "nothing changed" in r.json()["detail"], r.text
+        assert admin.get(url).json() == narrowed
+
+        # A restart (the namespace is back, empty) restores exactly the stored rule.
+        sh("ip", "netns", "add", mec)
+        platform.stop()
+        platform = Running(platform.settings)
+        assert f"ip saddr {net}.2" in nft_table(mec, table)
+    finally:
+        if iid:
+            r = platform.admin.post(f"/app_lcm/v1/app_instances/{iid}/terminate",
+                                    json={"terminationType": "FORCEFUL"})  # fmt: skip
+            wait_op(platform, r.json())
+        platform.stop()
+
+
+def instantiate_pep_like(platform: Running, net: str) -> str:
+    onboard(platform, pep_like_appd(net))
+    admin = platform.admin
+    iid = str(admin.post("/app_lcm/v1/app_instances", json={"appDId": "pep-like"}).json()["id"])
+    op = admin.post(f"/app_lcm/v1/app_instances/{iid}/instantiate").json()
+    assert wait_op(platform, op)["operationState"] == "COMPLETED"
+    return iid
+
+
+def nft_table(ns: str, table: str) -> str:
+    return sh("ip", "netns", "exec", ns, "nft", "list", "table", "ip", table).stdout
+
+
+def pep_like_appd(net: str) -> str:
+    return f"""
+appDId: pep-like
+appName: pep-like
+appProvider: mts-tests
+appSoftVersion: "1"
+appDVersion: "1"
+appTrafficRule:
+  - trafficRuleId: intercept-http
+    filterType: FLOW
+    priority: 1
+    trafficFilter: [{{protocol: [tcp], dstPort: ["80"], srcAddress: ["{net}.0/24"]}}]
+    action: FORWARD_DECAPSULATED
+    dstInterface: {{interfaceType: IP, dstIpAddress: {net}.1, dstPort: 5000}}
+deployment:
+  process: {{command: ["{sys.executable}", "{SAMPLE}"]}}
+"""

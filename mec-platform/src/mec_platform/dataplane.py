@@ -45,34 +45,44 @@ class DataplaneAgent:
         self.runner = runner
 
     def sync(self, app_instance_id: str, rules: list[dict[str, Any]]) -> list[str]:
-        """Make the app's tables match its ACTIVE rules; returns the table names."""
+        """Make the app's tables match its ACTIVE rules; returns the table names. Raises
+        DataplaneError if nft refuses any step (the caller then keeps the old rules)."""
         prefix = table_prefix(app_instance_id)
         targets = _intercepts_by_target(rules)
         wanted = [f"{prefix}{n}" for n in range(len(targets))]
-        for table, ((address, port), intercepts) in zip(wanted, targets.items(), strict=True):
-            setup = tproxy.TproxySetup(table=table, port=port, mark=TPROXY_MARK,
-                                       route_table=TPROXY_TABLE, intercepts=tuple(intercepts),
-                                       address=address)  # fmt: skip
-            try:
+        try:
+            for table, ((address, port), intercepts) in zip(wanted, targets.items(), strict=True):
+                setup = tproxy.TproxySetup(table=table, port=port, mark=TPROXY_MARK,
+                                           route_table=TPROXY_TABLE, intercepts=tuple(intercepts),
+                                           address=address)  # fmt: skip
                 tproxy.install(setup, self.runner)
-            except (tproxy.TproxyError, ValueError) as exc:
-                raise DataplaneError(str(exc)) from None
-        for stale in set(self._tables(prefix)) - set(wanted):
-            self.runner.run(["nft", "delete", "table", "ip", stale])
+            for stale in set(self._tables(prefix)) - set(wanted):
+                self.runner.check(["nft", "delete", "table", "ip", stale])
+        except (tproxy.TproxyError, ValueError) as exc:
+            raise DataplaneError(str(exc)) from None
         self._drop_routing_if_unused()
         return wanted
 
     def remove(self, app_instance_id: str) -> None:
-        for table in self._tables(table_prefix(app_instance_id)):
-            self.runner.run(["nft", "delete", "table", "ip", table])
+        """Best effort (termination goes on): what cannot be removed is logged."""
+        try:
+            for table in self._tables(table_prefix(app_instance_id)):
+                self.runner.check(["nft", "delete", "table", "ip", table])
+        except tproxy.TproxyError as exc:
+            log.error("cannot remove traffic rules", app_instance_id=app_instance_id,
+                      error=str(exc))  # fmt: skip
         self._drop_routing_if_unused()
 
     def _tables(self, prefix: str) -> list[str]:
-        listed = self.runner.run(["nft", "list", "tables", "ip"]).stdout.split()
+        listed = self.runner.check(["nft", "list", "tables", "ip"]).split()
         return [name for name in listed if name.startswith(prefix)]
 
     def _drop_routing_if_unused(self) -> None:
-        if not self._tables(TABLE_PREFIX):
+        try:
+            unused = not self._tables(TABLE_PREFIX)
+        except tproxy.TproxyError:
+            return  # nft does not answer: leave the routing (harmless without tables)
+        if unused:
             tproxy.remove(tproxy.Installed("mec_none", TPROXY_MARK, TPROXY_TABLE), self.runner)
 
 

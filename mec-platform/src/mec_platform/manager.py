@@ -56,7 +56,7 @@ class Manager:
         # Held while an operation begins and while a dead app is handled, so that the two
         # never act on one instance at once.
         self._lifecycle_lock = threading.Lock()
-        registry.on_rules_changed = self.apply_traffic_rules
+        registry.on_rules_changed = self.replace_traffic_rules
 
     # --- packages ---------------------------------------------------------------------------
 
@@ -327,16 +327,39 @@ class Manager:
                 s.merge(AppRule(app_instance_id=instance_id, kind="dns",
                                 rule_id=dns.dns_rule_id, body=dns.dump()))  # fmt: skip
 
-    def apply_traffic_rules(self, instance_id: str) -> None:
+    def _stored_traffic_rules(self, instance_id: str) -> list[dict[str, Any]] | None:
+        """The rules of an instantiated app with a data plane (None: nothing to apply)."""
         if self.dataplane is None:
-            return
+            return None
         with self.db.session() as s:
             row = s.get(AppInstance, instance_id)
             if row is None or row.instantiation_state != "INSTANTIATED":
-                return
-            rules = [r.body for r in s.scalars(select(AppRule).where(
+                return None
+            return [r.body for r in s.scalars(select(AppRule).where(
                 AppRule.app_instance_id == instance_id, AppRule.kind == "traffic"))]  # fmt: skip
-        self.dataplane.sync(instance_id, rules)
+
+    def apply_traffic_rules(self, instance_id: str) -> None:
+        rules = self._stored_traffic_rules(instance_id)
+        if rules is not None and self.dataplane is not None:
+            self.dataplane.sync(instance_id, rules)
+
+    def replace_traffic_rules(self, instance_id: str, rules: list[dict[str, Any]]) -> None:
+        """Apply an app's changed rules (not yet stored); if the data plane refuses them,
+        put the stored ones back and raise (the caller then stores nothing)."""
+        if self._stored_traffic_rules(instance_id) is None or self.dataplane is None:
+            return
+        try:
+            self.dataplane.sync(instance_id, rules)
+        except DataplaneError as exc:
+            log.error("data plane refused traffic rules", app_instance_id=instance_id,
+                      error=str(exc))  # fmt: skip
+            try:
+                self.apply_traffic_rules(instance_id)
+            except DataplaneError as again:
+                log.error("cannot restore traffic rules", app_instance_id=instance_id,
+                          error=str(again))  # fmt: skip
+            raise ProblemError(503, f"the data plane refused the rules: {exc}; nothing "
+                               "changed", headers={"Retry-After": "5"}) from None  # fmt: skip
 
     # --- terminate --------------------------------------------------------------------------
 

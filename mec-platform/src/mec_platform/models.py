@@ -7,10 +7,11 @@ the spec's schemas allow them.
 
 from __future__ import annotations
 
+import ipaddress
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
@@ -183,17 +184,36 @@ class AppTerminationConfirmation(Mp1Model):
     operation_action: Annotated[str, Field(pattern="^(STOPPING|TERMINATING)$")]
 
 
+def _port(value: str) -> str:
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise ValueError(f"{value!r} is not a port number (1-65535)")
+    return value
+
+
+def _network(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address or CIDR prefix") from None
+    return value
+
+
+Port = Annotated[str, AfterValidator(_port)]
+Network = Annotated[str, AfterValidator(_network)]
+
+
+# Addresses and ports are checked in the model, so a rule is valid before anything stores it.
 class TrafficFilter(Mp1Model):
-    src_address: list[str] | None = None
-    dst_address: list[str] | None = None
-    src_port: list[str] | None = None
-    dst_port: list[str] | None = None
+    src_address: list[Network] | None = None
+    dst_address: list[Network] | None = None
+    src_port: list[Port] | None = None
+    dst_port: list[Port] | None = None
     protocol: list[str] | None = None
     token: list[str] | None = None
-    src_tunnel_address: list[str] | None = None
-    tgt_tunnel_address: list[str] | None = None
-    src_tunnel_port: list[str] | None = None
-    dst_tunnel_port: list[str] | None = None
+    src_tunnel_address: list[Network] | None = None
+    tgt_tunnel_address: list[Network] | None = None
+    src_tunnel_port: list[Port] | None = None
+    dst_tunnel_port: list[Port] | None = None
     q_ci: UInt32 | None = Field(None, alias="qCI")
     d_scp: UInt32 | None = Field(None, alias="dSCP")
     t_c: UInt32 | None = Field(None, alias="tC")

@@ -21,7 +21,7 @@ from mec_common.api import ProblemError
 from mec_common.auth import Principal
 from mec_common.logging import get_logger
 from mec_common.rest_policy import Precondition, unconditional
-from mec_platform.db import AppInstance, AppRule, Database, Service, Subscription
+from mec_platform.db import AppInstance, AppPackage, AppRule, Database, Service, Subscription
 from mec_platform.models import (
     AppTerminationSubscription,
     DnsRule,
@@ -34,6 +34,7 @@ from mec_platform.models import (
     timestamp,
 )
 from mec_platform.notifier import CallbackNotAllowedError, Notifier, check_callback
+from mec_platform.traffic_policy import widening
 
 log = get_logger(__name__)
 
@@ -73,7 +74,9 @@ class Registry:
                 self._services[row.id] = (row.app_instance_id, self.service_json(row))
         # app instance -> event set by confirm_termination (waited for by the lifecycle)
         self.termination_confirmed: dict[str, threading.Event] = {}
-        self.on_rules_changed: Callable[[str], None] = lambda _app: None
+        # Applies an app's traffic rules to the data plane (the manager's); raises
+        # ProblemError, having put the previous rules back, if the data plane refuses them.
+        self.on_rules_changed: Callable[[str, list[dict[str, Any]]], None] = lambda *_: None
         # Conditional writes (If-Match) compare and write under this lock, so two writers
         # holding the same ETag cannot both succeed: the platform is one process.
         self._writes = threading.Lock()
@@ -455,7 +458,7 @@ class Registry:
         kind = "traffic" if isinstance(rule, TrafficRule) else "dns"
         given = rule.traffic_rule_id if isinstance(rule, TrafficRule) else rule.dns_rule_id
         with self._writes, self.db.session() as s:
-            self.app_for(s, principal, app_instance_id)
+            app = self.app_for(s, principal, app_instance_id)
             row = s.get(AppRule, (app_instance_id, kind, rule_id))
             if row is None:  # existence before the body's checks (MEC 011 lists 404)
                 raise ProblemError(404, f"{kind} rule {rule_id} does not exist; rules come from "
@@ -465,10 +468,25 @@ class Registry:
                                    "the URI")  # fmt: skip
             precondition(row.body)
             row.body = rule.dump()
-            body = row.body
-        if kind == "traffic":
-            self.on_rules_changed(app_instance_id)
-        return body
+            if kind == "traffic":
+                self._check_declared(s, app, row.body)
+                s.flush()
+                rules = s.scalars(
+                    select(AppRule).where(
+                        AppRule.app_instance_id == app_instance_id, AppRule.kind == "traffic"
+                    )
+                )
+                # Before the commit: if the data plane refuses, nothing is stored either.
+                self.on_rules_changed(app_instance_id, [r.body for r in rules])  # fmt: skip
+            return row.body
+
+    @staticmethod
+    def _check_declared(s: Any, app: AppInstance, wanted: dict[str, Any]) -> None:
+        appd = s.get(AppPackage, app.app_pkg_id).appd
+        declared = {r["trafficRuleId"]: r for r in appd.get("appTrafficRule", [])}
+        reason = widening(declared[wanted["trafficRuleId"]], wanted)
+        if reason:
+            raise ProblemError(403, reason)
 
 
 def _matches(service: dict[str, Any], query: dict[str, Any]) -> bool:
