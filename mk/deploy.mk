@@ -7,12 +7,17 @@ TEST_TARGETS += test-deploy
 MTS_CACHE ?= /var/cache/mts
 export MTS_CACHE
 
-.PHONY: deploy-tools docker-engine base-images images test-deploy test-deploy-chart \
+.PHONY: deploy-tools kube-tools docker-engine base-images images test-deploy test-deploy-chart \
 	test-deploy-compose
 
 deploy-tools: system ## build docker compose v2 and helm (once; cached in $(MTS_CACHE)/bin)
 	@deploy/scripts/tools.sh compose
 	@deploy/scripts/tools.sh helm
+
+# Built here, not inside the chart test: a cold build takes 15-30 min, longer than the
+# test's hang guard, so a fresh machine would otherwise fail its first `make test`.
+kube-tools: system ## build the Kubernetes control-plane binaries (once; cached in $(MTS_CACHE)/bin)
+	@deploy/scripts/tools.sh kube
 
 docker-engine: system ## start Debian's Docker engine if it is not running
 	@deploy/scripts/docker-engine.sh ensure
@@ -25,7 +30,7 @@ images: base-images ## build every service image with the local base images
 
 test-deploy: test-deploy-chart test-deploy-compose ## every deployment test
 
-test-deploy-chart: python deploy-tools images ## helm lint, API-server validation, install; chart containers in Docker
+test-deploy-chart: python deploy-tools kube-tools images ## helm lint, API-server validation, install; chart containers in Docker
 	uv run pytest -q deploy/tests/test_chart.py deploy/tests/test_config.py
 
 test-deploy-compose: python deploy-tools images ## compose up (emulated profile), checks, down
