@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mec_platform.testing import Running, external_app, onboard, running_platform
+from mec_platform.testing import Running, external_app, free_port, onboard, running_platform
 
 SM = "/mec_service_mgmt/v1"
 AS = "/mec_app_support/v1"
@@ -189,3 +189,47 @@ def test_put_to_a_rule_that_does_not_exist_is_404(
         body = client.get(f"{AS}/applications/{app_id}/{kind}/{existing}").json()
         r = client.put(f"{AS}/applications/{app_id}/{kind}/no-such-rule", json=body)
         assert r.status_code == 404, f"{kind}: {r.status_code} {r.text}"
+
+
+# --- 5. links that can be followed ---------------------------------------------------------
+
+
+def test_links_use_the_public_url_and_can_be_followed(tmp_path: Path) -> None:
+    """The platform listens on every address and advertises 127.0.0.2 (not the loopback
+    default): a client that reaches it there follows a subscription's self link, and the
+    ProblemDetails instance names the same base."""
+    port = free_port()
+    public = f"http://127.0.0.2:{port}"
+    with running_platform(tmp_path, http_host="0.0.0.0", http_port=port,
+                          public_url=public) as platform:  # fmt: skip
+        onboard(platform)
+        app_id, app = external_app(platform)
+        client = httpx.Client(base_url=public, headers=app.headers, timeout=60)
+        sub = {"subscriptionType": "SerAvailabilityNotificationSubscription",
+               "callbackReference": "http://127.0.0.1:9/cb"}  # fmt: skip
+        r = client.post(f"{SM}/applications/{app_id}/subscriptions", json=sub)
+        assert r.status_code == 201, r.text
+        self_link = r.json()["_links"]["self"]["href"]
+        assert self_link.startswith(public + SM) and r.headers["location"] == self_link
+        assert client.get(self_link).status_code == 200
+        missing = client.get(f"{SM}/services/nope").json()
+        assert missing["instance"] == f"{public}{SM}/services/nope"
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_forwarded_headers_only_from_a_trusted_proxy(tmp_path: Path, trusted: bool) -> None:
+    proxies = "127.0.0.1/32" if trusted else "192.0.2.0/24"
+    with running_platform(tmp_path, trusted_proxies=proxies) as platform:
+        onboard(platform)
+        app_id, app = external_app(platform)
+        forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "mec.example:8443",
+                     "X-Forwarded-Prefix": "/platform"}  # fmt: skip
+        r = app.get(f"{SM}/applications/{app_id}/services/nope", headers=forwarded)
+        sub = {"subscriptionType": "SerAvailabilityNotificationSubscription",
+               "callbackReference": "http://127.0.0.1:9/cb"}  # fmt: skip
+        created = app.post(f"{SM}/applications/{app_id}/subscriptions", json=sub,
+                           headers=forwarded)  # fmt: skip
+        base = "https://mec.example:8443/platform" if trusted else platform.url
+        assert r.json()["instance"].startswith(base + SM), r.json()
+        assert created.headers["location"].startswith(base + SM)
+        assert created.json()["_links"]["self"]["href"] == created.headers["location"]

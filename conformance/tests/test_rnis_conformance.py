@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,10 @@ from rnis_helpers import (
 from mec_platform.testing import external_app, onboard, running_platform
 
 RNI = "/rni/v2"
+CELL_CHANGE = {"subscriptionType": "CellChangeSubscription",
+               "callbackReference": "http://127.0.0.1:9/cb",
+               "filterCriteriaAssocHo": {"ecgi": [{"plmn": {"mcc": "208", "mnc": "93"},
+                                                   "cellId": "0271000"}]}}  # fmt: skip
 
 
 @dataclass
@@ -40,33 +45,36 @@ class Rnis:
         return self.adapter.get(RNI + path, token=token, **params)
 
 
+@contextmanager
+def running_adapter(tmp_path: Path, env: dict[str, str]) -> Iterator[Adapter]:
+    """The adapter on a synthetic FlexRAN source (2 cells, 2 UEs each) and its own exchange."""
+    exchange = f"rnis-conformance-{uuid.uuid4().hex[:10]}"
+    source = FlexranSource(tmp_path, ues=2, cells=2)
+    adapter = Adapter(tmp_path, source.url, exchange, env=env)
+    try:
+        adapter.start()
+        wait_for(lambda: len(adapter.get(RNI + "/queries/ext/ran_meas").json()["ueMeas"]) == 4,
+                 30, "the UEs in the RNIS")  # fmt: skip
+        yield adapter
+    finally:
+        adapter.stop()
+        source.proc.stop()
+        conn = pika.BlockingConnection(pika.URLParameters(SHARED_AMQP))
+        conn.channel().exchange_delete(exchange)
+        conn.close()
+
+
 @pytest.fixture
 def rnis(tmp_path: Path) -> Iterator[Rnis]:
-    exchange = f"rnis-conformance-{uuid.uuid4().hex[:10]}"
     with running_platform(tmp_path) as platform:
         onboard(platform, RNIS_APPD)
         onboard(platform)
         rnis_id, client_id, secret = app_credentials(platform)
         app_id, app = external_app(platform)
-        source = FlexranSource(tmp_path, ues=2, cells=2)
-        env = {
-            "RNIS_PLATFORM_URL": platform.url,
-            "RNIS_APP_INSTANCE_ID": rnis_id,
-            "RNIS_CLIENT_ID": client_id,
-            "RNIS_CLIENT_SECRET": secret,
-        }
-        adapter = Adapter(tmp_path, source.url, exchange, env=env).start()
-        try:
-            wait_for(lambda: len(adapter.get(RNI + "/queries/ext/ran_meas").json()["ueMeas"]) == 4,
-                     30, "the UEs in the RNIS")  # fmt: skip
-            token = app.headers["Authorization"].removeprefix("Bearer ")
-            yield Rnis(adapter, app_id, token)
-        finally:
-            adapter.stop()
-            source.proc.stop()
-            conn = pika.BlockingConnection(pika.URLParameters(SHARED_AMQP))
-            conn.channel().exchange_delete(exchange)
-            conn.close()
+        env = {"RNIS_PLATFORM_URL": platform.url, "RNIS_APP_INSTANCE_ID": rnis_id,
+               "RNIS_CLIENT_ID": client_id, "RNIS_CLIENT_SECRET": secret}  # fmt: skip
+        with running_adapter(tmp_path, env) as adapter:
+            yield Rnis(adapter, app_id, app.headers["Authorization"].removeprefix("Bearer "))
 
 
 def _problem(r: httpx.Response, status: int) -> str:
@@ -103,10 +111,7 @@ def test_subscription_type_is_an_enumeration(rnis: Rnis) -> None:
 
 
 def test_subscription_put_with_a_false_if_match_is_412(rnis: Rnis) -> None:
-    sub = {"subscriptionType": "CellChangeSubscription",
-           "callbackReference": "http://127.0.0.1:9/cb",
-           "filterCriteriaAssocHo": {"ecgi": [{"plmn": {"mcc": "208", "mnc": "93"},
-                                               "cellId": "0271000"}]}}  # fmt: skip
+    sub = CELL_CHANGE
     headers = {"Authorization": f"Bearer {TOKEN}"}
     url = rnis.adapter.url + RNI + "/subscriptions"
     created = httpx.post(url, json=sub, headers=headers, timeout=10)
@@ -127,3 +132,19 @@ def test_subscription_put_with_a_false_if_match_is_412(rnis: Rnis) -> None:
     _problem(httpx.delete(href, headers={**headers, "If-Match": etag}, timeout=10), 412)
     gone = httpx.delete(href, headers={**headers, "If-Match": fresh.headers["etag"]}, timeout=10)
     assert gone.status_code == 204
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_links_follow_a_trusted_proxy_only(tmp_path: Path, trusted: bool) -> None:
+    proxies = "127.0.0.1/32" if trusted else "192.0.2.0/24"
+    with running_adapter(tmp_path, {"RNIS_TRUSTED_PROXIES": proxies}) as adapter:
+        forwarded = {"Authorization": f"Bearer {TOKEN}", "X-Forwarded-Proto": "https",
+                     "X-Forwarded-Host": "mec.example:8443"}  # fmt: skip
+        base = "https://mec.example:8443" if trusted else adapter.url
+        created = httpx.post(adapter.url + RNI + "/subscriptions", json=CELL_CHANGE,
+                             headers=forwarded, timeout=10)  # fmt: skip
+        assert created.status_code == 201, created.text
+        assert created.headers["location"].startswith(base + RNI + "/subscriptions/")
+        assert created.json()["_links"]["self"]["href"] == created.headers["location"]
+        missing = httpx.get(adapter.url + RNI + "/nothing", headers=forwarded, timeout=10)
+        assert missing.json()["instance"] == base + RNI + "/nothing"

@@ -59,6 +59,9 @@ Arguments: root, values (the service's values), prefix (e.g. "PEP_"), wiring (a 
   (printf "%sSTATE_DIR" .prefix) "/var/lib/mts"
 }}
 {{- $env = merge $env .wiring }}
+{{- $public := .values.publicUrl | default "" }}
+{{- if $public }}{{- $_ := set $env (printf "%sPUBLIC_URL" .prefix) $public }}{{- end }}
+{{- $_ := set $env (printf "%sTRUSTED_PROXIES" .prefix) (join "," (.root.Values.trustedProxies | default list)) }}
 {{- range $k, $v := .values.env }}
 {{- $_ := set $env $k $v }}
 {{- end }}

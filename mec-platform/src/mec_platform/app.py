@@ -82,6 +82,9 @@ def build_platform(settings: PlatformSettings) -> Platform:
     notifier = Notifier(authority.notification_token, attempts=settings.notify_attempts,
                         backoff_s=settings.notify_backoff_s)  # fmt: skip
     base = settings.base_url()
+    if not settings.public_url and settings.http_host in ("0.0.0.0", "::", ""):
+        log.warning("PLATFORM_PUBLIC_URL is unset: links say " + base + ", which apps in "
+                    "other namespaces, containers or Pods cannot follow")  # fmt: skip
     registry = Registry(db, notifier, base, transports(settings), settings.callback_networks)
     dataplane = DataplaneAgent(Runner(settings.dataplane_netns)) if settings.dataplane else None
     manager = Manager(db, registry, authority, make_backend(settings), dataplane, base,

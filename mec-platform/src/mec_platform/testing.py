@@ -37,7 +37,7 @@ class Running:
     def __init__(self, settings: PlatformSettings) -> None:
         self.settings = settings
         self.platform: Platform = build_platform(settings)
-        config = uvicorn.Config(self.platform.app, host="127.0.0.1", port=settings.http_port,
+        config = uvicorn.Config(self.platform.app, host=settings.http_host, port=settings.http_port,
                                 **uvicorn_options(settings))  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

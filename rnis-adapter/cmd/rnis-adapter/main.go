@@ -219,12 +219,16 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	mux.Handle("GET /healthz", health)
 	mux.Handle("GET /metrics", metrics.Handler())
 	api.Routes(mux)
+	trusted, err := svc.ParsePrefixes(cfg.TrustedProxies)
+	if err != nil {
+		return err
+	}
 	addr := net.JoinHostPort(cfg.HTTPHost, strconv.Itoa(cfg.HTTPPort))
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	server := &http.Server{Handler: svc.PublicBase(cfg.PublicURL, trusted, mux), ReadHeaderTimeout: 5 * time.Second}
 	log.Info("rnis-adapter started", "version", version, "listen", listener.Addr().String(), "flexran", pcfg.BaseURL+pcfg.Path,
 		"poll_period", cfg.PollPeriod.String(), "exchange", cfg.Exchange, "publish", cfg.Publish)
 

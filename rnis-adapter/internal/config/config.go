@@ -21,6 +21,7 @@ type Config struct {
 	APITokens           []string
 	StateDir            string
 	PublicURL           string
+	TrustedProxies      []string
 
 	AMQPURL, Exchange string
 	MaxInFlight       int
@@ -61,6 +62,7 @@ func (c *Config) settings() []setting {
 		{"API_TOKENS", "", "static bearer tokens (comma-separated); none and no platform: one is generated into STATE_DIR/rnis-adapter.token", list(&c.APITokens)},
 		{"STATE_DIR", defaultStateDir(), "directory for the generated token and the MEC 012 subscriptions (rnis-subscriptions.json)", str(&c.StateDir)},
 		{"PUBLIC_URL", "", "base URL clients reach the API at (links, Mp1 registration); default http://<host>:<port>", str(&c.PublicURL)},
+		{"TRUSTED_PROXIES", "", "CIDRs of reverse proxies whose X-Forwarded-Proto/Host/Prefix are honoured (comma-separated; empty = nobody's)", list(&c.TrustedProxies)},
 		{"AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F", "RabbitMQ URL (AMQP 0-9-1)", str(&c.AMQPURL)},
 		{"AMQP_EXCHANGE", "rnis", "topic exchange of the feed (durable)", str(&c.Exchange)},
 		{"AMQP_PUBLISH", "ue", "measurement messages: ue (one per UE per poll, rnis.v1.meas.*), cell (one per cell per poll with every UE, rnis.v1.cell.*; for 1 ms polling) or both", oneOf(&c.Publish, "ue", "cell", "both")},

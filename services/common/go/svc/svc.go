@@ -71,16 +71,13 @@ func Authorized(realm string, verifiers []auth.Verifier, h http.HandlerFunc) htt
 	})
 }
 
-// Problem answers with an ETSI ProblemDetails body; instance is the absolute request URI.
+// Problem answers with an ETSI ProblemDetails body; instance is the absolute request URI
+// at the service's public base URL (PublicBase).
 func Problem(w http.ResponseWriter, r *http.Request, status int, detail string) {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status),
-		"status": status, "detail": detail, "instance": scheme + "://" + r.Host + r.URL.Path})
+		"status": status, "detail": detail, "instance": BaseURL(r) + r.URL.Path})
 }
 
 // WriteJSON answers with v as JSON.

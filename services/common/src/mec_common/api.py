@@ -39,6 +39,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from mec_common.auth import Principal, TokenVerifier
 from mec_common.config import ServiceSettings
 from mec_common.health import Health
+from mec_common.public_url import ForwardedBase, networks
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -216,9 +217,12 @@ def create_app(
     app.state.settings = settings
     app.state.health = health
     app.state.token_verifier = token_verifier
-    app.state.public_url = public_url
+    app.state.public_url = public_url = public_url or settings.public_url
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        timeout_s=settings.header_timeout_s * 3)  # fmt: skip
+    if settings.trusted_proxies:
+        app.add_middleware(ForwardedBase, public_url=public_url,
+                           trusted=networks(settings.trusted_proxies))  # fmt: skip
     _install_problem_handlers(app)
     _install_docs(app, title)
 

@@ -77,6 +77,16 @@ class ServiceSettings(BaseSettings):
         default_factory=list,
         description="static bearer tokens accepted by the API (comma-separated)",
     )
+    public_url: str | None = Field(
+        None,
+        description="base URL clients reach this API at, used in every link, Location and "
+        "ProblemDetails instance (unset = the URL of each request)",
+    )
+    trusted_proxies: CommaList = Field(
+        default_factory=list,
+        description="CIDRs of reverse proxies whose X-Forwarded-Proto/Host/Prefix are honoured "
+        "(comma-separated; empty = nobody's)",
+    )
     platform_url: str | None = Field(
         None, description="MEC platform base URL (Mp1); unset = run standalone"
     )

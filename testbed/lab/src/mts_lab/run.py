@@ -150,6 +150,10 @@ class System:
             **os.environ,
             "PATH": f"{REPO / 'build/bin'}:{REPO / '.venv/bin'}:{os.environ['PATH']}",
             "PLATFORM_HTTP_HOST": "0.0.0.0",
+            # links must work from the root namespace as well as from the MEC host's
+            "PLATFORM_PUBLIC_URL": f"http://{topo.mgmt['mec_peer']}:{PLATFORM_PORT}",
+            "RNIS_PUBLIC_URL": f"http://{topo.mgmt['mec_peer']}:8101",
+            "PEP_PUBLIC_URL": f"http://{topo.mgmt['mec_peer']}:{PEP_PORT}",
             "PLATFORM_STATE_DIR": str(self.work / "platform"),
             "PLATFORM_ADMIN_CLIENT_SECRET": self.admin_secret,
             "PLATFORM_DATAPLANE": "true",
