@@ -3,6 +3,7 @@ extension hooks, ``for_flows``, mounted routers, and the AMQP backlog feed."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import jsonschema_rs
 import orjson
 import pytest
 from fastapi import APIRouter
@@ -19,12 +21,14 @@ from pep_support import TOKEN, DataServer, recv_exact, request, wait_for
 
 from mec_common.amqp import AmqpConsumer, AmqpPublisher
 from mec_common.auth import TokenVerifier
+from mec_common.bus.backlog import PepBacklog, backlog_routing_key
 from mec_pep.api import build_app
-from mec_pep.backlog import BacklogFeed, routing_key
+from mec_pep.backlog import BacklogFeed
 from mec_pep.config import PepSettings
 from mec_pep.dataplane import DataPlane
 from mec_pep.flows import Flow, FlowTable, Hooks, PepExtension
 from mec_pep.service import PepService
+from mts_lab import REPO
 from mts_lab.line import Lab, in_netns
 
 pytestmark = pytest.mark.netns
@@ -164,11 +168,18 @@ def exchange() -> Iterator[str]:
 def test_backlog_toward_the_ue_is_published(
     lab: Lab, dataplane: DataPlane, server: DataServer, exchange: str
 ) -> None:
+    """The contract test of the backlog feed: every message the PEP publishes validates
+    against the committed JSON Schema and reads as the consumers' model, under its key."""
+    schema = json.loads((REPO / "docs/schemas/pep-backlog.v2.json").read_text())
+    validator = jsonschema_rs.validator_for(schema)
     messages: list[dict[str, Any]] = []
-    consumer = AmqpConsumer(
-        AMQP_URL, exchange, [routing_key(lab.client_ip)],
-        lambda key, body, headers: messages.append(orjson.loads(body)),
-    )  # fmt: skip
+    raw: list[tuple[str, bytes, dict[str, Any]]] = []
+
+    def on_message(key: str, body: bytes, headers: dict[str, Any]) -> None:
+        raw.append((key, body, headers))
+        messages.append(orjson.loads(body))
+
+    consumer = AmqpConsumer(AMQP_URL, exchange, [backlog_routing_key(lab.client_ip)], on_message)
     publisher = AmqpPublisher(AMQP_URL, exchange)
     feed = BacklogFeed(dataplane, publisher, interval=0.02)
     consumer.start()
@@ -195,6 +206,10 @@ def test_backlog_toward_the_ue_is_published(
         counts = [m["received_bytes"] for m in messages]
         assert counts == sorted(counts), counts
         assert counts[-1] == 32 << 20
+        for key, body, headers in raw:
+            validator.validate(json.loads(body))
+            model = PepBacklog.model_validate_json(body)
+            assert key == model.routing_key() and headers == {"schema": model.schema_version}
     finally:
         feed.stop()
         publisher.close()

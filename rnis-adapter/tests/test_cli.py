@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rnis_helpers import binary
 
-from mec_common import rnis
+from mec_common.bus import rnis
 
 FIXTURES = Path(__file__).parents[1] / "testdata" / "flexran"
 STATS = sorted(p for p in FIXTURES.glob("*/*.json") if p.name != "stats-conf-enb.json")

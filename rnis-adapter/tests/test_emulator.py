@@ -12,7 +12,7 @@ import pytest
 import yaml
 from rnis_helpers import Adapter, Consumer, wait_for
 
-from mec_common import rnis
+from mec_common.bus import rnis
 from mts_testbed import builder
 from mts_testbed.topology import Topology
 

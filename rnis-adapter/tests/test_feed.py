@@ -1,5 +1,9 @@
-"""The AMQP feed on the real RabbitMQ: routing keys, bodies (validated against
-mec_common.rnis), bindings by UE address and by cell, events, skipped repeats."""
+"""The AMQP feed on the real RabbitMQ: routing keys, bodies, bindings by UE address and by
+cell, events, skipped repeats.
+
+The contract test of the RNIS feed: every body the Go adapter publishes validates against
+the committed JSON Schema (``docs/schemas/``, exported from ``mec_common.bus.rnis``) and
+reads as the consumers' model, under the key the model gives."""
 
 from __future__ import annotations
 
@@ -8,9 +12,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
 from rnis_helpers import Adapter, Consumer, FlexranSource, wait_for
 
-from mec_common import rnis
+from mec_common.bus import rnis
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "docs/schemas"
+
+
+def schema(name: str) -> Any:
+    """A validator of the committed JSON Schema ``docs/schemas/<name>.v1.json``."""
+    path = SCHEMAS / f"{name}.v{rnis.SCHEMA_VERSION}.json"
+    return jsonschema_rs.validator_for(json.loads(path.read_text()))
 
 
 def test_measurements_have_the_contract_keys_and_bodies(
@@ -21,9 +34,11 @@ def test_measurements_have_the_contract_keys_and_bodies(
     consumer.close()
     assert len(messages) > 20, "a 10 ms poll of 4 UEs gives hundreds of messages in 1.5 s"
     fields = set(rnis.RnisMeasurement.model_fields)
+    validator = schema("rnis-measurement")
     keys = Counter()
     for key, body, props in messages:
         assert set(body) == fields, "the Go output has exactly the schema's fields"
+        validator.validate(body)
         m = rnis.RnisMeasurement.model_validate(body)
         assert key == m.routing_key()
         assert props.content_type == "application/json"
@@ -66,7 +81,9 @@ def test_cell_messages_carry_the_per_ue_measurements(
     cells = [(k, b, p) for k, b, p in messages if p.headers["type"] == "cell"]
     assert len(cells) > 20, "a 10 ms poll of 2 cells gives hundreds of cell messages in 1.5 s"
     ue_fields = set(rnis.RnisCellUe.model_fields)
+    validator = schema("rnis-cell")
     for key, body, props in cells:
+        validator.validate(body)
         assert set(body) == set(rnis.RnisCellMeasurements.model_fields), "exactly the schema"
         assert all(set(ue) == ue_fields for ue in body["ues"])
         batch = rnis.RnisCellMeasurements.model_validate(body)
@@ -106,7 +123,9 @@ def test_attach_detach_and_cell_change_events(
     late = consumer.collect(0.5)  # nothing else follows (a move is not detach + attach)
     consumer.close()
     assert late == []
+    validator = schema("rnis-event")
     for key, body, props in moved + detached + attached:
+        validator.validate(body)
         e = rnis.RnisEvent.model_validate(body)
         assert key == e.routing_key() and props.headers["type"] == "event"
     assert [b["event"] for _, b, _ in moved] == ["cell_change"], "a move is not detach + attach"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from rnis_helpers import TOKEN, Adapter, CallbackServer, FlexranSource, wait_for
 
-from mec_common import rnis
+from mec_common.bus import rnis
 
 SPEC_FILE = Path(__file__).parents[1] / "internal" / "mec012" / "spec" / "RniAPI.yaml"
 

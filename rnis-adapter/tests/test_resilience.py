@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rnis_helpers import Adapter, Consumer, FlexranSource, PrivateBroker, wait_for
 
-from mec_common import rnis
+from mec_common.bus import rnis
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The RNIS feed schema (mec_common.rnis): routing keys and the exported JSON Schemas."""
+"""The RNIS feed schema (mec_common.bus.rnis): routing keys; the exported JSON Schemas."""
 
 import json
 from ipaddress import IPv4Address
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from mec_common import rnis
+from mec_common import bus
+from mec_common.bus import rnis
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,10 +41,10 @@ def test_measurement_rejects_out_of_range_values() -> None:
 
 
 def test_exported_schemas_are_current() -> None:
-    for name, schema in rnis.json_schemas().items():
+    for name, schema in bus.json_schemas().items():
         path = REPO / "docs" / "schemas" / name
         assert json.loads(path.read_text()) == schema, (
-            f"{path} is stale: run `uv run python -m mec_common.rnis --export docs/schemas`"
+            f"{path} is stale: run `uv run python -m mec_common.bus --export docs/schemas`"
         )
 
 

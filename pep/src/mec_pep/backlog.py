@@ -1,19 +1,10 @@
 """The per-UE backlog toward the UE, sampled every few ms and published on AMQP.
 
-The path manager's reactive trigger watches how much the PEP holds for a UE. Polling REST
-for that would cost an HTTP round trip per UE per period; instead the PEP publishes one
-small JSON message per UE per period on a topic exchange (default ``pep``)::
-
-    routing key  pep.v1.backlog.<ue ipv4 with _ for .>      e.g. pep.v1.backlog.10_30_1_1
-    headers      schema: 2
-    body         {"schema": 2, "ue": "10.30.1.1", "ts_ns": ..., "backlog_bytes": ...,
-                  "unsent_bytes": ..., "received_bytes": ..., "flows": ...}
-
-``received_bytes`` (schema 2) counts every byte the PEP took from servers for this UE
+The message, its routing key and its units are the contract ``mec_common.bus.backlog``
+(``PepBacklog``). ``received_bytes`` counts every byte the PEP took from servers for this UE
 since the PEP started, over all its flows: bytes read from the WAN legs plus what waits in
 their receive queues. It is the arrival count of the backlog, so the arrival rate is its
-growth over time; it never decreases except by what a reset flow drops unread. Schema 1
-messages (older PEPs) have no ``received_bytes``.
+growth over time; it never decreases except by what a reset flow drops unread.
 
 Only UEs with something buffered are sampled (flows that moved bytes toward the UE since
 their backlog was last seen at zero), plus one final message with a zero backlog when a
@@ -25,10 +16,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-
-import orjson
+from ipaddress import IPv4Address
 
 from mec_common.amqp import AmqpPublisher
+from mec_common.bus.backlog import SCHEMA_VERSION, PepBacklog
 from mec_common.logging import get_logger
 from mec_pep.dataplane import DataPlane
 from mec_pep.relay import Relay
@@ -36,8 +27,6 @@ from mec_pep.sockets import SIOCINQ, queued
 from mec_pep.state import backlog_toward_ue
 
 log = get_logger(__name__)
-
-SCHEMA = 2
 
 
 @dataclass
@@ -52,10 +41,6 @@ class UeBacklog:
         self.unsent_bytes += other.unsent_bytes
         self.received_bytes += other.received_bytes
         self.flows += other.flows
-
-
-def routing_key(ue: str) -> str:
-    return "pep.v1.backlog." + ue.replace(".", "_")
 
 
 def sample(relay: Relay) -> tuple[dict[str, UeBacklog], dict[str, int]]:
@@ -135,15 +120,12 @@ class BacklogFeed:
 
     def _publish(self, ue: str, b: UeBacklog, ts_ns: int) -> None:
         assert self.publisher is not None
-        body = orjson.dumps(
-            {
-                "schema": SCHEMA,
-                "ue": ue,
-                "ts_ns": ts_ns,
-                "backlog_bytes": b.backlog_bytes,
-                "unsent_bytes": b.unsent_bytes,
-                "received_bytes": b.received_bytes,
-                "flows": b.flows,
-            }
+        message = PepBacklog(
+            ue=IPv4Address(ue),
+            ts_ns=ts_ns,
+            backlog_bytes=b.backlog_bytes,
+            unsent_bytes=b.unsent_bytes,
+            received_bytes=b.received_bytes,
+            flows=b.flows,
         )
-        self.publisher.publish(routing_key(ue), body, {"schema": SCHEMA})
+        self.publisher.publish(message.routing_key(), message.to_json(), {"schema": SCHEMA_VERSION})

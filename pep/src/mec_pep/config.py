@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from mec_common.bus.backlog import EXCHANGE as BACKLOG_EXCHANGE
 from mec_common.config import CommaList, Port, ServiceSettings, split_commas
 
 MiB = 1024 * 1024
@@ -158,4 +159,6 @@ class PepSettings(ServiceSettings):
     backlog_interval_ms: int = Field(
         50, ge=0, description="publish per-UE backlog toward the UE every N ms; 0 = off"
     )
-    backlog_exchange: str = Field("pep", description="AMQP topic exchange of the backlog feed")
+    backlog_exchange: str = Field(
+        BACKLOG_EXCHANGE, description="AMQP topic exchange of the backlog feed"
+    )

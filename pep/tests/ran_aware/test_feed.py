@@ -8,9 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mec_common.amqp import AmqpPublisher
-from mec_common.health import Health
-from mec_common.mp1 import with_credentials
-from mec_common.rnis import (
+from mec_common.bus.rnis import (
     RnisCellMeasurements,
     RnisCellUe,
     RnisEvent,
@@ -18,6 +16,8 @@ from mec_common.rnis import (
     bind_all,
     bind_ue_ip,
 )
+from mec_common.health import Health
+from mec_common.mp1 import with_credentials
 from mec_pep.ran_aware.feed import Endpoint, RnisFeed
 from mec_pep.ran_aware.kernel import MeldKernel
 

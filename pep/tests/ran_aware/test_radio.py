@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mec_common.rnis import RnisMeasurement
+from mec_common.bus.rnis import RnisMeasurement
 from mec_common.tables import lte_tbs_bytes_for_cqi
 from mec_pep.ran_aware.radio import U32_MAX, notify_cca, q_threshold_bytes, radio_state
 

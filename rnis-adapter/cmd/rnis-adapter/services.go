@@ -19,7 +19,7 @@ func serviceInfos(publicURL, amqpURL, exchange string) []map[string]any {
 			"protocol": "AMQP", "version": "0.9.1", "endpoint": map[string]any{"uris": []string{publicAMQP(amqpURL)}},
 			"security": map[string]any{}, "implSpecificInfo": map[string]any{"exchange": exchange,
 				"exchangeType": "topic", "routingKeys": "rnis.v1.meas.<cell>.<imsi>.<ipv4>, rnis.v1.event.<kind>.<cell>.<imsi>.<ipv4>",
-				"schema": "mec_common.rnis.RnisMeasurement v1"}}),
+				"schema": "mec_common.bus.rnis.RnisMeasurement v1"}}),
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 )
 
 // AppendJSON appends the measurement as the JSON body of an AMQP message
-// (mec_common.rnis.RnisMeasurement), without allocating. It is the hot path (64 UEs × 1 kHz);
+// (mec_common.bus.rnis.RnisMeasurement), without allocating. It is the hot path (64 UEs × 1 kHz);
 // meas_test.go checks it against encoding/json.
 func (m *Measurement) AppendJSON(b []byte) []byte {
 	b = append(b, `{"schema_version":1,`...)
@@ -18,7 +18,7 @@ func (m *Measurement) AppendJSON(b []byte) []byte {
 }
 
 // AppendCellJSON appends the measurements of one cell at one poll as one message
-// (mec_common.rnis.RnisCellMeasurements): the cell's fields once, taken from ms[0], and the
+// (mec_common.bus.rnis.RnisCellMeasurements): the cell's fields once, taken from ms[0], and the
 // UE's own fields of each measurement in "ues". Every measurement must be of the same cell
 // and poll.
 func AppendCellJSON(b []byte, ms []Measurement) []byte {
@@ -36,7 +36,7 @@ func AppendCellJSON(b []byte, ms []Measurement) []byte {
 	return append(b, "]}"...)
 }
 
-// appendCellFields writes what every UE of a cell shares at one poll (mec_common.rnis
+// appendCellFields writes what every UE of a cell shares at one poll (mec_common.bus.rnis
 // CELL_FIELDS), starting with "cell".
 func (m *Measurement) appendCellFields(b []byte) []byte {
 	b = append(b, `"cell":`...)

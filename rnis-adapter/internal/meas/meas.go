@@ -1,5 +1,5 @@
 // Package meas turns FlexRAN snapshots into RNIS measurements: one per UE per poll, with
-// the values MELD, RAPID and the path manager need (schema: mec_common.rnis.RnisMeasurement).
+// the values MELD, RAPID and the path manager need (schema: mec_common.bus.rnis.RnisMeasurement).
 package meas
 
 import (

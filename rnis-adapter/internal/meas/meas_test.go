@@ -124,7 +124,7 @@ func TestIPFromResolverAndRoutingKey(t *testing.T) {
 	}
 }
 
-// jsonView mirrors mec_common.rnis.RnisMeasurement with encoding/json, to check AppendJSON.
+// jsonView mirrors mec_common.bus.rnis.RnisMeasurement with encoding/json, to check AppendJSON.
 type jsonView struct {
 	SchemaVersion  int       `json:"schema_version"`
 	Cell           string    `json:"cell"`

@@ -119,7 +119,7 @@ func (p *Pipeline) addCellMessages() {
 	}
 }
 
-// eventBody is mec_common.rnis.RnisEvent.
+// eventBody is mec_common.bus.rnis.RnisEvent.
 type eventBody struct {
 	SchemaVersion int     `json:"schema_version"`
 	Event         string  `json:"event"`

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mec_common.rnis import RnisMeasurement
+from mec_common.bus.rnis import RnisMeasurement
 from path_manager.radio import PathRadio, RadioSettings
 
 S = RadioSettings()

@@ -8,12 +8,12 @@ import time
 import uuid
 from ipaddress import IPv4Address
 
-import orjson
 import pytest
 from fastapi.testclient import TestClient
 
 from mec_common.amqp import AmqpPublisher
-from mec_common.rnis import RnisCellMeasurements, RnisCellUe, RnisMeasurement
+from mec_common.bus.backlog import PepBacklog
+from mec_common.bus.rnis import RnisCellMeasurements, RnisCellUe, RnisMeasurement
 from path_manager.service import PmSettings, build_app
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -64,6 +64,12 @@ def measurement(path: str, cqi: int, capacity_bps: int, rlc_bytes: int | None = 
         rlc_queue_bytes=rlc_bytes,
     )  # fmt: skip
     return m.model_dump_json().encode()
+
+
+def publish_backlog(pep: AmqpPublisher, **counts: int) -> None:
+    """One PEP backlog message for UE, as the PEP sends it (mec_common.bus.backlog)."""
+    message = PepBacklog(ue=IPv4Address(UE), ts_ns=time.time_ns(), flows=1, **counts)
+    pep.publish(message.routing_key(), message.to_json())
 
 
 def wait_until(predicate, timeout=5.0):
@@ -119,9 +125,8 @@ def test_feeds_drive_paths_and_decisions(service):
     assert by_ip[PATHS[0]]["in_los"] is False and by_ip[PATHS[1]]["in_los"] is True
     assert by_ip[PATHS[1]]["capacity_los_bps"] == pytest.approx(900e6)
     # The PEP's backlog for the UE grows past Q_HT: a reactive ADD (fpt+r) follows at once.
-    key = "pep.v1.backlog." + UE.replace(".", "_")
     for backlog in (100_000, 400_000, 800_000, 1_200_000):
-        pep.publish(key, orjson.dumps({"schema": 1, "ue": UE, "backlog_bytes": backlog}))
+        publish_backlog(pep, backlog_bytes=backlog, unsent_bytes=backlog, received_bytes=backlog)
         time.sleep(0.01)
     assert wait_until(lambda: len(client.get(f"/pm/v1/ues/{UE}", headers=AUTH)
                                   .json()["active_paths"]) >= 2)  # fmt: skip
@@ -144,14 +149,11 @@ def test_arrival_rate_comes_from_the_peps_received_bytes(service):
     client, manager, _, pep = service
     assert client.put(f"/pm/v1/ues/{UE}", json={"paths": PATHS}, headers=AUTH).status_code == 200
     ue = manager.ues[IPv4Address(UE)]
-    key = "pep.v1.backlog." + UE.replace(".", "_")
     rate = 3_000_000  # bytes/s = 2000 packets of 1500 bytes per second
     start = time.monotonic()
 
     def publish(received: int) -> None:
-        body = {"schema": 2, "ue": UE, "backlog_bytes": 0, "unsent_bytes": 0,
-                "received_bytes": received, "flows": 1}  # fmt: skip
-        pep.publish(key, orjson.dumps(body))
+        publish_backlog(pep, backlog_bytes=0, unsent_bytes=0, received_bytes=received)
 
     # The binding applies asynchronously after the PUT: publish until the count arrives.
     assert wait_until(lambda: publish(0) or bool(ue.received))
@@ -180,21 +182,18 @@ def test_the_queue_is_the_peps_unsent_bytes_plus_the_rlc_queues(service):
         return all(r.rlc_queue_bytes == rlc[str(r.id)] for r in ue.paths.values())
 
     assert wait_until(publish_radio, timeout=15)
-    key = "pep.v1.backlog." + UE.replace(".", "_")
-    body = {"schema": 2, "ue": UE, "backlog_bytes": 500_000, "unsent_bytes": 60_000,
-            "received_bytes": 1_000_000, "flows": 1}  # fmt: skip
 
-    def publish_backlog() -> bool:
-        pep.publish(key, orjson.dumps(body))
+    def publish_once() -> bool:
+        publish_backlog(pep, backlog_bytes=500_000, unsent_bytes=60_000, received_bytes=1_000_000)
         return ue.queue_bytes > 0
 
-    assert wait_until(publish_backlog)
+    assert wait_until(publish_once)
     assert ue.queue_bytes == 60_000 + 42_000
     shown = client.get(f"/pm/v1/ues/{UE}", headers=AUTH).json()["queue_packets"]
     assert shown == pytest.approx(102_000 / 1500)
     manager.settings.queue_measure = "pep_backlog"  # the whole backlog, in flight included
     ue.queue_bytes = 0
-    assert wait_until(publish_backlog) and ue.queue_bytes == 500_000
+    assert wait_until(publish_once) and ue.queue_bytes == 500_000
 
 
 def test_cell_messages_feed_the_paths(cell_service):

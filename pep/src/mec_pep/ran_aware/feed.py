@@ -18,10 +18,17 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from mec_common.amqp import AmqpConsumer, Backoff
+from mec_common.bus.rnis import (
+    PREFIX,
+    RnisEvent,
+    RnisMeasurement,
+    bind_all,
+    bind_ue_ip,
+    measurements,
+)
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.mp1 import Mp1Client, Mp1Error, discover_amqp_feed
-from mec_common.rnis import PREFIX, RnisEvent, RnisMeasurement, bind_all, bind_ue_ip, measurements
 from mec_pep.ran_aware.kernel import MeldKernel
 from mec_pep.ran_aware.radio import radio_state
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mec_common.rnis import RnisMeasurement
+from mec_common.bus.rnis import RnisMeasurement
 from mec_pep.ran_aware.kernel import UeRadio, monotonic_from_wall
 
 U32_MAX = 0xFFFFFFFF

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mec_common.rnis import RnisMeasurement
+from mec_common.bus.rnis import RnisMeasurement
 from path_manager.predictor import PathState
 
 

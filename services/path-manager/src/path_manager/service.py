@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 from typing import Any, Literal
 
-import orjson
 from fastapi import Depends, FastAPI
 from prometheus_client import Counter, Gauge, Histogram
 from pydantic import Field
@@ -34,11 +33,13 @@ from pydantic_settings import SettingsConfigDict
 from mec_common.amqp import AmqpConsumer
 from mec_common.api import create_app, serve, service_access
 from mec_common.auth import TokenVerifier
+from mec_common.bus.backlog import EXCHANGE as PEP_EXCHANGE
+from mec_common.bus.backlog import PepBacklog, backlog_routing_key
+from mec_common.bus.rnis import EXCHANGE as RNIS_EXCHANGE
+from mec_common.bus.rnis import PREFIX, RnisMeasurement, bind_all, bind_ue_ip, measurements
 from mec_common.config import Port, ServiceSettings
 from mec_common.health import Health
 from mec_common.logging import configure_logging, get_logger
-from mec_common.rnis import EXCHANGE as RNIS_EXCHANGE
-from mec_common.rnis import PREFIX, RnisMeasurement, bind_all, bind_ue_ip, measurements
 from path_manager.control import (
     Action,
     ControlSettings,
@@ -77,7 +78,7 @@ class PmSettings(ServiceSettings):
         description="RNIS messages to consume: one per UE (the adapter's RNIS_AMQP_PUBLISH=ue "
         "or both) or one per cell (cell or both; cheaper for the broker at high poll rates)",
     )
-    pep_exchange: str = Field("pep", description="exchange of the PEP's per-UE backlog")
+    pep_exchange: str = Field(PEP_EXCHANGE, description="exchange of the PEP's per-UE backlog")
     ues: str = Field(
         "",
         description='UEs at start, JSON: {"<ue ip>": ["<path ip>", ...]} (REST can add more)',
@@ -169,7 +170,6 @@ class Ue:
     active: dict[IPv4Address, bool]
     control: PathControl | None = None
     queue_bytes: float = 0.0  # the queue the control sees (PM_QUEUE_MEASURE)
-    backlog_at: float | None = None
     arrival_pps: float = 0.0
     # (time, PEP's cumulative received_bytes) over the last ARRIVAL_WINDOW seconds
     received: deque[tuple[float, int]] = field(default_factory=deque)
@@ -237,7 +237,7 @@ class PathManager:
             if self.settings.rnis_feed == "ue":
                 self.rnis.bind(bind_ue_ip(p))
             self._actuate(p, ue.active[p])
-        self.backlog.bind(_backlog_key(ue_id))
+        self.backlog.bind(backlog_routing_key(ue_id))
         ACTIVE.labels(str(ue_id)).set(1)
         ue.control.start()
         return ue
@@ -252,7 +252,7 @@ class PathManager:
         for p in ue.paths:
             if self.settings.rnis_feed == "ue":
                 self.rnis.unbind(bind_ue_ip(p))
-        self.backlog.unbind(_backlog_key(ue_id))
+        self.backlog.unbind(backlog_routing_key(ue_id))
         return True
 
     def update_control(self, **changes: Any) -> ControlSettings:
@@ -288,23 +288,18 @@ class PathManager:
 
     def _on_backlog(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
         try:
-            msg = orjson.loads(body)
-            ue = self.ues.get(IPv4Address(msg["ue"]))
-            total = float(msg["backlog_bytes"])
-            unsent = float(msg.get("unsent_bytes", total))  # schema 1 may lack it
-        except (ValueError, KeyError, TypeError):
+            msg = PepBacklog.model_validate_json(body)
+        except ValueError:
+            log.warning("bad PEP backlog message", routing_key=routing_key)
             return
+        ue = self.ues.get(msg.ue)
         if ue is None or ue.control is None:
             return
         now = time.monotonic()
-        received = msg.get("received_bytes")  # schema 2; older PEPs: estimate
         with ue._lock:
-            queue = self._queue(ue, total, unsent, now)
-            if isinstance(received, int):
-                self._measure_arrival(ue, received, now)
-            else:
-                self._estimate_arrival(ue, queue, now)
-            ue.queue_bytes, ue.backlog_at = queue, now
+            queue = self._queue(ue, msg.backlog_bytes, msg.unsent_bytes, now)
+            self._measure_arrival(ue, msg.received_bytes, now)
+            ue.queue_bytes = queue
         packets = queue / self.settings.packet_bytes
         QUEUE.labels(str(ue.id)).set(packets)
         ue.control.on_queue(packets)
@@ -339,23 +334,6 @@ class PathManager:
         (t0, r0) = window[0]
         if now - t0 > 0:
             ue.arrival_pps = (received - r0) / self.settings.packet_bytes / (now - t0)
-
-    def _estimate_arrival(self, ue: Ue, queue: float, now: float) -> None:
-        """Arrivals = backlog growth + what the active paths served (EWMA, packets/s).
-
-        For PEPs whose backlog message has no ``received_bytes`` (schema 1). While the
-        backlog is non-zero the active paths are busy, so they serve at their capacity.
-        """
-        if ue.backlog_at is None or now <= ue.backlog_at:
-            return
-        dt = now - ue.backlog_at
-        growth = (queue - ue.queue_bytes) / self.settings.packet_bytes / dt
-        served = sum(
-            _current_pps(ue.paths[p], now, self.radio) for p, on in ue.active.items() if on
-        )
-        sample = max(growth + (served if ue.queue_bytes > 0 else 0.0), 0.0)
-        alpha = min(dt / 0.05, 1.0)  # ~50 ms memory
-        ue.arrival_pps = (1 - alpha) * ue.arrival_pps + alpha * sample
 
     # -- plant --------------------------------------------------------------------------
     def _actuate(self, path: IPv4Address, active: bool) -> None:
@@ -402,13 +380,6 @@ class _UePlant:
         self.ue.control.change_done()  # the netlink call returns once the kernel applied it
 
 
-def _current_pps(path: PathRadio, now: float, s: RadioSettings) -> float:
-    state = path.model(now, s)
-    if state is None:
-        return 0.0
-    return state.capacity_los if state.in_los else state.capacity_nlos
-
-
 def _start_actuator(netns: str | None, health: Health) -> Any:
     """The MPTCP actuator, or None (degraded health, decisions not applied) if not allowed.
 
@@ -452,10 +423,6 @@ def _rnis_endpoint(settings: PmSettings) -> tuple[str, str]:
         return settings.amqp_url, settings.rnis_exchange
     log.info("rnis feed discovered through Mp1", exchange=feed.exchange)
     return feed.url, feed.exchange
-
-
-def _backlog_key(ue: IPv4Address) -> str:
-    return "pep.v1.backlog." + str(ue).replace(".", "_")
 
 
 def build_app(settings: PmSettings) -> tuple[FastAPI, PathManager]:

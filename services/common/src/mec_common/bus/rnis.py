@@ -6,7 +6,7 @@ UE of the cell (``RNIS_AMQP_PUBLISH=ue|cell|both``), and an ``RnisEvent`` when a
 detaches or changes cell. Consumers (PEP, path manager) bind a queue to the topic exchange
 with the helpers below and read a measurement body of either kind with ``measurements()``.
 The JSON Schema of the three message types is exported to ``docs/schemas/`` (``python -m
-mec_common.rnis --export docs/schemas``) and the adapter's output is tested against it.
+mec_common.bus --export docs/schemas``) and the adapter's output is tested against it.
 
 Units: bytes, PRBs, milliseconds for RLC delays, bits/s for capacities, Unix nanoseconds for
 times. ``None`` means "the RAN source did not report it" (old FlexRAN builds, a UE not yet
@@ -23,11 +23,9 @@ Routing keys (dots separate words; ``-`` is an unknown part)::
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterator
 from ipaddress import IPv4Address
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -283,24 +281,3 @@ def json_schemas() -> dict[str, dict[str, object]]:
         f"rnis-cell.v{SCHEMA_VERSION}.json": RnisCellMeasurements.model_json_schema(),
         f"rnis-event.v{SCHEMA_VERSION}.json": RnisEvent.model_json_schema(),
     }
-
-
-def export_schemas(directory: Path) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, schema in json_schemas().items():
-        path = directory / name
-        path.write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
-        written.append(path)
-    return written
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Export the RNIS feed's JSON Schemas.")
-    parser.add_argument("--export", type=Path, required=True, metavar="DIR")
-    for path in export_schemas(parser.parse_args().export):
-        print(path)
-
-
-if __name__ == "__main__":
-    main()

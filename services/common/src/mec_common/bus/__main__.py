@@ -1,0 +1,3 @@
+from mec_common.bus import main
+
+main()
