@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from mec_common.rnis import RnisMeasurement
+from mec_common.bus.rnis import RnisMeasurement
 from mec_dashboard.api import BASE
 from mec_dashboard.config import DashboardSettings
 from mec_dashboard.service import build_app

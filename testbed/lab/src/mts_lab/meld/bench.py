@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mec_common.rnis import RnisMeasurement
+from mec_common.bus.rnis import RnisMeasurement
 from mec_pep.ran_aware.kernel import MeldKernel, UeRadio, loader_paths
 from mec_pep.ran_aware.radio import radio_state
 
