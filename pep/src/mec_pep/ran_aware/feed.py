@@ -14,21 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from mec_common.amqp import AmqpConsumer, Backoff
-from mec_common.bus.rnis import (
-    PREFIX,
-    RnisEvent,
-    RnisMeasurement,
-    bind_all,
-    bind_ue_ip,
-    measurements,
-)
+from mec_common.bus.rnis import RnisEvent, RnisMeasurement, bind_all, bind_ue_ip
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.mp1 import Mp1Client, Mp1Error, discover_amqp_feed
+from mec_common.radio_view import RadioView, ViewStats
 from mec_pep.ran_aware.kernel import MeldKernel
 from mec_pep.ran_aware.radio import radio_state
 
@@ -70,11 +64,11 @@ def discover(mp1: Mp1Client, configured_url: str) -> Endpoint | None:
 
 
 @dataclass
-class FeedStats:
-    received: int = 0
+class FeedStats(ViewStats):
+    """The view's counts (received, rejected, ignored: also no UE address / no D_TBS, or
+    a UE we do not serve), and what this consumer did with the measurements."""
+
     applied: int = 0
-    ignored: int = 0  # no UE address / no D_TBS, or a UE we do not serve
-    rejected: int = 0  # not a valid RNIS message
     detached: int = 0
     last_applied: dict[str, float] = field(default_factory=dict)  # UE -> wall time
 
@@ -114,6 +108,7 @@ class RnisFeed:
         self._consumer: AmqpConsumer | None = None
         self.endpoint: Endpoint | None = None
         self.stats = FeedStats()
+        self._view = RadioView(self._on_measurement, self._on_event, self.stats)
         self._thread = threading.Thread(target=self._connect, name="rnis-feed", daemon=True)
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -151,7 +146,7 @@ class RnisFeed:
                 endpoint.url,
                 endpoint.exchange,
                 self._wanted_bindings(),
-                self._on_message,
+                self._view.on_message,
                 health=self._health,
                 health_name=HEALTH_NAME,
                 name="pep-rnis",
@@ -229,22 +224,6 @@ class RnisFeed:
             return sorted(self._wanted_bindings())
 
     # --- messages -----------------------------------------------------------------------------
-
-    def _on_message(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
-        self.stats.received += 1
-        try:
-            if routing_key.startswith(f"{PREFIX}.meas."):
-                self._on_measurement(RnisMeasurement.model_validate_json(body))
-            elif routing_key.startswith(f"{PREFIX}.cell."):
-                for m in measurements(body):  # every UE of the cell; ours are applied
-                    self._on_measurement(m)
-            elif routing_key.startswith(f"{PREFIX}.event."):
-                self._on_event(RnisEvent.model_validate_json(body))
-            else:
-                self.stats.ignored += 1
-        except ValueError as exc:  # pydantic's ValidationError, or JSON that is not a message
-            self.stats.rejected += 1
-            log.warning("invalid RNIS message", routing_key=routing_key, error=str(exc)[:300])
 
     def _on_measurement(self, m: RnisMeasurement) -> None:
         update = radio_state(m, self._default_harq)

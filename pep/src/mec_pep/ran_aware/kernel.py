@@ -171,11 +171,6 @@ class Tuning:
     rapid_rtt_extra_us: int
 
 
-def monotonic_from_wall(wall_ns: int) -> int:
-    """CLOCK_MONOTONIC (the kernel's bpf_ktime_get_ns) time of a wall-clock instant."""
-    return time.monotonic_ns() - (time.time_ns() - wall_ns)
-
-
 class MeldKernel:
     """The registered congestion controls of one PEP instance and their maps."""
 

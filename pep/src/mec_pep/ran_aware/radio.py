@@ -8,9 +8,11 @@ Everything here is in **bytes**. The research code computed ``(2292*8)*8 = 146,6
 TBS in bits times N_HARQ — and compared it with FlexRAN's queue in bytes, an 8x too high
 threshold (digest §9, erratum 2); the thesis formula gives 2292 B · 8 = 18,336 B.
 
-Unknown inputs are made conservative, never optimistic: no D_TBS → no update (the state
-goes stale and MELD notifies); no RLC queue → the queue counts as full (MELD-ME notifies);
-no best-CQI TBS → Q_th = 0 (MELD-ME notifies).
+Unknown and stale inputs follow ``mec_common.radio_view``'s one policy: no information,
+so the plain congestion response. No D_TBS → no update (the entry goes stale: STALE
+verdict, notify); no RLC queue → ``UNKNOWN_U32`` in the map, which MELD-ME's queue test
+reads as "notify"; no best-CQI TBS → Q_th = 0 (notify). Staleness is judged in the kernel
+at loss time, against the measurement's own time (``radio_view.measured_ns``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mec_common.bus.rnis import RnisMeasurement
-from mec_pep.ran_aware.kernel import UeRadio, monotonic_from_wall
+from mec_common.radio_view import measured_ns, monotonic_ns_from_wall
+from mec_pep.ran_aware.kernel import UeRadio
 
 U32_MAX = 0xFFFFFFFF
+UNKNOWN_U32 = U32_MAX
+"""The map's encoding of a value the RAN did not report (its test then notifies)."""
 
 
 def q_threshold_bytes(best_cqi_tbs_bytes: int | None, n_harq: int) -> int:
@@ -40,13 +45,6 @@ def notify_cca(
     return small_tb or txq_bytes >= q_th_bytes
 
 
-def measured_ns(m: RnisMeasurement) -> int:
-    """When the RAN measured ``m`` (wall clock): the adapter's first sight of the report
-    (``source_time_ns``), else the poll that brought it. MELD's staleness runs from here:
-    a report repeated by later polls is not fresher."""
-    return m.source_time_ns if m.source_time_ns is not None else m.observed_ns
-
-
 @dataclass(frozen=True)
 class RadioUpdate:
     ue: str
@@ -58,10 +56,10 @@ def radio_state(m: RnisMeasurement, default_harq: int) -> RadioUpdate | None:
     if m.ue_ipv4 is None or m.dl_tbs_bytes is None:
         return None
     n_harq = m.harq_processes or default_harq
-    txq = U32_MAX if m.rlc_queue_bytes is None else min(m.rlc_queue_bytes, U32_MAX)
+    txq = UNKNOWN_U32 if m.rlc_queue_bytes is None else min(m.rlc_queue_bytes, U32_MAX)
     capacity_Bps = (m.rapid_capacity_bps or 0) // 8  # noqa: N806 - B vs b matters here
     radio = UeRadio(
-        observed_ns=max(monotonic_from_wall(measured_ns(m)), 0),
+        observed_ns=max(monotonic_ns_from_wall(measured_ns(m)), 0),
         capacity_Bps=capacity_Bps,
         d_tbs=min(m.dl_tbs_bytes, U32_MAX),
         txq_bytes=txq,

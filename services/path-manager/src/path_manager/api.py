@@ -118,7 +118,7 @@ def get_paths(request: Request, ue: IPv4Address, _: AuthenticatedPrincipal) -> l
             "mean_nlos_s": 1 / to_los,
             "samples": radio.samples,
             "stale": radio.stale(now, s),
-            "last_sample_age_s": None if radio.last_sample is None else now - radio.last_sample,
+            "last_sample_age_s": None if radio.measured_at is None else now - radio.measured_at,
         })  # fmt: skip
     return out
 

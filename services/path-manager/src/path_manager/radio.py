@@ -9,7 +9,9 @@
 - Dwell times: rates μ̂ (LoS→NLoS) and λ̂ (NLoS→LoS) = transitions / time in the state, with
   exponential forgetting and the research's means (3 s LoS, 2.5 s NLoS) as prior
   pseudo-observations, so few observations stay close to the priors.
-- Stale feed (no sample for ``stale_after``): the priors and the last known state.
+- Stale feed (the last measurement, by its own time, older than ``stale_after``): the
+  priors and the last known state; an unknown or stale RLC queue is no information
+  (``mec_common.radio_view``'s policy), so the path adds nothing to the queue.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from mec_common.bus.rnis import RnisMeasurement
+from mec_common.radio_view import is_fresh, known
 from path_manager.predictor import PathState
 
 
@@ -55,9 +58,9 @@ class PathRadio:
     in_los: bool = True
     capacity_los: float | None = None  # bit/s
     capacity_nlos: float | None = None
-    last_sample: float | None = None  # monotonic seconds
+    measured_at: float | None = None  # the last measurement's own time, monotonic seconds
     samples: int = 0
-    rlc_queue_bytes: int = 0  # the UE's RLC queues in this cell (all DRBs), last sample
+    rlc_queue_bytes: int | None = None  # the UE's RLC queues in this cell (all DRBs); unknown
     _candidate: bool | None = None
     _candidate_since: float = 0.0
     _state_since: float | None = None
@@ -66,18 +69,22 @@ class PathRadio:
     _last_decay: float | None = None
     _tbs_seen: dict[bool, bool] = field(default_factory=lambda: {True: False, False: False})
 
-    def update(self, m: RnisMeasurement, now: float, s: RadioSettings) -> None:
-        self.cell, self.samples, self.last_sample = m.cell, self.samples + 1, now
-        if m.rlc_queue_bytes is not None:
-            self.rlc_queue_bytes = m.rlc_queue_bytes
+    def update(
+        self, m: RnisMeasurement, now: float, s: RadioSettings, measured_at: float | None = None
+    ) -> None:
+        """Take ``m``, received at ``now``; ``measured_at`` is when the RAN measured it, on
+        the same clock (``radio_view.measured_ns``; default: ``now``)."""
+        self.cell, self.samples = m.cell, self.samples + 1
+        self.measured_at = now if measured_at is None else measured_at
+        self.rlc_queue_bytes = m.rlc_queue_bytes
         self._classify(m.wb_cqi, now, s)
         self._capacity(m, s)
 
-    def radio_queue(self, now: float, s: RadioSettings) -> int:
-        """Bytes waiting in this cell's RLC queues for the UE (0 when the feed is stale)."""
-        if self.last_sample is None or now - self.last_sample > s.stale_after:
-            return 0
-        return self.rlc_queue_bytes
+    def radio_queue(self, now: float, s: RadioSettings) -> int | None:
+        """Bytes waiting in this cell's RLC queues for the UE; None if unknown or stale."""
+        if self.measured_at is None:
+            return None
+        return known(self.rlc_queue_bytes, _ns(self.measured_at), _ns(now), s.stale_after)
 
     def _classify(self, cqi: int | None, now: float, s: RadioSettings) -> None:
         if self._state_since is None:
@@ -128,7 +135,9 @@ class PathRadio:
         setattr(self, name, float(new))
 
     def stale(self, now: float, s: RadioSettings) -> bool:
-        return self.last_sample is None or now - self.last_sample > s.stale_after
+        return self.measured_at is None or not is_fresh(
+            _ns(self.measured_at), _ns(now), s.stale_after
+        )
 
     def rates(self, now: float, s: RadioSettings) -> tuple[float, float]:
         """(λ̂ NLoS→LoS, μ̂ LoS→NLoS) in 1/s; the priors when the feed is stale."""
@@ -156,3 +165,7 @@ class PathRadio:
         to_los, to_nlos = self.rates(now, s)
         bits = 8 * s.packet_bytes
         return PathState(c_los / bits, c_nlos / bits, to_los, to_nlos, self.in_los)
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)

@@ -36,10 +36,11 @@ from mec_common.auth import TokenVerifier
 from mec_common.bus.backlog import EXCHANGE as PEP_EXCHANGE
 from mec_common.bus.backlog import PepBacklog, backlog_routing_key
 from mec_common.bus.rnis import EXCHANGE as RNIS_EXCHANGE
-from mec_common.bus.rnis import PREFIX, RnisMeasurement, bind_all, bind_ue_ip, measurements
+from mec_common.bus.rnis import RnisMeasurement, bind_all, bind_ue_ip
 from mec_common.config import Port, ServiceSettings
 from mec_common.health import Health
 from mec_common.logging import configure_logging, get_logger
+from mec_common.radio_view import RadioView, measured_ns, monotonic_ns_from_wall
 from path_manager.control import (
     Action,
     ControlSettings,
@@ -55,7 +56,6 @@ log = get_logger(__name__)
 SER_NAME = "path-manager"
 
 ARRIVAL_WINDOW = 0.1  # seconds of received_bytes the arrival rate is measured over
-CELL_KEY_PREFIX = f"{PREFIX}.cell."
 QueueMeasure = Literal["pep+rlc", "pep_unsent", "pep_backlog"]
 
 DECISIONS = Counter("pm_decisions_total", "Control decisions", ["ue", "trigger", "action"])
@@ -193,7 +193,7 @@ class PathManager:
         rnis_url, rnis_exchange = _rnis_endpoint(settings)
         cells = [bind_all("cell")] if settings.rnis_feed == "cell" else []  # UEs bind per path
         self.rnis = AmqpConsumer(
-            rnis_url, rnis_exchange, cells, self._on_rnis,
+            rnis_url, rnis_exchange, cells, RadioView(self._on_measurement).on_message,
             health=health, health_name="rnis_feed", name="pm-rnis",
         )  # fmt: skip
         self.backlog = AmqpConsumer(
@@ -268,23 +268,17 @@ class PathManager:
         return new
 
     # -- feeds --------------------------------------------------------------------------
-    def _on_rnis(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
-        try:  # a cell's message carries every UE of the cell
-            if routing_key.startswith(CELL_KEY_PREFIX):
-                found = list(measurements(body))
-            else:
-                found = [RnisMeasurement.model_validate_json(body)]
-        except ValueError:
-            return  # not a measurement (events share the exchange); never fatal
+    def _on_measurement(self, m: RnisMeasurement) -> None:
+        """One UE's measurement in one cell (the RNIS view dispatches either message kind)."""
+        if m.ue_ipv4 is None:
+            return
         now = time.monotonic()
-        for m in found:
-            if m.ue_ipv4 is None:
-                continue
-            for ue in list(self.ues.values()):
-                path = ue.paths.get(m.ue_ipv4)
-                if path is not None:
-                    with ue._lock:
-                        path.update(m, now, self.radio)
+        measured_at = monotonic_ns_from_wall(measured_ns(m)) / 1e9
+        for ue in list(self.ues.values()):
+            path = ue.paths.get(m.ue_ipv4)
+            if path is not None:
+                with ue._lock:
+                    path.update(m, now, self.radio, measured_at)
 
     def _on_backlog(self, routing_key: str, body: bytes, headers: dict[str, Any]) -> None:
         try:
@@ -317,7 +311,8 @@ class PathManager:
             return total
         if measure == "pep_unsent":
             return unsent
-        return unsent + sum(p.radio_queue(now, self.radio) for p in ue.paths.values())
+        rlc = (p.radio_queue(now, self.radio) for p in ue.paths.values())
+        return unsent + sum(q for q in rlc if q is not None)  # unknown/stale: no RLC part
 
     def _measure_arrival(self, ue: Ue, received: int, now: float) -> None:
         """Arrival rate from the PEP's cumulative received bytes over ARRIVAL_WINDOW.
