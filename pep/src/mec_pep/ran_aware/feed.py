@@ -17,11 +17,11 @@ from ipaddress import IPv4Network
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from mec_common.amqp import AmqpConsumer, Backoff
+from mec_common.amqp import AmqpConsumer
 from mec_common.bus.rnis import RnisEvent, RnisMeasurement, bind_all, bind_ue_ip
 from mec_common.health import Health
 from mec_common.logging import get_logger
-from mec_common.mp1 import Mp1Client, Mp1Error, discover_amqp_feed
+from mec_common.mp1 import AmqpFeed, Mp1Client, resolve_amqp_feed
 from mec_common.radio_view import RadioView, ViewStats
 from mec_pep.ran_aware.kernel import MeldKernel
 from mec_pep.ran_aware.radio import radio_state
@@ -55,12 +55,6 @@ class Endpoint:
         host = parts.hostname or ""
         netloc = f"{host}:{parts.port}" if parts.port else host
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-
-
-def discover(mp1: Mp1Client, configured_url: str) -> Endpoint | None:
-    """The RNIS AMQP feed as registered on the platform, or None if not (yet) there."""
-    feed = discover_amqp_feed(mp1, "rnis", configured_url)
-    return None if feed is None else Endpoint(feed.url, feed.exchange, "mp1")
 
 
 @dataclass
@@ -125,19 +119,15 @@ class RnisFeed:
 
     def _connect(self) -> None:
         """Resolve the endpoint (Mp1, with backoff), then consume until stopped."""
-        backoff = Backoff()
-        endpoint = None
-        while not self._stop.is_set():
-            try:
-                endpoint = self._resolve()
-                if endpoint is not None:
-                    break
-                self._health.set(HEALTH_NAME, False, "RNIS not registered on the platform yet")
-            except Mp1Error as exc:
-                self._health.set(HEALTH_NAME, False, f"Mp1 discovery failed: {exc}")
-            self._stop.wait(backoff.next_delay())
-        if endpoint is None:
+        configured = AmqpFeed(self._settings_endpoint.url, self._settings_endpoint.exchange)
+        feed = resolve_amqp_feed(
+            self._mp1, "rnis", configured, self._stop, explicit=frozenset(self._explicit),
+            report=lambda reason: self._health.set(HEALTH_NAME, False, reason),
+        )  # fmt: skip
+        if feed is None:
             return
+        from_settings = self._mp1 is None or self._explicit >= {"url", "exchange"}
+        endpoint = Endpoint(feed.url, feed.exchange, "settings" if from_settings else "mp1")
         self.endpoint = endpoint
         log.info("rnis feed", broker=endpoint.public_url(), exchange=endpoint.exchange,
                  source=endpoint.source)  # fmt: skip
@@ -152,18 +142,6 @@ class RnisFeed:
                 name="pep-rnis",
             )
             self._consumer.start()
-
-    def _resolve(self) -> Endpoint | None:
-        if self._mp1 is None or self._explicit >= {"url", "exchange"}:
-            return self._settings_endpoint
-        found = discover(self._mp1, self._settings_endpoint.url)
-        if found is None:
-            return None
-        return Endpoint(
-            self._settings_endpoint.url if "url" in self._explicit else found.url,
-            self._settings_endpoint.exchange if "exchange" in self._explicit else found.exchange,
-            "mp1",
-        )
 
     # --- bindings -----------------------------------------------------------------------------
 

@@ -69,11 +69,13 @@ class _Worker(ABC):
         self.connected = threading.Event()
 
     def start(self) -> None:
-        self._thread.start()
+        if not self._stop.is_set():  # a worker closed before it started stays closed
+            self._thread.start()
 
     def close(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     def _ready(self) -> None:
         """Called by a session once it can carry messages."""
@@ -238,6 +240,16 @@ class AmqpConsumer(_Worker):
         self._queue_name = ""
         self.received = 0
         self.callback_errors = 0
+
+    def set_endpoint(self, url: str, exchange: str) -> None:
+        """Consume from another broker or exchange; before ``start()`` only (discovery)."""
+        assert not self._thread.is_alive(), "set_endpoint after start"
+        name = self._params.client_properties
+        self._params = pika.URLParameters(url)
+        self._params.client_properties = name
+        self._params.heartbeat = 30
+        self._params.blocked_connection_timeout = 30
+        self.exchange = exchange
 
     @property
     def bindings(self) -> set[str]:

@@ -245,6 +245,45 @@ def discover_amqp_feed(client: Mp1Client, ser_name: str, configured_url: str) ->
     return AmqpFeed(with_credentials(str(uris[0]), configured_url), str(exchange))
 
 
+def resolve_amqp_feed(
+    mp1: Mp1Client | None,
+    ser_name: str,
+    configured: AmqpFeed,
+    stop: threading.Event,
+    *,
+    explicit: frozenset[str] = frozenset(),
+    report: Callable[[str], None] | None = None,
+) -> AmqpFeed | None:
+    """The AMQP feed of service ``ser_name``, the one way every Python service finds it.
+
+    Without a platform, ``configured``. With one, Mp1 discovery, retried with capped
+    exponential backoff until the service is registered (a platform that is not up yet, a
+    service that registers later) or ``stop`` is set (then None); ``report`` hears why each
+    attempt failed, for health. Settings named in ``explicit`` (``url``, ``exchange``: set
+    by the operator) win over what the platform says.
+    """
+    from mec_common.amqp import Backoff  # pika: only for services that use the bus
+
+    if mp1 is None or explicit >= {"url", "exchange"}:
+        return configured
+    backoff = Backoff()
+    while not stop.is_set():
+        try:
+            found = discover_amqp_feed(mp1, ser_name, configured.url)
+            if found is not None:
+                return AmqpFeed(
+                    configured.url if "url" in explicit else found.url,
+                    configured.exchange if "exchange" in explicit else found.exchange,
+                )
+            reason = f"{ser_name} not registered on the platform yet"
+        except (Mp1Error, httpx.HTTPError) as exc:
+            reason = f"Mp1 discovery of {ser_name} failed: {exc}"
+        if report is not None:
+            report(reason)
+        stop.wait(backoff.next_delay())
+    return None
+
+
 def with_credentials(discovered: str, configured: str) -> str:
     """The discovered broker URL with the user and password of the configured one."""
     found, ours = urlsplit(discovered), urlsplit(configured)

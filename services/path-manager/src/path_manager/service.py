@@ -40,6 +40,7 @@ from mec_common.bus.rnis import RnisMeasurement, bind_all, bind_ue_ip
 from mec_common.config import Port, ServiceSettings
 from mec_common.health import Health
 from mec_common.logging import configure_logging, get_logger
+from mec_common.mp1 import AmqpFeed, Mp1Client, resolve_amqp_feed
 from mec_common.radio_view import RadioView, measured_ns, monotonic_ns_from_wall
 from path_manager.control import (
     Action,
@@ -187,13 +188,15 @@ class PathManager:
         self.clock = RealTimeScheduler()
         self.ues: dict[IPv4Address, Ue] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         self.actuator: Any = None
         if settings.actuation == "mptcp":
             self.actuator = _start_actuator(settings.mptcp_netns, health)
-        rnis_url, rnis_exchange = _rnis_endpoint(settings)
         cells = [bind_all("cell")] if settings.rnis_feed == "cell" else []  # UEs bind per path
+        # The configured feed until Mp1 discovery (start()) names the registered one.
         self.rnis = AmqpConsumer(
-            rnis_url, rnis_exchange, cells, RadioView(self._on_measurement).on_message,
+            settings.amqp_url, settings.rnis_exchange, cells,
+            RadioView(self._on_measurement).on_message,
             health=health, health_name="rnis_feed", name="pm-rnis",
         )  # fmt: skip
         self.backlog = AmqpConsumer(
@@ -202,12 +205,38 @@ class PathManager:
         )  # fmt: skip
 
     def start(self) -> None:
-        self.rnis.start()
+        self._stop.clear()
+        threading.Thread(target=self._start_rnis, name="pm-rnis-discovery", daemon=True).start()
         self.backlog.start()
         for ue, paths in (json.loads(self.settings.ues) if self.settings.ues else {}).items():
             self.put_ue(IPv4Address(ue), [IPv4Address(p) for p in paths])
 
+    def _start_rnis(self) -> None:
+        """Find the RNIS feed (Mp1 discovery, retried with backoff; else the settings), then
+        consume it. Bindings made meanwhile wait in the consumer."""
+        mp1 = Mp1Client.from_settings(self.settings)
+        configured = AmqpFeed(self.settings.amqp_url, self.settings.rnis_exchange)
+        given = self.settings.model_fields_set  # named by the operator: they win
+        explicit = frozenset(
+            word for field, word in (("amqp_url", "url"), ("rnis_exchange", "exchange"))
+            if field in given
+        )  # fmt: skip
+        try:
+            feed = resolve_amqp_feed(
+                mp1, "rnis", configured, self._stop, explicit=explicit,
+                report=lambda reason: self.health.set("rnis_feed", False, reason),
+            )  # fmt: skip
+        finally:
+            if mp1 is not None:
+                mp1.close()
+        if feed is None:  # closed while waiting
+            return
+        log.info("rnis feed", exchange=feed.exchange, discovered=feed != configured)
+        self.rnis.set_endpoint(feed.url, feed.exchange)
+        self.rnis.start()
+
     def close(self) -> None:
+        self._stop.set()
         for ue in list(self.ues.values()):
             if ue.control:
                 ue.control.stop()
@@ -398,26 +427,6 @@ def _start_actuator(netns: str | None, health: Health) -> Any:
     log.error("no MPTCP actuation", detail=detail)
     health.set("mptcp", False, detail)
     return None
-
-
-def _rnis_endpoint(settings: PmSettings) -> tuple[str, str]:
-    """The RNIS AMQP feed from Mp1 discovery when a platform is configured, else settings."""
-    from mec_common.mp1 import Mp1Client, discover_amqp_feed
-
-    client = Mp1Client.from_settings(settings)
-    if client is None:
-        return settings.amqp_url, settings.rnis_exchange
-    try:
-        feed = discover_amqp_feed(client, "rnis", settings.amqp_url)
-    except Exception as exc:  # the platform may not be up yet: the setting is the fallback
-        log.warning("rnis discovery failed; using the configured feed", error=str(exc))
-        return settings.amqp_url, settings.rnis_exchange
-    finally:
-        client.close()
-    if feed is None:
-        return settings.amqp_url, settings.rnis_exchange
-    log.info("rnis feed discovered through Mp1", exchange=feed.exchange)
-    return feed.url, feed.exchange
 
 
 def build_app(settings: PmSettings) -> tuple[FastAPI, PathManager]:
