@@ -155,10 +155,12 @@ def test_every_service_is_there_by_default() -> None:
     assert kinds == [
         ("DaemonSet", "mts-path-manager"),
         ("DaemonSet", "mts-pep"),
+        ("Deployment", "mts-dashboard"),
         ("Deployment", "mts-platform"),
         ("Deployment", "mts-rnis-adapter"),
         ("PersistentVolumeClaim", "mts-platform"),
         ("Secret", "mts-credentials"),
+        ("Service", "mts-dashboard"),
         ("Service", "mts-path-manager"),
         ("Service", "mts-pep"),
         ("Service", "mts-platform"),

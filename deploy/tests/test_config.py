@@ -1,6 +1,6 @@
 """Compose and the chart configure the services with the services' own variable names.
 
-Every `PLATFORM_*`, `RNIS_*`, `PEP_*` and `PM_*` variable that docker-compose.yml or any
+Every `PLATFORM_*`, `RNIS_*`, `PEP_*`, `PM_*` and `DASHBOARD_*` variable that docker-compose.yml or any
 rendering of the chart sets must be a setting the service reads: a misspelt or invented
 name would otherwise be ignored in silence. The Python services' names come from their
 settings classes, the RNIS adapter's from `rnis-adapter env` (its settings table).
@@ -17,12 +17,13 @@ from harness import DOCKER, REPO, run
 from pydantic_settings import BaseSettings
 from test_chart import VALUES, containers, render
 
+from mec_dashboard.config import DashboardSettings
 from mec_pep.config import PepSettings
 from mec_pep.ran_aware.settings import RanAwareSettings
 from mec_platform.config import PlatformSettings
 from path_manager.service import PmSettings
 
-PREFIXES = ("PLATFORM_", "RNIS_", "PEP_", "PM_")
+PREFIXES = ("PLATFORM_", "RNIS_", "PEP_", "PM_", "DASHBOARD_")
 
 
 def python_names(*classes: type[BaseSettings]) -> set[str]:
@@ -34,7 +35,9 @@ def known(docker_engine: None) -> set[str]:
     rnis_table = run(DOCKER, "run", "--rm", "mts/rnis-adapter:latest", "env")
     rnis = set(re.findall(r"^\| `(RNIS_[A-Z0-9_]+)`", rnis_table, re.MULTILINE))
     assert "RNIS_FLEXRAN_URL" in rnis
-    return rnis | python_names(PlatformSettings, PepSettings, RanAwareSettings, PmSettings)
+    return rnis | python_names(
+        PlatformSettings, PepSettings, RanAwareSettings, PmSettings, DashboardSettings
+    )
 
 
 def unknown(names: set[str], known: set[str]) -> set[str]:

@@ -25,6 +25,15 @@ from mec_dashboard.service import build_app
 from mec_platform.testing import ADMIN_SECRET, Running, make_settings, onboard, wait_until
 
 APPD = (Path(__file__).parents[1] / "appd.yaml").read_text()
+VIEWER_APPD = """
+appDId: dashboard-viewer
+appName: dashboard-viewer
+appProvider: mts-tests
+appSoftVersion: "1.0"
+appDVersion: "1"
+appServiceOptional:
+  - {serName: dashboard, version: v1}
+"""
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -86,11 +95,21 @@ def test_nothing_without_a_valid_token(
         assert client.get("/assets/../config.py").status_code == 404
 
 
+def app_token(platform: Running, appd: str, appd_id: str) -> str:
+    onboard(platform, appd)
+    r = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": appd_id})
+    creds = platform.admin.post(f"/app_lcm/v1/app_instances/{r.json()['id']}/credentials")
+    return platform.token(creds.json()["clientId"], creds.json()["clientSecret"])
+
+
 def test_admin_and_read_only_viewers(
     tmp_path: Path, platform: Running, app_credentials: dict[str, str]
 ) -> None:
     admin_token = platform.token("admin", ADMIN_SECRET)
-    app_token = platform.token(app_credentials["id"], app_credentials["secret"])
+    viewer_token = app_token(platform, VIEWER_APPD, "dashboard-viewer")
+    # an app token not meant for the dashboard (the dashboard's own: it does not consume
+    # itself) is refused, like any service refuses an app that did not declare it
+    own_token = platform.token(app_credentials["id"], app_credentials["secret"])
     with dashboard(tmp_path, platform, app_credentials) as client:
         r = client.post(f"{BASE}/session", json={"token": admin_token})
         assert r.status_code == 200 and r.json()["read_only"] is False
@@ -101,7 +120,12 @@ def test_admin_and_read_only_viewers(
         client.delete(f"{BASE}/session")
         assert client.get(f"{BASE}/state").status_code == 401
 
-        r = client.post(f"{BASE}/session", json={"token": app_token})
+        r = client.post(f"{BASE}/session", json={"token": own_token})
+        assert r.status_code == 403 and "set-cookie" not in r.headers
+        assert client.get(f"{BASE}/state", headers={"Authorization": f"Bearer {own_token}"}
+                          ).status_code == 403  # fmt: skip
+
+        r = client.post(f"{BASE}/session", json={"token": viewer_token})
         assert r.status_code == 200 and r.json()["read_only"] is True
         assert client.put(f"{BASE}/pep/mode", json={"mode": "off"}).status_code == 403
         view = client.get(f"{BASE}/platform").json()

@@ -49,14 +49,25 @@ class Viewer:
 
     @property
     def read_only(self) -> bool:
-        """Only admin tokens may change anything; every other valid token only looks."""
-        return not self.principal.is_admin
+        """Only operator tokens (admin) may change anything; every other one only looks."""
+        return not self.principal.is_operator
+
+
+SERVICE = "dashboard"
 
 
 def _verify(request: Request, token: str | None) -> Viewer | None:
+    """The viewer behind a valid token; 403 for a valid token not meant for the dashboard
+    (an app's, unless its AppD lists the service ``dashboard``)."""
     verifier: TokenVerifier = request.app.state.token_verifier
     principal = verifier.verify(token) if token else None
-    return Viewer(principal, token) if principal is not None and token else None
+    if principal is None or not token:
+        return None
+    if not principal.may_consume(SERVICE):
+        raise ProblemError(
+            403, "this token is not for the dashboard: sign in with an admin token, or one of "
+            "an app whose AppD lists the service 'dashboard'")  # fmt: skip
+    return Viewer(principal, token)
 
 
 def require_viewer(
@@ -102,7 +113,7 @@ class ModeChange(BaseModel):
 
 def _session(viewer: Viewer) -> Session:
     p = viewer.principal
-    return Session(subject=p.subject, admin=p.is_admin, read_only=viewer.read_only)
+    return Session(subject=p.subject, admin=p.is_operator, read_only=viewer.read_only)
 
 
 # ---- page -------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ class Collector:
         await asyncio.gather(*(b.discover(self.mp1) for b in self.backends))
         await asyncio.gather(*(b.check_health() for b in self.backends))
         self.pep_state = await self.pep.get("/ran_aware/state")
-        if self.mp1 is not None:
+        if self.platform.url is not None:
             found = await self.platform.get("/mec_service_mgmt/v1/services")
             if found is not None:
                 self.services = [_service_view(s) for s in found]

@@ -19,7 +19,6 @@ import os
 import secrets
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from mts_lab import run
+from mts_lab import REPO, run
 from mts_lab.dashboard.browser import chromium, sign_in
 from mts_lab.results import Results, save_results
 
@@ -119,6 +118,18 @@ const done = arguments[0];
 """
 
 
+def ue_rows(browser: Any, wanted: int, timeout: float = 60) -> int:
+    """Rows in the UE table once it has every UE, or as many as it has after ``timeout``."""
+    deadline, rows = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline and rows < wanted:
+        time.sleep(1)
+        rows = int(browser.execute_script(ROWS_JS))
+    return rows
+
+
+ROWS_JS = "return document.querySelectorAll('#ue-table tbody tr').length"
+
+
 def first_paint(browser: Any, url: str, ues: int, loads: int) -> list[dict[str, float]]:
     samples = []
     for _ in range(loads):
@@ -130,7 +141,8 @@ def first_paint(browser: Any, url: str, ues: int, loads: int) -> list[dict[str, 
 
 def measure(args: argparse.Namespace) -> Results:
     out: Path = args.out
-    path = Path(tempfile.mkdtemp(prefix="mts-dashboard-bench-")) / "64ue.yaml"
+    path = REPO / "build/dashboard/bench-64ue.yaml"  # System.up() names it relative to REPO
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(scenario()))
     bed = BenchSystem(f"dbb{secrets.token_hex(2)}", path, run.Status())
     try:
@@ -139,7 +151,6 @@ def measure(args: argparse.Namespace) -> Results:
         for appd in (run.APPDS / "rnis-adapter.yaml", run.APPDS / "pep.yaml", run.DASHBOARD_APPD):
             bed.instantiate(appd)
         bed.wait_for_services({"rnis", "pep", "dashboard"})
-        bed.wait_for_radio()
         bed.pep("PUT", "/ran_aware/mode", json={"mode": "meld-de"})
         topo = bed.require_topo()
         for ue in topo.ues[: args.downloads]:  # long downloads through the PEP, stopped at down
@@ -149,8 +160,10 @@ def measure(args: argparse.Namespace) -> Results:
         idle, idle_series = cpu_share(lambda: [pid], args.seconds / 2)
         browser = chromium(1400, 3200)
         try:
+            browser.set_script_timeout(120)
             sign_in(browser, bed.dashboard_url(), bed.admin_token)
-            paints = first_paint(browser, bed.dashboard_url(), len(topo.ues), args.loads)
+            rows = ue_rows(browser, len(topo.ues))
+            paints = first_paint(browser, bed.dashboard_url(), rows, args.loads)
             driver_pid = browser.service.process.pid
             shares = {"dashboard": [pid], "chromium": descendants(driver_pid)}
             start_cpu = {k: cpu_seconds(v) for k, v in shares.items()}
