@@ -1,9 +1,10 @@
 """Compose and the chart configure the services with the services' own variable names.
 
-Every `PLATFORM_*`, `RNIS_*`, `PEP_*`, `PM_*` and `DASHBOARD_*` variable that docker-compose.yml or any
-rendering of the chart sets must be a setting the service reads: a misspelt or invented
-name would otherwise be ignored in silence. The Python services' names come from their
-settings classes, the RNIS adapter's from `rnis-adapter env` (its settings table).
+Every `PLATFORM_*`, `RNIS_*`, `PEP_*`, `PM_*` and `DASHBOARD_*` variable that
+docker-compose.yml or any rendering of the chart sets must be a setting the service reads: a
+misspelt or invented name would otherwise be ignored in silence. The Python services' names
+come from their settings classes, the RNIS adapter's from `rnis-adapter env` (its settings
+table).
 """
 
 from __future__ import annotations

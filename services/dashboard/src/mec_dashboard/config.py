@@ -16,9 +16,6 @@ class DashboardSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="DASHBOARD_", extra="ignore")
 
     http_port: Port = Field(8104, description="port of the dashboard (page and API)")
-    public_url: str | None = Field(
-        None, description="URL users open (registered on Mp1); default http://<host>:<port>"
-    )
     sample_interval_s: float = Field(
         0.5,
         ge=0.1,
