@@ -7,6 +7,7 @@ RNIS_GO_SRC = $(shell find rnis-adapter services/common/go -name '*.go' -not -na
 BUILD_TARGETS += $(RNIS_BINS)
 TEST_TARGETS += test-rnis
 BENCH_TARGETS += bench-rnis
+EXPERIMENT_TARGETS += experiment-meld-replay
 
 $(RNIS_BINS): build/bin/%: $(RNIS_GO_SRC)
 	@mkdir -p build/bin
@@ -27,3 +28,10 @@ fuzz-rnis: ## fuzz the FlexRAN parser for 5 minutes
 
 bench-rnis: python rabbitmq $(RNIS_BINS) ## RNIS benchmark: 64 UEs at 1 kHz → adapter → AMQP consumer (docs/results/rnis)
 	uv run python rnis-adapter/bench/bench_rnis.py --out docs/results/rnis
+
+.PHONY: emulator-captures experiment-meld-replay
+emulator-captures: ## rewrite the OAI-like emulator timelines MELD is replayed on (rnis-adapter/testdata/flexran/emulator-oai-like)
+	EMU_WRITE_CAPTURES=$(CURDIR)/rnis-adapter/testdata/flexran/emulator-oai-like go test -count=1 -run WriteOAILikeCaptures ./testbed/ran-emulator/internal/api
+
+experiment-meld-replay: ## MELD's D_TBS inputs replayed on the live OAI timelines and the OAI-like emulator (table in docs/meld-rapid.md)
+	go test -count=1 -run MELDReplay -v ./rnis-adapter/internal/meas

@@ -35,7 +35,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "
 def measurement(ue: str, **fields: object) -> RnisMeasurement:
     base: dict[str, object] = {
         "cell": "10000-0", "bs_id": 10000, "rnti": 17921, "ue_ipv4": ue,
-        "dl_tbs_bytes": 1234, "rlc_queue_bytes": 100, "harq_processes": 8,
+        "radio_tbs_bytes": 1234, "rlc_queue_bytes": 100, "harq_processes": 8,
         "best_cqi_tbs_bytes": 2292, "rapid_capacity_bps": 16_000_000,
         "observed_ns": time.time_ns(), "cell_ues": 1,
     }  # fmt: skip
@@ -83,8 +83,8 @@ def test_served_ue_updates_the_kernel(kernel: MeldKernel, broker) -> None:  # ty
         assert not health.report()["checks"]["rnis"]["required"]
 
         def delivered() -> bool:  # bindings are asynchronous: publish until one lands
-            publish(publisher, measurement(served, dl_tbs_bytes=1111))
-            publish(publisher, measurement(other, dl_tbs_bytes=2222))
+            publish(publisher, measurement(served, radio_tbs_bytes=1111))
+            publish(publisher, measurement(other, radio_tbs_bytes=2222))
             r = kernel.radio(served)
             return r is not None and r.d_tbs == 1111
 
@@ -157,9 +157,9 @@ def test_cell_messages_update_the_served_ues(kernel: MeldKernel, broker) -> None
         wait_for(lambda: feed.endpoint is not None, what="the feed to connect")
         cell = RnisCellMeasurements(
             cell="10000-0", bs_id=10000, observed_ns=time.time_ns(), cell_ues=2,
-            ues=[RnisCellUe(rnti=17921, ue_ipv4=served, dl_tbs_bytes=777,  # type: ignore[arg-type]
+            ues=[RnisCellUe(rnti=17921, ue_ipv4=served, radio_tbs_bytes=777,  # type: ignore[arg-type]
                             best_cqi_tbs_bytes=2292, harq_processes=8),
-                 RnisCellUe(rnti=17922, ue_ipv4=other, dl_tbs_bytes=888)],  # type: ignore[arg-type]
+                 RnisCellUe(rnti=17922, ue_ipv4=other, radio_tbs_bytes=888)],  # type: ignore[arg-type]
         )  # fmt: skip
 
         def delivered() -> bool:

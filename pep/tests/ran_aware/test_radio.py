@@ -15,7 +15,7 @@ def measurement(**fields: object) -> RnisMeasurement:
         "bs_id": 10000,
         "rnti": 0x4601,
         "ue_ipv4": "10.30.1.1",
-        "dl_tbs_bytes": 1000,
+        "radio_tbs_bytes": 1000,
         "rlc_queue_bytes": 4000,
         "harq_processes": 8,
         "best_cqi_tbs_bytes": lte_tbs_bytes_for_cqi(15, 25),
@@ -46,7 +46,7 @@ def test_s_tb_reference() -> None:
 
 
 def test_units_and_fields() -> None:
-    m = measurement(dl_tbs_bytes=777, rlc_queue_bytes=12_345, harq_processes=4)
+    m = measurement(radio_tbs_bytes=777, rlc_queue_bytes=12_345, harq_processes=4)
     update = radio_state(m, default_harq=8)
     assert update is not None
     r = update.radio
@@ -76,7 +76,7 @@ def test_staleness_runs_from_the_measurement_not_the_poll() -> None:
 
 
 def test_unknowns_are_conservative() -> None:
-    assert radio_state(measurement(dl_tbs_bytes=None), default_harq=8) is None
+    assert radio_state(measurement(radio_tbs_bytes=None), default_harq=8) is None
     assert radio_state(measurement(ue_ipv4=None), default_harq=8) is None
     no_queue = radio_state(measurement(rlc_queue_bytes=None), default_harq=8)
     assert no_queue is not None and no_queue.radio.txq_bytes == U32_MAX  # MELD-ME notifies

@@ -98,7 +98,8 @@ func (m *Measurement) appendUEFields(b []byte) []byte {
 	b = appendKeyOpt(b, "best_cqi_tbs_bytes", m.BestCQITBS)
 	b = appendKeyOpt(b, "rapid_prbs", m.RapidPRBs)
 	b = appendKeyOpt(b, "rapid_capacity_bps", m.RapidCapacity)
-	return appendKeyOpt(b, "cqi_capacity_bps", m.CQICapacity)
+	b = appendKeyOpt(b, "cqi_capacity_bps", m.CQICapacity)
+	return appendKeyOpt(b, "radio_tbs_bytes", m.RadioTBS)
 }
 
 func appendKeyInt(b []byte, key string, v int64) []byte {

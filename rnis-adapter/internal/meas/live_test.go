@@ -19,20 +19,42 @@ import (
 // Each line is {"t": poll time (Unix s), "doc": the controller's answer}.
 func liveTimeline(t *testing.T, name string) (polls [][]Measurement, dateTimes []time.Time) {
 	t.Helper()
+	for _, s := range replay(t, filepath.Join("live-oai-rfsim-timeline", name)) {
+		polls, dateTimes = append(polls, s.ues), append(dateTimes, s.dateTime)
+	}
+	return polls, dateTimes
+}
+
+// sample is one poll of a replayed timeline, with the emulator's truth since the previous
+// one (emulator captures only).
+type sample struct {
+	ues                        []Measurement
+	dateTime                   time.Time
+	radioLosses, congestLosses int
+}
+
+// replay runs a timeline (testdata/flexran/<name>) through the parser, the clock and
+// Normalize. A line whose document has eNB_config sets the configuration of the lines
+// after it (as the poller's split mode); without one, the live capture's is used.
+func replay(t *testing.T, name string) []sample {
+	t.Helper()
 	conf := liveConfig(t)
-	f, err := os.Open(filepath.Join(fixtures, "live-oai-rfsim-timeline", name))
+	f, err := os.Open(filepath.Join(fixtures, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	clock := ranclock.New(ranclock.SFNDecimal)
 	var p flexran.Parser
+	var out []sample
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var line struct {
-			T   float64         `json:"t"`
-			Doc json.RawMessage `json:"doc"`
+			T          float64         `json:"t"`
+			Radio      int             `json:"radio_losses"`
+			Congestion int             `json:"congestion_losses"`
+			Doc        json.RawMessage `json:"doc"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 			t.Fatal(err)
@@ -42,14 +64,17 @@ func liveTimeline(t *testing.T, name string) (polls [][]Measurement, dateTimes [
 			t.Fatal(err)
 		}
 		s := &snaps[0]
+		if len(s.Stations) > 0 && len(s.Stations[0].Cells) > 0 {
+			conf = s.Stations[0]
+		}
 		for i := range s.Stations { // what the poller's split mode joins in
 			s.Stations[i].Cells, s.Stations[i].UEConfig, s.Stations[i].LCConfig = conf.Cells, conf.UEConfig, conf.LCConfig
 		}
 		sec, frac := math.Modf(line.T)
-		polls = append(polls, Normalize(s, time.Unix(int64(sec), int64(frac*1e9)), nil, clock))
-		dateTimes = append(dateTimes, s.Time)
+		ms := Normalize(s, time.Unix(int64(sec), int64(frac*1e9)), nil, clock)
+		out = append(out, sample{ues: ms, dateTime: s.Time, radioLosses: line.Radio, congestLosses: line.Congestion})
 	}
-	return polls, dateTimes
+	return out
 }
 
 // liveConfig is the eNB_config of the live capture (same eNB: bs_id 10000, 25 PRB).

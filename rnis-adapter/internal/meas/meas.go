@@ -49,6 +49,7 @@ type Measurement struct {
 	CellPRBUsage               float64 // valid when CellAllocPRBs and CellPRBs are set
 	RapidPRBs, RapidCapacity   Int
 	CQICapacity                Int
+	RadioTBS                   Int // MELD's D_TBS on a real MAC (radioTBS)
 
 	// For the MEC 012 side only (not in the AMQP message).
 	ERABs []ERAB
@@ -361,6 +362,24 @@ func derive(m *Measurement) {
 		}
 	}
 	m.BestCQITBS = tbsBytesForCQI(BestCQI, m.schedulablePRBs())
+	m.RadioTBS = m.radioTBS()
+}
+
+// radioTBS is MELD's D_TBS as a real MAC can give it: the transport block the UE gets per
+// TTI when it has data, TBS(MCS(wb_cqi), Pe_i) bytes — its current CQI on the PRBs it holds
+// plus the cell's unused ones (RAPID's Pe_i). FlexRAN's tbsDl is the TB of the last TTI only:
+// 0 when nothing was queued, and sized to the queue when little was, so at light load
+// (where a loss cannot be RAN congestion) it read as a radio too weak to carry a segment
+// and MELD-DE kept the cwnd for only 11-16 % of losses on a live OAI eNB (issue 22).
+// Measured on the live timelines and the emulator: docs/meld-rapid.md.
+func (m *Measurement) radioTBS() Int {
+	if !m.WBCQI.Set || !m.RapidPRBs.Set {
+		return Int{}
+	}
+	if m.WBCQI.V == 0 { // out of range: nothing gets through
+		return flexran.Some(0)
+	}
+	return tbsBytesForCQI(int(m.WBCQI.V), m.RapidPRBs)
 }
 
 // schedulablePRBs are the PRBs MELD's Q_th is taken on: those the UE held in the last TTI,

@@ -158,6 +158,7 @@ type jsonView struct {
 	RapidPRBs      *int64    `json:"rapid_prbs"`
 	RapidCapacity  *int64    `json:"rapid_capacity_bps"`
 	CQICapacity    *int64    `json:"cqi_capacity_bps"`
+	RadioTBS       *int64    `json:"radio_tbs_bytes"`
 }
 
 type rlcView struct {
@@ -181,7 +182,7 @@ func view(m *Measurement) jsonView {
 		SFNSF: ptr(m.SFNSF), Frame: ptr(m.Frame), Subframe: ptr(m.Subframe), SourceTimeNs: ptr(m.SourceTimeNs),
 		SourceTimeUnc: ptr(m.SourceTimeUncNs), ObservedNs: m.ObservedNs, TTIus: m.TTIMicros(), BestCQITBS: ptr(m.BestCQITBS), CellBestCQITBS: ptr(m.CellBestCQITBS),
 		CellUEs: m.CellUEs, CellAlloc: ptr(m.CellAllocPRBs), RapidPRBs: ptr(m.RapidPRBs),
-		RapidCapacity: ptr(m.RapidCapacity), CQICapacity: ptr(m.CQICapacity)}
+		RapidCapacity: ptr(m.RapidCapacity), CQICapacity: ptr(m.CQICapacity), RadioTBS: ptr(m.RadioTBS)}
 	if m.IMSI != "" {
 		v.IMSI = &m.IMSI
 	}

@@ -1,7 +1,10 @@
 """From an RNIS measurement to the kernel's per-UE radio state (MELD's inputs, RAPID's C_i).
 
 MELD (thesis §4, Algorithm 2) compares, at each loss:
-- ``D_TBS`` with ``S_TB = T_PDU / N_HARQ`` (Eq. 4.1; the kernel knows T_PDU per socket),
+- ``D_TBS`` with ``S_TB = T_PDU / N_HARQ`` (Eq. 4.1; the kernel knows T_PDU per socket).
+  D_TBS is the feed's ``radio_tbs_bytes`` (the adapter owns the formula: the TB the UE gets
+  per TTI when it has data); FlexRAN's raw ``dl_tbs_bytes`` is 0 whenever the UE had nothing
+  queued in the last TTI, which on a real MAC is most of the time at light load,
 - ``S_TxQueue`` with ``Q_th = TBS(MCS(best CQI), current PRBs) · N_HARQ`` (Eq. 4.2).
 
 Everything here is in **bytes**. The research code computed ``(2292*8)*8 = 146,688`` — the
@@ -53,7 +56,7 @@ class RadioUpdate:
 
 def radio_state(m: RnisMeasurement, default_harq: int) -> RadioUpdate | None:
     """The kernel entry for the UE of ``m``, or None when the message cannot feed MELD."""
-    if m.ue_ipv4 is None or m.dl_tbs_bytes is None:
+    if m.ue_ipv4 is None or m.radio_tbs_bytes is None:
         return None
     n_harq = m.harq_processes or default_harq
     txq = UNKNOWN_U32 if m.rlc_queue_bytes is None else min(m.rlc_queue_bytes, U32_MAX)
@@ -61,7 +64,7 @@ def radio_state(m: RnisMeasurement, default_harq: int) -> RadioUpdate | None:
     radio = UeRadio(
         observed_ns=max(monotonic_ns_from_wall(measured_ns(m)), 0),
         capacity_Bps=capacity_Bps,
-        d_tbs=min(m.dl_tbs_bytes, U32_MAX),
+        d_tbs=min(m.radio_tbs_bytes, U32_MAX),
         txq_bytes=txq,
         q_th_bytes=q_threshold_bytes(m.best_cqi_tbs_bytes, n_harq),
         n_harq=n_harq,

@@ -1,7 +1,7 @@
 package api
 
 import (
-	"encoding/binary"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,18 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"mts.invalid/suite/services/common/go/pkt"
 	"mts.invalid/suite/testbed/ran-emulator/internal/ran"
 )
 
 const token = "test-token"
 
-const cfg = `{"dl_tun":{"name":"x"},"cells":[{"bs_id":10000,"prb":25},{"bs_id":10001,"phy_cell_id":1,"prb":50,"scheduler":"pf"}],
+const cfg = `{"dl_tun":{"name":"x"},"stats_period_ms":1,"cells":[{"bs_id":10000,"prb":25},{"bs_id":10001,"phy_cell_id":1,"prb":50,"scheduler":"pf"}],
  "ues":[{"name":"ue1","imsi":"208930000000001","bearers":[
    {"bs_id":10000,"rnti":17921,"ip":"10.30.0.1","tun":{"name":"rf0"},"channel":{"cqi":12}},
    {"bs_id":10001,"rnti":18177,"ip":"10.30.1.1","tun":{"name":"rf1"},"channel":{"cqi":15}}]}]}`
@@ -39,25 +37,24 @@ func setup(t *testing.T) (*ran.Emulator, *httptest.Server) {
 	}
 	// fill a queue so that the report shows live values
 	for i := 0; i < 100; i++ {
-		p := pkt.Get()
-		b := p.Buf()
-		clear(b[:1500])
-		b[0], b[9] = 0x45, 17
-		binary.BigEndian.PutUint16(b[2:4], 1500)
-		copy(b[16:20], []byte{10, 30, 0, 1})
-		p.N = 1500
-		emu.Inject(p, 0)
+		emu.Inject(packet(1500), 0)
 	}
-	for tti := int64(0); tti < 5; tti++ {
+	for tti := int64(0); tti < 50; tti++ { // past the E-RAB's set-up (erabLagMs)
 		emu.Step(tti * 1e6)
 	}
+	return emu, serve(t, emu)
+}
+
+// serve runs the emulator's API on a test server (closed at the test's end).
+func serve(t *testing.T, emu *ran.Emulator) *httptest.Server {
+	t.Helper()
 	srv, err := NewServer(emu, []string{token}, "10.20.0.2:9999", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return emu, ts
+	return ts
 }
 
 func get(t *testing.T, ts *httptest.Server, method, path, body string, auth bool) (int, []byte) {
@@ -110,18 +107,20 @@ func shapeOf(t *testing.T, raw []byte) map[string]string {
 	return out
 }
 
+// fixtures are the FlexRAN captures the repository keeps (the RNIS adapter's test data).
+var fixtures = filepath.Join("..", "..", "..", "..", "rnis-adapter", "testdata", "flexran")
+
 func fixture(t *testing.T, rel string) []byte {
 	t.Helper()
-	path := filepath.Join("..", "..", "..", "..", "..", "shared", "fixtures", "flexran", rel)
-	raw, err := os.ReadFile(path)
+	raw, err := os.ReadFile(filepath.Join(fixtures, rel))
 	if err != nil {
-		t.Fatalf("fixture %s (../shared beside the repo is required): %v", rel, err)
+		t.Fatalf("fixture %s: %v", rel, err)
 	}
 	return raw
 }
 
 // GET /stats has exactly the keys and value types of the live OAI + flexran-rtc capture,
-// plus the documented extensions (ueIpv4, date_time_ns).
+// plus the documented extension ueIpv4.
 func TestStatsShapeMatchesLiveController(t *testing.T) {
 	_, ts := setup(t)
 	code, raw := get(t, ts, "GET", "/stats", "", true)
@@ -135,7 +134,7 @@ func TestStatsShapeMatchesLiveController(t *testing.T) {
 		}
 	}
 	for p, typ := range ours {
-		if live[p] == "" && !strings.HasSuffix(p, "."+UEIPField) && p != ".date_time_ns" {
+		if live[p] == "" && !strings.HasSuffix(p, "."+UEIPField) {
 			t.Errorf("%s (%s): not in the live controller's output", p, typ)
 		}
 	}
@@ -147,7 +146,7 @@ func TestMacStatsKeysInEveryV2Fixture(t *testing.T) {
 	_, ts := setup(t)
 	_, raw := get(t, ts, "GET", "/stats/mac_stats", "", true)
 	ours := shapeOf(t, raw)
-	files, _ := filepath.Glob(filepath.Join("..", "..", "..", "..", "..", "shared", "fixtures", "flexran", "v2", "*.json"))
+	files, _ := filepath.Glob(filepath.Join(fixtures, "v2", "*.json"))
 	checked := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "stats-conf-enb.json") {
@@ -170,11 +169,12 @@ func TestMacStatsKeysInEveryV2Fixture(t *testing.T) {
 // The report carries the live MAC state and the UE's IP.
 func TestStatsValues(t *testing.T) {
 	emu, ts := setup(t)
+	before := time.Now().UTC().Truncate(time.Millisecond)
 	_, raw := get(t, ts, "GET", "/stats/enb/10000", "", true)
+	after := time.Now().UTC()
 	var doc struct {
-		DateTime   string `json:"date_time"`
-		DateTimeNs string `json:"date_time_ns"`
-		ENBConfig  []struct {
+		DateTime  string `json:"date_time"`
+		ENBConfig []struct {
 			BSID int `json:"bs_id"`
 			UE   struct {
 				UEConfig []map[string]any `json:"ueConfig"`
@@ -212,14 +212,13 @@ func TestStatsValues(t *testing.T) {
 	case len(ue.HARQ) != 8:
 		t.Errorf("harq %v", ue.HARQ)
 	}
-	// date_time_ns is the snapshot's time in ns; date_time the same time in ms (UTC)
-	ns, err := strconv.ParseInt(doc.DateTimeNs, 10, 64)
-	snap := emu.Cells[0].Snapshot()
-	if err != nil || snap == nil || ns != snap.Wall.UnixNano() {
-		t.Errorf("date_time_ns %q, snapshot %v", doc.DateTimeNs, snap)
+	// date_time is when the request was answered, as the controller writes it (UTC, ms)
+	answered, err := time.Parse("2006-01-02T15:04:05.000", doc.DateTime)
+	if err != nil || answered.Before(before) || answered.After(after) {
+		t.Errorf("date_time %q, want the answer time (%v..%v)", doc.DateTime, before, after)
 	}
-	if want := time.Unix(0, ns).UTC().Format("2006-01-02T15:04:05.000"); doc.DateTime != want {
-		t.Errorf("date_time %q, want %q (date_time_ns in ms)", doc.DateTime, want)
+	if strings.Contains(string(raw), "date_time_ns") {
+		t.Error("date_time_ns extension is gone: the controller has none")
 	}
 }
 
@@ -276,19 +275,24 @@ func TestUEQueriesAndStatsConf(t *testing.T) {
 	if sc := emu.Cells[0].StatsConf(); sc.SF != 50 {
 		t.Fatalf("sf %d, want 50", sc.SF)
 	}
-	// with sf = 50 the report is refreshed at TTIs that are multiples of 50 only
-	emu.Step(5e6) // the new configuration triggers one report now
-	_, first := get(t, ts, "GET", "/stats/enb/10000/mac_stats", "", true)
-	for emu.Cells[0].TTI.Load() < 50 { // TTIs 6..49
+	// with sf = 50 the report is refreshed at TTIs that are multiples of 50 only; date_time
+	// (the answer's time) is left out of the comparison
+	report := func() string {
+		_, raw := get(t, ts, "GET", "/stats/enb/10000/mac_stats", "", true)
+		return string(raw[bytes.IndexByte(raw, ','):])
+	}
+	start := emu.Cells[0].TTI.Load()
+	emu.Step(start * 1e6) // the new configuration triggers one report now
+	first := report()
+	next := (start/50 + 1) * 50
+	for emu.Cells[0].TTI.Load() < next {
 		emu.Step(emu.Cells[0].TTI.Load() * 1e6)
 	}
-	_, same := get(t, ts, "GET", "/stats/enb/10000/mac_stats", "", true)
-	if string(first) != string(same) {
+	if report() != first {
 		t.Error("report changed before the period was over")
 	}
-	emu.Step(50e6) // TTI 50: a multiple of sf
-	_, next := get(t, ts, "GET", "/stats/enb/10000/mac_stats", "", true)
-	if string(first) == string(next) {
+	emu.Step(next * 1e6) // a multiple of sf
+	if report() == first {
 		t.Error("report not refreshed after one period")
 	}
 }

@@ -178,7 +178,9 @@ type enbConfig struct {
 
 const notConfigured = 4294967295 // OAI's "unset" uint32, as in the live capture
 
-func enbConfigEntry(c *ran.Cell, agentID int, listen string) enbConfig {
+// enbConfigEntry is a cell's eNB_config entry; withDRB lists each UE's data bearer (LCID 3),
+// which OAI configures ~0.5 s after the UE.
+func enbConfigEntry(c *ran.Cell, agentID int, listen string, withDRB bool) enbConfig {
 	cfg := c.Cfg
 	sched := map[string]string{"rr": "round_robin_dl", "pf": "proportional_fair_wbcqi_dl"}[cfg.Scheduler]
 	cell := cellConfig{
@@ -203,9 +205,11 @@ func enbConfigEntry(c *ran.Cell, agentID int, listen string) enbConfig {
 	e.LC.LCUEConfig = []lcUEConfig{}
 	for _, b := range c.Bearers() {
 		e.UE.UEConfig = append(e.UE.UEConfig, ueConfigEntry(b, cfg.HARQ.MaxRetx))
-		e.LC.LCUEConfig = append(e.LC.LCUEConfig, lcUEConfig{RNTI: b.Cfg.RNTI, LCConfig: []lcConfig{
-			{LCID: 1, LCG: 0, Direction: 2, QCI: 1}, {LCID: 2, LCG: 0, Direction: 2, QCI: 1},
-			{LCID: 3, LCG: 1, Direction: 1, QCI: 1}}})
+		lcs := []lcConfig{{LCID: 1, LCG: 0, Direction: 2, QCI: 1}, {LCID: 2, LCG: 0, Direction: 2, QCI: 1}}
+		if withDRB {
+			lcs = append(lcs, lcConfig{LCID: 3, LCG: 1, Direction: 1, QCI: 1})
+		}
+		e.LC.LCUEConfig = append(e.LC.LCUEConfig, lcUEConfig{RNTI: b.Cfg.RNTI, LCConfig: lcs})
 	}
 	return e
 }

@@ -23,6 +23,7 @@ type flexranJSON struct {
 	emu       *ran.Emulator
 	listen    string
 	enbConfig [][]byte // per cell, static: the eNB_config entry
+	enbEarly  [][]byte // the same before the DRBs are configured (drbLagMs)
 	mu        sync.Mutex
 	snaps     []*ran.CellSnapshot
 	cache     map[string][]byte
@@ -32,11 +33,15 @@ type flexranJSON struct {
 func newFlexranJSON(emu *ran.Emulator, listen string) (*flexranJSON, error) {
 	f := &flexranJSON{emu: emu, listen: listen, cache: map[string][]byte{}, sizes: map[string]int{}}
 	for i, c := range emu.Cells {
-		raw, err := json.Marshal(enbConfigEntry(c, i, listen))
+		raw, err := json.Marshal(enbConfigEntry(c, i, listen, true))
 		if err != nil {
 			return nil, err
 		}
-		f.enbConfig = append(f.enbConfig, raw)
+		early, err := json.Marshal(enbConfigEntry(c, i, listen, false))
+		if err != nil {
+			return nil, err
+		}
+		f.enbConfig, f.enbEarly = append(f.enbConfig, raw), append(f.enbEarly, early)
 	}
 	return f, nil
 }
@@ -72,25 +77,38 @@ func (f *flexranJSON) document(key string, build func(snaps []*ran.CellSnapshot,
 	return doc
 }
 
+// OAI's timing of a new UE's bearer, as a live eNB showed it (fixtures/flexran/
+// live-oai-rfsim-timeline/reattach-drb-timing.txt): the GTP E-RAB ~45 ms after the UE, the
+// DRB (lcUeConfig, with its QCI) ~0.5 s after. The emulator's UEs attach at its start.
+const (
+	erabLagMs = 45
+	drbLagMs  = 500
+)
+
 // stats builds GET /stats/:type for the cells in sel (nil = all) and, if ue is set, only
-// that UE's bearers (by RNTI or IMSI) on them. typ is all, enb_config or mac_stats.
+// that UE's bearers (by RNTI or IMSI) on them. typ is all, enb_config or mac_stats. As
+// the controller's, date_time is when the request is answered (the statistics in the
+// document are those of each cell's last report, usually older).
 func (f *flexranJSON) stats(typ string, sel []int, ue *ueSelector) []byte {
 	key := fmt.Sprintf("%s|%v|%v", typ, sel, ue)
-	return f.document(key, func(snaps []*ran.CellSnapshot, b []byte) []byte {
+	body := f.document(key, func(snaps []*ran.CellSnapshot, b []byte) []byte {
 		if sel == nil {
 			sel = make([]int, len(snaps))
 			for i := range sel {
 				sel[i] = i
 			}
 		}
-		b = appendDateTime(b, snaps, sel)
 		if typ == "all" || typ == "enb_config" {
 			b = append(b, `,"eNB_config":[`...)
 			for k, i := range sel {
 				if k > 0 {
 					b = append(b, ',')
 				}
-				b = append(b, f.enbConfig[i]...)
+				if s := snaps[i]; s == nil || s.Ms() < drbLagMs {
+					b = append(b, f.enbEarly[i]...)
+				} else {
+					b = append(b, f.enbConfig[i]...)
+				}
 			}
 			b = append(b, ']')
 		}
@@ -106,28 +124,10 @@ func (f *flexranJSON) stats(typ string, sel []int, ue *ueSelector) []byte {
 		}
 		return append(b, '}')
 	})
-}
-
-// appendDateTime opens the document with the snapshot's time: "date_time" as the
-// controller writes it (UTC, ms; "" before the first snapshot) and, as an extension,
-// "date_time_ns" (Unix ns, a string as protobuf's JSON writes 64-bit integers; absent
-// before the first snapshot), which the RNIS adapter takes as the measurement's time.
-func appendDateTime(b []byte, snaps []*ran.CellSnapshot, sel []int) []byte {
-	var wall time.Time
-	for _, i := range sel {
-		if s := snaps[i]; s != nil {
-			wall = s.Wall
-			break
-		}
-	}
-	b = append(b, `{"date_time":"`...)
-	if wall.IsZero() {
-		return append(b, '"')
-	}
-	b = wall.UTC().AppendFormat(b, "2006-01-02T15:04:05.000")
-	b = append(b, `","date_time_ns":"`...)
-	b = strconv.AppendInt(b, wall.UnixNano(), 10)
-	return append(b, '"')
+	doc := make([]byte, 0, len(body)+40)
+	doc = append(doc, `{"date_time":"`...)
+	doc = time.Now().UTC().AppendFormat(doc, "2006-01-02T15:04:05.000")
+	return append(append(doc, '"'), body...)
 }
 
 // appendMacStats writes {"bs_id":N,"ue_mac_stats":[...]} for one cell.
@@ -261,7 +261,11 @@ func appendUE(b []byte, s *ran.CellSnapshot, u *ran.BearerSnapshot) []byte {
 	b = w(b, "sduLength", uint64(u.LastSDU))
 	b = append(b, `,"lcid":3}],`...)
 	b = w(b, "harqRound", uint64(u.HARQRound))
-	b = append(b, `},"gtpStats":[{"eRabId":1,"teidEnb":0,"teidSgw":0}]},"harq":[`...)
+	if s.Ms() < erabLagMs {
+		b = append(b, `},"gtpStats":[]},"harq":[`...)
+	} else {
+		b = append(b, `},"gtpStats":[{"eRabId":1,"teidEnb":0,"teidSgw":0}]},"harq":[`...)
+	}
 	for i, ack := range u.HARQACK[:u.HARQProcs] {
 		if i > 0 {
 			b = append(b, ',')

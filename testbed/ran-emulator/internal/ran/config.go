@@ -124,7 +124,7 @@ func ParseConfig(raw []byte) (*Config, error) {
 
 func (c *Config) fillDefaults() {
 	if c.StatsPeriodMS == 0 {
-		c.StatsPeriodMS = 1
+		c.StatsPeriodMS = 100 // flexran-rtc asks its agents for a report every 100 ms
 	}
 	if c.SpinUS == 0 {
 		c.SpinUS = 30

@@ -138,6 +138,9 @@ type CellSnapshot struct {
 // SfnSf is the LTE system frame/subframe number as FlexRAN reports it (frame*10+sf).
 func (s *CellSnapshot) SfnSf() int64 { return (s.TTI / s.Cell.ttisPerMs()) % 10240 }
 
+// Ms is the snapshot's time since the emulator started, in ms (1 ms per LTE TTI).
+func (s *CellSnapshot) Ms() int64 { return s.TTI / s.Cell.ttisPerMs() }
+
 func (c *Cell) ttisPerMs() int64 { return max(1, 1_000_000/c.ttiNs) }
 
 // Snapshot is the cell's current report (nil before the first one).

@@ -130,12 +130,18 @@ class RnisCellUe(BaseModel):
     cqi_capacity_bps: int | None = Field(
         None, ge=0, description="TBS(MCS(wb_cqi), cell_prbs) / TTI: the cell's rate for this UE"
     )
+    radio_tbs_bytes: int | None = Field(
+        None,
+        ge=0,
+        description="MELD's D_TBS: TBS(MCS(wb_cqi), rapid_prbs), the transport block the UE gets"
+        " per TTI when it has data (dl_tbs_bytes is 0 when it had none)",
+    )
 
 
 class RnisMeasurement(RnisCellUe, _CellFields):
     """Radio state of one UE in one cell at one poll (``rnis.v1.meas.*``).
 
-    MELD uses ``dl_tbs_bytes`` (D_TBS), ``rlc_queue_bytes`` (S_TxQueue), ``harq_processes``
+    MELD uses ``radio_tbs_bytes`` (D_TBS), ``rlc_queue_bytes`` (S_TxQueue), ``harq_processes``
     (N_HARQ), ``best_cqi_tbs_bytes`` / ``cell_best_cqi_tbs_bytes`` (for Q_th) and
     ``source_time_ns`` (staleness; ``observed_ns`` when null). RAPID uses ``dl_prbs`` (Pa_i),
     ``cell_prbs`` (N_PRB), ``cell_allocated_prbs`` (ΣPa), ``dl_mcs`` (MCS_i), ``cell_ues`` (M)

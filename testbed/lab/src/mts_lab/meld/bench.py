@@ -56,7 +56,7 @@ def run(n: int, ues: int) -> dict[str, object]:
         bodies = [
             RnisMeasurement(
                 cell="10000-0", bs_id=10000, rnti=i % 65536, ue_ipv4=ip,
-                dl_tbs_bytes=2292, rlc_queue_bytes=10_000, harq_processes=8,
+                radio_tbs_bytes=2292, rlc_queue_bytes=10_000, harq_processes=8,
                 best_cqi_tbs_bytes=2292, rapid_capacity_bps=16_000_000,
                 observed_ns=time.time_ns(), cell_ues=1,
             ).model_dump_json().encode()
