@@ -7,7 +7,9 @@
 // data. The book learns instead:
 //
 //   - from what the source says: an IMSI (the address map's "imsi"), an address the source
-//     reports itself (the RAN emulator's ueIpv4), or a configured <station>/<ue id>;
+//     reports itself (the RAN emulator's ueIpv4), or a configured <station>/<ue id>; or the
+//     configured address of a station's only UE (<station>/*) when exactly one of its UEs
+//     has no other evidence (a one-UE testbed without a core: no IMSI, a new RNTI each time);
 //   - by succession: when a UE with a known address has gone and, within Window, exactly
 //     one UE without an address appears (anywhere: an eNB that restarted may come back with
 //     another bs_id), the newcomer is the same device and takes the address. The address
@@ -51,6 +53,8 @@ type Sighting struct {
 // Static is the configured evidence (ipmap.Map); nil means none.
 type Static interface {
 	Lookup(imsi string, bsID, rnti int64) netip.Addr
+	// SoleUE is the address of a station's only UE without other evidence (IP map <bs_id>/*)
+	SoleUE(bsID int64) netip.Addr
 }
 
 // Window is how long a departed UE's address waits for its successor.
@@ -150,6 +154,7 @@ func (b *Book) Poll(seen []Sighting, now time.Time) {
 		}
 	}
 	changed = b.departures(present, now) || changed
+	newcomers = b.soleUEs(newcomers)
 	changed = b.successions(newcomers) || changed
 	if changed {
 		b.save()
@@ -211,6 +216,38 @@ func (b *Book) dropDeparted(addr netip.Addr) {
 		}
 	}
 	b.departed = kept
+}
+
+// soleUEs binds the configured <station>/* address to a station's only newcomer, when no
+// other UE of the station holds it; it returns the newcomers still without an address.
+func (b *Book) soleUEs(newcomers []Sighting) []Sighting {
+	if b.static == nil {
+		return newcomers
+	}
+	perStation := map[int64]int{}
+	for _, n := range newcomers {
+		perStation[n.Key.Station]++
+	}
+	rest := newcomers[:0]
+	for _, n := range newcomers {
+		addr := b.static.SoleUE(n.Key.Station)
+		if addr.IsValid() && perStation[n.Key.Station] == 1 && !b.holds(n.Key.Station, addr) {
+			b.bind(n, addr, "ip_map (sole UE)")
+			continue
+		}
+		rest = append(rest, n)
+	}
+	return rest
+}
+
+// holds tells whether a present UE of station already has addr.
+func (b *Book) holds(station int64, addr netip.Addr) bool {
+	for k, s := range b.bound {
+		if k.Station == station && s.Addr == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // successions gives a departed UE's address to its successor: by IMSI when both have one,

@@ -19,6 +19,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 type staticMap map[Key]netip.Addr
 
 func (m staticMap) Lookup(_ string, bs, rnti int64) netip.Addr { return m[Key{bs, rnti}] }
+func (m staticMap) SoleUE(bs int64) netip.Addr                 { return m[Key{bs, -1}] }
 
 var ue = netip.MustParseAddr("10.0.1.2")
 
@@ -117,5 +118,20 @@ func TestBadFileIsAnError(t *testing.T) {
 	_ = os.WriteFile(file, []byte(`{"not":"a list"}`), 0o600)
 	if _, err := New(nil, file, quiet()); err == nil {
 		t.Fatal("accepted")
+	}
+}
+
+// A one-UE testbed without a core configures <bs_id>/*: the first attach, whatever its RNTI,
+// gets the address; a second UE without evidence on that eNB does not.
+func TestSoleUEOfAStation(t *testing.T) {
+	b, _ := New(staticMap{{10000, -1}: ue}, "", quiet())
+	t0 := time.Unix(100, 0)
+	b.Poll([]Sighting{{Key: Key{10000, 4242}}}, t0)
+	if b.Lookup("", 10000, 4242) != ue {
+		t.Fatal("sole UE not bound")
+	}
+	b.Poll([]Sighting{{Key: Key{10000, 4242}}, {Key: Key{10000, 77}}}, t0.Add(time.Second))
+	if b.Lookup("", 10000, 77).IsValid() {
+		t.Fatal("a second UE took the sole UE's address")
 	}
 }

@@ -4,7 +4,9 @@
 //	{"imsi": {"208950000000001": "10.30.1.1"},
 //	 "rnti": {"10000/23581": "10.30.1.1"}}
 //
-// "rnti" keys are <bs_id>/<rnti>. IMSI entries win. The file is re-read when it changes.
+// "rnti" keys are <bs_id>/<rnti>, or <bs_id>/* for the eNB's only UE without other evidence
+// (a one-UE testbed without a core: its RNTI changes on every attach). IMSI entries win.
+// The file is re-read when it changes.
 package ipmap
 
 import (
@@ -32,6 +34,7 @@ type Map struct {
 	modTime time.Time
 	byIMSI  map[string]netip.Addr
 	byRNTI  map[rntiKey]netip.Addr
+	soleUE  map[int64]netip.Addr // <bs_id>/*
 }
 
 // Load reads the file; an invalid file is an error (the service refuses to start with it).
@@ -82,7 +85,17 @@ func (m *Map) read() error {
 		byIMSI[imsi] = a
 	}
 	byRNTI := make(map[rntiKey]netip.Addr, len(f.RNTI))
+	soleUE := map[int64]netip.Addr{}
 	for key, ip := range f.RNTI {
+		if bs, ok := strings.CutSuffix(key, "/*"); ok {
+			b, err := strconv.ParseInt(bs, 10, 64)
+			a, err2 := parseIPv4(ip)
+			if err != nil || err2 != nil {
+				return fmt.Errorf("%s: rnti %q: want <bs_id>/* and an IPv4 address", m.path, key)
+			}
+			soleUE[b] = a
+			continue
+		}
 		k, err := parseRNTIKey(key)
 		if err != nil {
 			return fmt.Errorf("%s: rnti key %q: %w", m.path, key, err)
@@ -94,7 +107,7 @@ func (m *Map) read() error {
 		byRNTI[k] = a
 	}
 	m.mu.Lock()
-	m.byIMSI, m.byRNTI, m.modTime = byIMSI, byRNTI, info.ModTime()
+	m.byIMSI, m.byRNTI, m.soleUE, m.modTime = byIMSI, byRNTI, soleUE, info.ModTime()
 	m.mu.Unlock()
 	return nil
 }
@@ -128,4 +141,12 @@ func (m *Map) Lookup(imsi string, bsID, rnti int64) netip.Addr {
 		return a
 	}
 	return m.byRNTI[rntiKey{bsID, rnti}]
+}
+
+// SoleUE returns the address configured for the only UE of station bsID (<bs_id>/*), or the
+// zero Addr.
+func (m *Map) SoleUE(bsID int64) netip.Addr {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.soleUE[bsID]
 }

@@ -16,7 +16,7 @@ func TestLookupAndReload(t *testing.T) {
 		}
 		_ = os.Chtimes(path, mtime, mtime)
 	}
-	write(`{"imsi": {"42": "10.30.1.1"}, "rnti": {"10000/7": "10.30.1.2"}}`, time.Unix(100, 0))
+	write(`{"imsi": {"42": "10.30.1.1"}, "rnti": {"10000/7": "10.30.1.2", "10001/*": "10.0.1.2"}}`, time.Unix(100, 0))
 	m, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -24,8 +24,11 @@ func TestLookupAndReload(t *testing.T) {
 	if m.Lookup("42", 1, 1) != netip.MustParseAddr("10.30.1.1") || m.Lookup("", 10000, 7) != netip.MustParseAddr("10.30.1.2") {
 		t.Fatal("lookup")
 	}
-	if m.Lookup("", 10000, 8).IsValid() {
+	if m.Lookup("", 10000, 8).IsValid() || m.Lookup("", 10001, 8).IsValid() {
 		t.Fatal("unknown UE has an address")
+	}
+	if m.SoleUE(10001) != netip.MustParseAddr("10.0.1.2") || m.SoleUE(10000).IsValid() {
+		t.Fatal("<bs_id>/*")
 	}
 	write(`{"imsi": {"42": "bad"}}`, time.Unix(200, 0))
 	if m.Reload() == nil || m.Lookup("42", 0, 0) != netip.MustParseAddr("10.30.1.1") {
