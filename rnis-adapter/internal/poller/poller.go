@@ -78,6 +78,7 @@ type Poller struct {
 	lastCfg time.Time
 	confSet map[int64]bool // stations whose reporting period was set since they (re)appeared
 	present map[int64]bool // stations of the last poll
+	slow    map[int64]bool // stations reporting less often than StaleBound (warned)
 	// split mode: when each not-yet-configured UE was first seen
 	unknownSince map[[2]int64]time.Time
 }
@@ -93,7 +94,7 @@ func New(cfg Config, obs Observer, log *slog.Logger) *Poller {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 2 * time.Second
 	}
-	return &Poller{cfg: cfg, obs: obs, log: log, configs: map[int64]flexran.Station{}, confSet: map[int64]bool{}, present: map[int64]bool{}, unknownSince: map[[2]int64]time.Time{},
+	return &Poller{cfg: cfg, obs: obs, log: log, configs: map[int64]flexran.Station{}, confSet: map[int64]bool{}, present: map[int64]bool{}, slow: map[int64]bool{}, unknownSince: map[[2]int64]time.Time{},
 		client: &http.Client{Transport: transport, Timeout: cfg.Timeout}}
 }
 
@@ -188,10 +189,18 @@ func (p *Poller) checkReportPeriods() {
 	}
 	for id, r := range p.cfg.Clock.Stations() {
 		p.obs.ReportPeriod(id, r.ReportPeriod, r.TTI)
-		if p.cfg.StaleBound > 0 && r.ReportPeriod > p.cfg.StaleBound {
+		slow := p.cfg.StaleBound > 0 && r.ReportPeriod > p.cfg.StaleBound
+		if slow == p.slow[id] {
+			continue // said when it started or ended
+		}
+		p.slow[id] = slow
+		if slow {
 			p.log.Warn("RAN reports are rarer than the consumers' staleness bound: set RNIS_REPORT_SF lower",
 				"bs_id", id, "report_period", r.ReportPeriod.String(), "report_subframes", r.ReportSF,
 				"stale_bound", p.cfg.StaleBound.String(), "tti", r.TTI.String())
+		} else {
+			p.log.Info("RAN reports within the consumers' staleness bound again", "bs_id", id,
+				"report_period", r.ReportPeriod.String())
 		}
 	}
 }

@@ -214,22 +214,44 @@ func TestReportPeriodIsKeptAndNoCellIsDegraded(t *testing.T) {
 		t.Fatalf("not set again when bs_id 1 came back: %q", f.posted)
 	}
 	// the controller's configuration reads 10 ms, but the agent reports every ~100 subframes
+	feedLiveTimeline(t, clock, 1)
+	poll()
+	if posts() != 4 {
+		t.Fatalf("a report stream every %d subframes did not re-apply 10 ms: %q", clock.Stations()[1].ReportSF, f.posted)
+	}
+}
+
+// feedLiveTimeline gives the clock the sfnSn of the live saturated timeline (reports every
+// ~100 subframes, ~130 ms at the rfsim's rate) as station bsID, at the capture's poll times.
+func feedLiveTimeline(t *testing.T, clock *ranclock.Clock, bsID int64) {
+	t.Helper()
 	lines, err := os.ReadFile("../../testdata/flexran/live-oai-rfsim-timeline/saturated-poll-10ms.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	for i, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
-		var l struct{ Doc json.RawMessage }
+	for _, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+		var l struct {
+			T   float64
+			Doc json.RawMessage
+		}
 		_ = json.Unmarshal([]byte(line), &l)
 		var ps flexran.Parser
 		snaps, _ := ps.Parse(l.Doc)
 		sfn := snaps[0].Stations[0].UEs[0].SFNSF
-		// bs_id 10000 in the capture; the clock is keyed by the fake's bs_id 1
-		clock.Observe(1, sfn.V, sfn.Set, start.Add(time.Duration(i)*10*time.Millisecond))
+		clock.Observe(bsID, sfn.V, sfn.Set, time.Unix(0, int64(l.T*1e9)))
 	}
-	poll()
-	if posts() != 4 {
-		t.Fatalf("a report stream every %d subframes did not re-apply 10 ms: %q", clock.Stations()[1].ReportSF, f.posted)
+}
+
+// Reports rarer than the consumers' staleness bound are warned about, once.
+func TestWarnsWhenReportsAreRarerThanTheStalenessBound(t *testing.T) {
+	var logged strings.Builder
+	clock := ranclock.New(ranclock.SFNDecimal)
+	p := New(Config{BaseURL: "http://x", Path: "/stats", Period: time.Millisecond, Timeout: time.Second,
+		Clock: clock, StaleBound: 50 * time.Millisecond}, nopObs{}, slog.New(slog.NewTextHandler(&logged, nil)))
+	feedLiveTimeline(t, clock, 10000)
+	p.checkReportPeriods()
+	p.checkReportPeriods()
+	if n := strings.Count(logged.String(), "rarer than the consumers' staleness bound"); n != 1 {
+		t.Fatalf("%d warnings for a %v report period: %s", n, clock.Stations()[10000].ReportPeriod, logged.String())
 	}
 }
