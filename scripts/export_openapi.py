@@ -42,6 +42,11 @@ SERVICES: dict[str, tuple[list[str], str, dict[str, str]]] = {
     }),
 }  # fmt: skip
 
+# Services whose document is printed by the binary instead of fetched from a running one:
+# the tunnel's data plane needs root, a TUN and a peer; `tunnel openapi` prints the document
+# its /openapi.json serves (the same function, with the default public URL).
+PRINTED: dict[str, list[str]] = {"tunnel": [str(REPO / "build/bin/tunnel"), "openapi"]}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -50,6 +55,9 @@ def free_port() -> int:
 
 
 def fetch(name: str) -> dict[str, object]:
+    if name in PRINTED:
+        printed = subprocess.run(PRINTED[name], capture_output=True, check=True).stdout
+        return dict(json.loads(printed))
     command, prefix, extra = SERVICES[name]
     port = free_port()
     with tempfile.TemporaryDirectory(prefix=f"openapi-{name}-") as state:
@@ -99,7 +107,7 @@ def main() -> int:
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     outdated = []
-    for name in SERVICES:
+    for name in [*SERVICES, *PRINTED]:
         path = OUT / f"{name}.openapi.json"
         text = render(fetch(name))
         if args.check:

@@ -254,27 +254,17 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		})
 	})
 	if cfg.PlatformURL != "" {
-		reg := mp1.New(mp1.Config{PlatformURL: cfg.PlatformURL, AppInstanceID: cfg.AppInstanceID,
+		reg := mp1.Attach(mux, mp1.Config{PlatformURL: cfg.PlatformURL, AppInstanceID: cfg.AppInstanceID,
 			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, PublicURL: cfg.PublicURL,
-			Services: serviceInfos(cfg.PublicURL, cfg.AMQPURL, cfg.Exchange)}, health, log)
-		fromPlatform := func(token string) bool { // as mec_common.auth's verify_notification
-			return auth.StaticTokens(tokens).Verify(token) || platformTokens.VerifyNotification(token)
-		}
-		mux.Handle("POST "+reg.CallbackPath(), reg.Handler(stop, fromPlatform))
+			Services: serviceInfos(cfg.PublicURL, cfg.AMQPURL, cfg.Exchange)}, tokens, platformTokens, stop, health, log)
 		start(func() { reg.Run(ctx) })
 	}
-	start(func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = server.Shutdown(shutdown)
-	})
-	if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		stop()
-		wg.Wait()
+	err = svc.Serve(ctx, server, listener)
+	stop()
+	wg.Wait()
+	if err != nil {
 		return err
 	}
-	wg.Wait()
 	log.Info("rnis-adapter stopped")
 	return nil
 }

@@ -22,6 +22,7 @@ type fqFlow struct {
 	codel   codelState
 	list    *flowList // the list the flow is on, nil when inactive
 	next    *fqFlow
+	index   int // position in FQCoDel.flows
 }
 
 // flowList is an intrusive singly linked FIFO of flows.
@@ -53,6 +54,7 @@ func newFQCoDel(p Params, drop DropFunc) *FQCoDel {
 	q := &FQCoDel{p: p, flows: make([]fqFlow, p.Flows), drop: drop}
 	for i := range q.flows {
 		q.flows[i].codel.p = &q.p
+		q.flows[i].index = i
 	}
 	q.countingDrop = func(pk *pkt.Packet, aqm bool) {
 		q.bytes -= pk.N
@@ -63,7 +65,7 @@ func newFQCoDel(p Params, drop DropFunc) *FQCoDel {
 }
 
 func (q *FQCoDel) Enqueue(p *pkt.Packet, _ int64) {
-	f := &q.flows[p.FlowHash(q.p.Seed)%uint32(len(q.flows))]
+	f := &q.flows[q.FlowIndex(p)]
 	if f.list == nil {
 		q.newFlows.pushTail(f)
 		f.credits = q.p.Quantum
@@ -136,4 +138,39 @@ func (q *FQCoDel) OldestBorn() int64 {
 		}
 	}
 	return oldest
+}
+
+// FlowState is one active flow queue of an FQ-CoDel, for a look inside (REST, metrics).
+type FlowState struct {
+	Index    int    `json:"index"`    // hash bucket
+	List     string `json:"list"`     // new or old
+	Packets  int    `json:"packets"`  // queued
+	Bytes    int    `json:"bytes"`    // queued
+	Credits  int    `json:"credits"`  // DRR deficit left
+	HeadBorn int64  `json:"-"`        // arrival of the head packet (ns), for its sojourn
+	Dropping bool   `json:"dropping"` // CoDel is in its dropping state
+	Count    int    `json:"codelCount"`
+}
+
+// Flows lists the active flows (on the new or the old list), new ones first; it walks the
+// lists only, so it costs as much as there are active flows.
+func (q *FQCoDel) Flows() []FlowState {
+	var out []FlowState
+	for _, l := range []*flowList{&q.newFlows, &q.oldFlows} {
+		name := "new"
+		if l == &q.oldFlows {
+			name = "old"
+		}
+		for f := l.head; f != nil; f = f.next {
+			out = append(out, FlowState{Index: f.index, List: name, Packets: f.ring.Len(),
+				Bytes: f.ring.Bytes(), Credits: f.credits, HeadBorn: bornOf(f.ring.Peek()),
+				Dropping: f.codel.dropping, Count: f.codel.count})
+		}
+	}
+	return out
+}
+
+// FlowIndex is the flow queue p is classified into.
+func (q *FQCoDel) FlowIndex(p *pkt.Packet) int {
+	return int(p.FlowHash(q.p.Seed) % uint32(len(q.flows)))
 }

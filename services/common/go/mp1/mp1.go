@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"mts.invalid/suite/services/common/go/auth"
 	"mts.invalid/suite/services/common/go/svc"
 )
 
@@ -272,4 +273,16 @@ func (r *Registration) accessToken(ctx context.Context) (string, error) {
 	}
 	r.token, r.tokenExpiry = tok.AccessToken, time.Now().Add(time.Duration(tok.ExpiresIn*float64(time.Second)))
 	return r.token, nil
+}
+
+// Attach prepares the registration of a service on the platform: the termination callback
+// goes on mux (accepted with one of the service's static tokens or the platform's
+// notification token, as mec_common.auth's verify_notification), terminate is called after
+// the platform's termination. Run the returned registration's Run in a goroutine.
+func Attach(mux *http.ServeMux, cfg Config, static auth.StaticTokens, platform *auth.Platform,
+	terminate func(), health *svc.Health, log *slog.Logger) *Registration {
+	reg := New(cfg, health, log)
+	fromPlatform := func(token string) bool { return static.Verify(token) || platform.VerifyNotification(token) }
+	mux.Handle("POST "+reg.CallbackPath(), reg.Handler(terminate, fromPlatform))
+	return reg
 }

@@ -149,5 +149,23 @@ func (d *Device) WriteBatch(ps []*pkt.Packet) (failed int, err error) {
 	return failed, werr
 }
 
+// Write writes one packet (safe for concurrent use).
+func (d *Device) Write(b []byte) (int, error) {
+	var n int
+	var werr error
+	err := d.rc.Write(func(fd uintptr) bool {
+		for {
+			n, werr = unix.Write(int(fd), b)
+			if werr != unix.EINTR {
+				return werr != unix.EAGAIN
+			}
+		}
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, werr
+}
+
 // Close closes the device.
 func (d *Device) Close() error { return d.f.Close() }

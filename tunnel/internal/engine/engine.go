@@ -1,0 +1,553 @@
+// Package engine is the tunnel's data plane: IP packets read from the TUN wait in the
+// ingress queue (FQ-CoDel or FIFO); a pump pulls them whenever a path's congestion window
+// has room, the scheduler picks the path, and each goes out sealed as one UDP datagram on
+// that path's socket. Received datagrams are authenticated, checked against replays, acked
+// per path, put back in order and written to the TUN.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"mts.invalid/suite/services/common/go/aqm"
+	"mts.invalid/suite/services/common/go/pkt"
+	"mts.invalid/suite/services/common/go/tun"
+	"mts.invalid/suite/tunnel/internal/path"
+	"mts.invalid/suite/tunnel/internal/reorder"
+	"mts.invalid/suite/tunnel/internal/sched"
+	"mts.invalid/suite/tunnel/internal/wire"
+)
+
+// PathConfig is one path: a local UDP address and the peer's on the same access.
+type PathConfig struct {
+	ID        byte           `json:"id"`
+	Local     netip.AddrPort `json:"local"`
+	Remote    netip.AddrPort `json:"remote"`
+	CwndBytes int            `json:"cwnd_bytes,omitempty"` // static cwnd (BDP); 0: the engine's default
+	RnisUE    netip.Addr     `json:"rnis_ue,omitzero"`     // UE address whose RNIS reports are this path's radio
+}
+
+// Config of the engine.
+type Config struct {
+	Role           wire.Role
+	PeerID         uint32
+	PSK            []byte
+	TUN            string // device name (created if absent)
+	MTU            int    // largest inner IP packet; larger ones are dropped at the ingress
+	Paths          []PathConfig
+	Queue          aqm.Params
+	Scheduler      string
+	CwndMode       string
+	CwndBytes      int // default static cwnd / adaptive start
+	ReorderTimeout time.Duration
+	ProbeInterval  time.Duration
+}
+
+// Drop reasons of received datagrams, and of packets at the ingress.
+const (
+	DropMalformed   = "malformed"    // not a tunnel datagram of ours
+	DropUnknownPath = "unknown_path" // a path id that is not configured
+	DropNotPeer     = "not_peer"     // from an address or peer id that is not this path's peer
+	DropAuth        = "auth"         // failed authentication
+	DropReplay      = "replay"       // seen already, or from an older run of the peer
+	DropOversize    = "oversize"     // inner packet larger than the MTU
+	DropQueueLimit  = "queue_limit"  // the ingress queue was full
+	DropAQM         = "aqm"          // CoDel dropped it
+)
+
+// DropReasons lists every reason.
+var DropReasons = []string{DropMalformed, DropUnknownPath, DropNotPeer, DropAuth, DropReplay, DropOversize,
+	DropQueueLimit, DropAQM}
+
+const (
+	ackSeqBit = uint64(1) << 63 // acks have path seqs of their own, with this bit set
+	batch     = 64
+	tick      = time.Millisecond
+	radioTTL  = time.Second // an RNIS report older than this is not used
+)
+
+type radio struct {
+	capacityBps float64
+	queueBytes  int
+	at          time.Time
+}
+
+type pathIO struct {
+	cfg   PathConfig
+	conn  *net.UDPConn
+	tx    *path.Sender // under Engine.mu
+	radio radio        // under Engine.mu
+	// receive side, under Engine.rxMu
+	rxData, rxAck path.Receiver
+	ackSeq        atomic.Uint64
+}
+
+type peerKey struct {
+	epoch uint64
+	key   *wire.Key
+}
+
+// Engine is one end of the tunnel.
+type Engine struct {
+	cfg   Config
+	log   *slog.Logger
+	start time.Time
+	epoch uint64
+	txKey *wire.Key
+	dev   *tun.Device
+	paths []*pathIO // in id order
+	byID  [256]*pathIO
+
+	mu          sync.Mutex
+	queue       aqm.Queue
+	fq          *aqm.FQCoDel // queue, when it is FQ-CoDel
+	sched       sched.Scheduler
+	nextDataSeq uint64
+	flowDrops   map[int]uint64
+	wake        chan struct{}
+
+	peer     atomic.Pointer[peerKey]
+	rxMu     sync.Mutex
+	reorder  *reorder.Buffer
+	tunFails atomic.Uint64
+
+	drops     map[string]*atomic.Uint64
+	rxPackets atomic.Uint64
+	rxBytes   atomic.Uint64
+	txPackets atomic.Uint64
+}
+
+// New opens the TUN and the path sockets.
+func New(cfg Config, log *slog.Logger) (*Engine, error) {
+	e := &Engine{cfg: cfg, log: log, start: time.Now(), epoch: uint64(time.Now().UnixNano()),
+		flowDrops: map[int]uint64{}, wake: make(chan struct{}, 1), reorder: reorder.New(cfg.ReorderTimeout),
+		drops: map[string]*atomic.Uint64{}}
+	for _, r := range DropReasons {
+		e.drops[r] = new(atomic.Uint64)
+	}
+	var err error
+	if e.sched, err = sched.New(cfg.Scheduler); err != nil {
+		return nil, err
+	}
+	var seed [4]byte
+	_, _ = rand.Read(seed[:])
+	cfg.Queue.Seed = binary.BigEndian.Uint32(seed[:])
+	if e.queue, err = aqm.New(cfg.Queue, e.queueDropped); err != nil {
+		return nil, err
+	}
+	e.fq, _ = e.queue.(*aqm.FQCoDel)
+	if e.txKey, err = wire.NewKey(cfg.PSK, cfg.Role, e.epoch, cfg.PeerID); err != nil {
+		return nil, err
+	}
+	for _, pc := range cfg.Paths {
+		if err := e.addPath(pc); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	if e.dev, err = tun.Open("", cfg.TUN); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) addPath(pc PathConfig) error {
+	if e.byID[pc.ID] != nil {
+		return fmt.Errorf("path id %d configured twice", pc.ID)
+	}
+	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(pc.Local))
+	if err != nil {
+		return fmt.Errorf("path %d: %w", pc.ID, err)
+	}
+	_ = conn.SetReadBuffer(4 << 20)
+	_ = conn.SetWriteBuffer(4 << 20)
+	if pc.CwndBytes == 0 {
+		pc.CwndBytes = e.cfg.CwndBytes
+	}
+	p := &pathIO{cfg: pc, conn: conn, tx: path.NewSender(path.Config{ID: pc.ID, MSS: e.cfg.MTU + wire.Overhead,
+		CwndMode: e.cfg.CwndMode, CwndBytes: pc.CwndBytes}, e.now())}
+	e.paths = append(e.paths, p)
+	e.byID[pc.ID] = p
+	for i := len(e.paths) - 1; i > 0 && e.paths[i].cfg.ID < e.paths[i-1].cfg.ID; i-- {
+		e.paths[i], e.paths[i-1] = e.paths[i-1], e.paths[i]
+	}
+	return nil
+}
+
+// LocalAddr is the bound address of path id (to learn an ephemeral port).
+func (e *Engine) LocalAddr(id byte) netip.AddrPort {
+	return e.byID[id].conn.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// Close releases the sockets and the TUN.
+func (e *Engine) Close() {
+	for _, p := range e.paths {
+		p.conn.Close()
+	}
+	if e.dev != nil {
+		e.dev.Close()
+	}
+}
+
+func (e *Engine) now() int64 { return int64(time.Since(e.start)) }
+
+// Run moves packets until ctx ends.
+func (e *Engine) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	run(func() { e.readTUN(ctx) })
+	run(func() { e.pump(ctx) })
+	run(func() { e.timers(ctx) })
+	for _, p := range e.paths {
+		run(func() { e.receive(ctx, p) })
+	}
+	<-ctx.Done()
+	e.Close() // unblocks the readers
+	wg.Wait()
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) drop(reason string) { e.drops[reason].Add(1) }
+
+// queueDropped is the ingress queue's drop callback (under e.mu).
+func (e *Engine) queueDropped(p *pkt.Packet, byAQM bool) {
+	if byAQM {
+		e.drop(DropAQM)
+	} else {
+		e.drop(DropQueueLimit)
+	}
+	if e.fq != nil {
+		e.flowDrops[e.fq.FlowIndex(p)]++
+	}
+	pkt.Put(p)
+}
+
+// readTUN enqueues what the TUN gives into the ingress queue.
+func (e *Engine) readTUN(ctx context.Context) {
+	ps := make([]*pkt.Packet, batch)
+	for ctx.Err() == nil {
+		for i := range ps {
+			if ps[i] == nil {
+				ps[i] = pkt.Get()
+			}
+		}
+		n, err := e.dev.ReadBatch(ps)
+		if err != nil && ctx.Err() == nil {
+			e.log.Error("TUN read failed", "err", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+		now := e.now()
+		e.mu.Lock()
+		for i := 0; i < n; i++ {
+			p := ps[i]
+			ps[i] = nil
+			if p.N > e.cfg.MTU || p.Version() == 0 {
+				e.drop(DropOversize)
+				pkt.Put(p)
+				continue
+			}
+			p.Born = now
+			e.queue.Enqueue(p, now)
+		}
+		e.mu.Unlock()
+		if n > 0 {
+			e.signal()
+		}
+	}
+}
+
+type outgoing struct {
+	p    *pathIO
+	pkt  *pkt.Packet
+	hdr  wire.Header
+	data uint64
+}
+
+// pump sends while a path has room and the queue has packets; else it waits for a signal.
+func (e *Engine) pump(ctx context.Context) {
+	out := make([]outgoing, 0, batch)
+	buf := make([]byte, pkt.BufSize+wire.Overhead)
+	cands := make([]sched.Path, 0, 8)
+	for {
+		out = e.pull(out[:0], cands)
+		for _, o := range out {
+			e.sendData(buf, o)
+			pkt.Put(o.pkt)
+		}
+		if len(out) > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.wake:
+		}
+	}
+}
+
+// pull takes up to a batch of packets from the queue, each assigned to a path.
+func (e *Engine) pull(out []outgoing, cands []sched.Path) []outgoing {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	mss := e.cfg.MTU + wire.Overhead
+	for len(out) < cap(out) {
+		cands = cands[:0]
+		var ios [8]*pathIO
+		for _, p := range e.paths {
+			if p.tx.Usable() && p.tx.Room(mss) && len(cands) < len(ios) {
+				ios[len(cands)] = p
+				cands = append(cands, e.schedPath(p))
+			}
+		}
+		if len(cands) == 0 {
+			break
+		}
+		pk := e.queue.Dequeue(now)
+		if pk == nil {
+			break
+		}
+		p := ios[e.sched.Pick(cands, pk.N+wire.Overhead)]
+		e.nextDataSeq++
+		seq := p.tx.OnSend(pk.N+wire.Overhead, now, false)
+		out = append(out, outgoing{p: p, pkt: pk, data: e.nextDataSeq,
+			hdr: wire.Header{Type: wire.TypeData, PathID: p.cfg.ID, PeerID: e.cfg.PeerID, Epoch: e.epoch, PathSeq: seq}})
+	}
+	return out
+}
+
+func (e *Engine) schedPath(p *pathIO) sched.Path {
+	sp := sched.Path{ID: p.cfg.ID, SRTT: p.tx.SRTT()}
+	if !p.radio.at.IsZero() && time.Since(p.radio.at) < radioTTL {
+		sp.RadioCapacityBps, sp.RadioQueueBytes = p.radio.capacityBps, p.radio.queueBytes
+	}
+	return sp
+}
+
+// sendData seals and sends one data datagram (a probe when o.pkt is nil).
+func (e *Engine) sendData(buf []byte, o outgoing) {
+	wire.PutHeader(buf, o.hdr)
+	n := 0
+	if o.pkt != nil {
+		n = copy(buf[wire.HeaderLen+wire.DataBodyLen:], o.pkt.Bytes())
+	}
+	wire.PutDataBody(buf[wire.HeaderLen:], o.data, e.now())
+	d := e.txKey.Seal(buf, buf[wire.HeaderLen:wire.HeaderLen+wire.DataBodyLen+n])
+	if _, err := o.p.conn.WriteToUDPAddrPort(d, o.p.cfg.Remote); err != nil {
+		e.mu.Lock()
+		wentDown := o.p.tx.SendFailed(e.now())
+		e.mu.Unlock()
+		if wentDown {
+			e.log.Warn("path down: send failed", "path", o.p.cfg.ID, "err", err)
+		}
+		return
+	}
+	e.txPackets.Add(1)
+}
+
+// timers runs every tick: path timeouts and probes, delayed acks, the reorder timeout.
+func (e *Engine) timers(ctx context.Context) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	buf := make([]byte, 256)
+	var probes []outgoing
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := e.now()
+		probes = probes[:0]
+		e.mu.Lock()
+		for _, p := range e.paths {
+			if p.tx.Tick(now) {
+				e.log.Warn("path down", "path", p.cfg.ID, "timeouts", p.tx.Timeouts)
+			}
+			if p.tx.NeedsProbe(now, e.cfg.ProbeInterval) {
+				seq := p.tx.OnSend(wire.Overhead, now, true)
+				probes = append(probes, outgoing{p: p, hdr: wire.Header{Type: wire.TypeData, PathID: p.cfg.ID,
+					PeerID: e.cfg.PeerID, Epoch: e.epoch, PathSeq: seq}})
+			}
+		}
+		e.mu.Unlock()
+		for _, o := range probes {
+			e.sendData(buf, o)
+		}
+		e.signal() // a timeout frees room in a window
+		e.rxMu.Lock()
+		for _, p := range e.paths {
+			if p.rxData.Pending() > 0 {
+				e.sendAck(buf, p, now)
+			}
+		}
+		e.reorder.Expire(now, e.writeTUN)
+		e.rxMu.Unlock()
+	}
+}
+
+// sendAck acks what p received (under e.rxMu).
+func (e *Engine) sendAck(buf []byte, p *pathIO, now int64) {
+	h := wire.Header{Type: wire.TypeAck, PathID: p.cfg.ID, PeerID: e.cfg.PeerID, Epoch: e.epoch,
+		PathSeq: p.ackSeq.Add(1) | ackSeqBit}
+	wire.PutHeader(buf, h)
+	wire.PutAck(buf[wire.HeaderLen:], p.rxData.Ack(now))
+	d := e.txKey.Seal(buf, buf[wire.HeaderLen:wire.HeaderLen+wire.AckBodyLen])
+	_, _ = p.conn.WriteToUDPAddrPort(d, p.cfg.Remote)
+}
+
+func (e *Engine) writeTUN(b []byte) {
+	if _, err := e.dev.Write(b); err != nil {
+		e.tunFails.Add(1)
+	}
+}
+
+// receive reads path p's socket until it is closed.
+func (e *Engine) receive(ctx context.Context, p *pathIO) {
+	buf := make([]byte, 65536)
+	ackBuf := make([]byte, 256)
+	for ctx.Err() == nil {
+		n, from, err := p.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Error("path socket read failed", "path", p.cfg.ID, "err", err)
+				time.Sleep(10 * time.Millisecond)
+			}
+			continue
+		}
+		e.handle(p, buf[:n], from, ackBuf)
+	}
+}
+
+// handle checks one datagram and acts on it; every rejection is counted by its reason.
+func (e *Engine) handle(p *pathIO, b []byte, from netip.AddrPort, ackBuf []byte) {
+	h, err := wire.ParseHeader(b)
+	switch {
+	case err != nil || (h.Type == wire.TypeData) == (h.PathSeq&ackSeqBit != 0):
+		e.drop(DropMalformed)
+		return
+	case e.byID[h.PathID] == nil:
+		e.drop(DropUnknownPath)
+		return
+	case h.PathID != p.cfg.ID || from != p.cfg.Remote || h.PeerID != e.cfg.PeerID:
+		e.drop(DropNotPeer)
+		return
+	}
+	body, fresh, ok := e.open(h, b)
+	if !ok {
+		return
+	}
+	now := e.now()
+	if h.Type == wire.TypeAck {
+		e.handleAck(p, h, body, fresh, now)
+		return
+	}
+	seq, sent, packet, err := wire.ParseDataBody(body)
+	if err != nil {
+		e.drop(DropMalformed)
+		return
+	}
+	e.rxMu.Lock()
+	defer e.rxMu.Unlock()
+	if fresh != nil && !e.adopt(fresh) {
+		e.drop(DropReplay)
+		return
+	}
+	if !p.rxData.Accept(h.PathSeq, sent, now) {
+		e.drop(DropReplay)
+		return
+	}
+	if len(packet) > 0 {
+		e.rxPackets.Add(1)
+		e.rxBytes.Add(uint64(len(packet)))
+		e.reorder.Push(seq, packet, now, e.writeTUN)
+	}
+	if len(packet) == 0 || p.rxData.Pending() >= 2 { // probes at once, data every 2nd
+		e.sendAck(ackBuf, p, now)
+	}
+}
+
+// open authenticates b: with the peer's current key, or, for a newer epoch (the peer
+// restarted), with a key derived for it (returned as fresh, adopted by the caller).
+func (e *Engine) open(h wire.Header, b []byte) (body []byte, fresh *peerKey, ok bool) {
+	cur := e.peer.Load()
+	key := (*wire.Key)(nil)
+	switch {
+	case cur != nil && h.Epoch < cur.epoch:
+		e.drop(DropReplay)
+		return nil, nil, false
+	case cur != nil && h.Epoch == cur.epoch:
+		key = cur.key
+	default:
+		peerRole := wire.RoleUE
+		if e.cfg.Role == wire.RoleUE {
+			peerRole = wire.RoleMEC
+		}
+		k, err := wire.NewKey(e.cfg.PSK, peerRole, h.Epoch, e.cfg.PeerID)
+		if err != nil {
+			e.drop(DropAuth)
+			return nil, nil, false
+		}
+		key, fresh = k, &peerKey{epoch: h.Epoch, key: k}
+	}
+	body, err := key.Open(b)
+	if err != nil {
+		e.drop(DropAuth)
+		return nil, nil, false
+	}
+	return body, fresh, true
+}
+
+// adopt makes a newer run of the peer current (under e.rxMu); false if it is older.
+func (e *Engine) adopt(k *peerKey) bool {
+	cur := e.peer.Load()
+	if cur != nil && k.epoch < cur.epoch {
+		return false
+	}
+	if cur == nil || k.epoch > cur.epoch {
+		e.peer.Store(k)
+		for _, p := range e.paths {
+			p.rxData.Reset()
+			p.rxAck.Reset()
+		}
+		e.reorder.Reset()
+		e.log.Info("peer authenticated", "peer", e.cfg.PeerID, "epoch", k.epoch)
+	}
+	return true
+}
+
+func (e *Engine) handleAck(p *pathIO, h wire.Header, body []byte, fresh *peerKey, now int64) {
+	a, err := wire.ParseAck(body)
+	if err != nil {
+		e.drop(DropMalformed)
+		return
+	}
+	e.rxMu.Lock()
+	ok := (fresh == nil || e.adopt(fresh)) && p.rxAck.Accept(h.PathSeq&^ackSeqBit, 1, now)
+	e.rxMu.Unlock()
+	if !ok {
+		e.drop(DropReplay)
+		return
+	}
+	e.mu.Lock()
+	if p.tx.OnAck(a, now) {
+		e.log.Info("path up", "path", p.cfg.ID)
+	}
+	e.mu.Unlock()
+	e.signal()
+}

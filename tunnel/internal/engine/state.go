@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"mts.invalid/suite/tunnel/internal/path"
+	"mts.invalid/suite/tunnel/internal/sched"
+)
+
+// PathState is a path as the API shows it.
+type PathState struct {
+	path.State
+	Local  string `json:"local"`
+	Remote string `json:"remote"`
+	// Radio is the latest RNIS report of the path's UE in its cell (absent: none yet).
+	Radio *RadioState `json:"radio,omitempty"`
+}
+
+// RadioState is what the RNIS feed last said of a path's radio.
+type RadioState struct {
+	UE          string  `json:"ue"`
+	CapacityBps float64 `json:"capacityBps"`
+	QueueBytes  int     `json:"queueBytes"`
+	AgeMs       float64 `json:"ageMs"`
+}
+
+// ErrNoPath is an unknown path id.
+var ErrNoPath = errors.New("no such path")
+
+// Paths returns every path's state, in id order.
+func (e *Engine) Paths() []PathState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]PathState, 0, len(e.paths))
+	for _, p := range e.paths {
+		out = append(out, e.pathState(p))
+	}
+	return out
+}
+
+// Path returns one path's state.
+func (e *Engine) Path(id byte) (PathState, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.byID[id]
+	if p == nil {
+		return PathState{}, ErrNoPath
+	}
+	return e.pathState(p), nil
+}
+
+func (e *Engine) pathState(p *pathIO) PathState {
+	st := PathState{State: p.tx.Snapshot(), Local: p.conn.LocalAddr().String(), Remote: p.cfg.Remote.String()}
+	if p.cfg.RnisUE.IsValid() && !p.radio.at.IsZero() {
+		st.Radio = &RadioState{UE: p.cfg.RnisUE.String(), CapacityBps: p.radio.capacityBps,
+			QueueBytes: p.radio.queueBytes, AgeMs: float64(time.Since(p.radio.at)) / 1e6}
+	}
+	return st
+}
+
+// SetEnabled lets the scheduler use path id, or not (probes continue either way).
+func (e *Engine) SetEnabled(id byte, enabled bool) error {
+	e.mu.Lock()
+	p := e.byID[id]
+	if p != nil {
+		p.tx.Enabled = enabled
+	}
+	e.mu.Unlock()
+	if p == nil {
+		return ErrNoPath
+	}
+	e.log.Info("path set", "path", id, "enabled", enabled)
+	e.signal()
+	return nil
+}
+
+// Scheduler is the current scheduler's name.
+func (e *Engine) Scheduler() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sched.Name()
+}
+
+// SetScheduler switches the scheduler.
+func (e *Engine) SetScheduler(name string) error {
+	s, err := sched.New(name)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.sched = s
+	e.mu.Unlock()
+	e.log.Info("scheduler set", "scheduler", name)
+	return nil
+}
+
+// RadioUEs are the UE addresses whose RNIS reports the paths use.
+func (e *Engine) RadioUEs() []netip.Addr {
+	var out []netip.Addr
+	for _, p := range e.paths {
+		if p.cfg.RnisUE.IsValid() {
+			out = append(out, p.cfg.RnisUE)
+		}
+	}
+	return out
+}
+
+// SetRadio records an RNIS report of UE ue: its radio capacity and its RLC queue.
+func (e *Engine) SetRadio(ue netip.Addr, capacityBps float64, queueBytes int, at time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.paths {
+		if p.cfg.RnisUE == ue {
+			p.radio = radio{capacityBps: capacityBps, queueBytes: queueBytes, at: at}
+		}
+	}
+}
+
+// FlowState is one flow queue of the ingress FQ-CoDel.
+type FlowState struct {
+	Index     int     `json:"index"`
+	List      string  `json:"list"`
+	Packets   int     `json:"packets"`
+	Bytes     int     `json:"bytes"`
+	Credits   int     `json:"credits"`
+	SojournMs float64 `json:"headSojournMs"`
+	Dropping  bool    `json:"dropping"`
+	Count     int     `json:"codelCount"`
+	Drops     uint64  `json:"drops"`
+}
+
+// QueueState is the ingress queue.
+type QueueState struct {
+	Discipline string      `json:"discipline"`
+	Packets    int         `json:"packets"`
+	Bytes      int         `json:"bytes"`
+	LimitBytes int         `json:"limitBytes"`
+	SojournMs  float64     `json:"oldestSojournMs"`
+	Drops      uint64      `json:"drops"`
+	Flows      []FlowState `json:"flows"`
+}
+
+// Queue returns the ingress queue's state (flows: the active ones, FQ-CoDel only).
+func (e *Engine) Queue() QueueState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	sojourn := func(born int64) float64 {
+		if born == 0 {
+			return 0
+		}
+		return float64(now-born) / 1e6
+	}
+	q := QueueState{Discipline: e.cfg.Queue.Discipline, Packets: e.queue.Len(), Bytes: e.queue.Bytes(),
+		LimitBytes: e.cfg.Queue.LimitBytes, SojournMs: sojourn(e.queue.OldestBorn()),
+		Drops: e.drops[DropQueueLimit].Load() + e.drops[DropAQM].Load(), Flows: []FlowState{}}
+	if e.fq != nil {
+		for _, f := range e.fq.Flows() {
+			q.Flows = append(q.Flows, FlowState{Index: f.Index, List: f.List, Packets: f.Packets, Bytes: f.Bytes,
+				Credits: f.Credits, SojournMs: sojourn(f.HeadBorn), Dropping: f.Dropping, Count: f.Count,
+				Drops: e.flowDrops[f.Index]})
+		}
+	}
+	return q
+}
+
+// Stats are the engine's counters.
+type Stats struct {
+	Drops       map[string]uint64 `json:"drops"`
+	RxPackets   uint64            `json:"rxPackets"`
+	RxBytes     uint64            `json:"rxBytes"`
+	TxPackets   uint64            `json:"txDatagrams"`
+	TUNFailures uint64            `json:"tunWriteFailures"`
+	Reorder     ReorderStats      `json:"reorder"`
+	PeerUp      bool              `json:"peerAuthenticated"`
+}
+
+// ReorderStats are the egress reorder buffer's counters.
+type ReorderStats struct {
+	Held       int    `json:"held"`
+	InOrder    uint64 `json:"inOrder"`
+	Reordered  uint64 `json:"reordered"`
+	Late       uint64 `json:"late"`
+	Skipped    uint64 `json:"skipped"`
+	Duplicates uint64 `json:"duplicates"`
+}
+
+// Stats returns the counters.
+func (e *Engine) Stats() Stats {
+	s := Stats{Drops: map[string]uint64{}, RxPackets: e.rxPackets.Load(), RxBytes: e.rxBytes.Load(),
+		TxPackets: e.txPackets.Load(), TUNFailures: e.tunFails.Load(), PeerUp: e.peer.Load() != nil}
+	for r, n := range e.drops {
+		s.Drops[r] = n.Load()
+	}
+	e.rxMu.Lock()
+	b := e.reorder
+	s.Reorder = ReorderStats{Held: b.Held(), InOrder: b.InOrder, Reordered: b.Reordered, Late: b.Late,
+		Skipped: b.Skipped, Duplicates: b.Duplicates}
+	e.rxMu.Unlock()
+	return s
+}

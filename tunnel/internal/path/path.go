@@ -1,0 +1,354 @@
+// Package path keeps the state of one tunnel path: the sender's (sequence numbers, packets
+// in flight, RTT estimation, loss detection, congestion window, liveness) and the
+// receiver's (replay window, what to acknowledge). It does no I/O; the engine calls it
+// under its locks.
+package path
+
+import (
+	"math"
+	"time"
+
+	"mts.invalid/suite/tunnel/internal/wire"
+)
+
+// Congestion window modes.
+const (
+	CwndStatic   = "static"   // cwnd = the configured BDP (research 003's workaround)
+	CwndAdaptive = "adaptive" // slow start, then AIMD with CUBIC's 0.7 decrease per loss event
+)
+
+const (
+	ringSize        = 1 << 16 // packets in flight a path can track
+	lossReorder     = 3       // a packet is lost when 3 later ones were acked (RFC 9002)
+	minRTO          = 200 * time.Millisecond
+	downAfterRTOs   = 1 // consecutive timeouts before a path is declared down (a probe brings it back)
+	initialRTT      = 100 * time.Millisecond
+	minAdaptiveCwnd = 4
+)
+
+// Config of a path's sender.
+type Config struct {
+	ID        byte
+	MSS       int    // largest datagram payload the path carries (bytes)
+	CwndMode  string // CwndStatic or CwndAdaptive
+	CwndBytes int    // static cwnd (BDP), or the adaptive window's start
+}
+
+type sent struct {
+	seq   uint64
+	size  int
+	at    int64 // ns
+	acked bool
+}
+
+// Sender is the sending side of a path.
+type Sender struct {
+	cfg     Config
+	Enabled bool // the path manager may use it (false: probes only)
+	Up      bool // answered lately
+
+	nextSeq      uint64
+	ring         [ringSize]sent
+	lowest       uint64 // lowest seq possibly in flight
+	inflight     int
+	cwnd         float64
+	ssthresh     float64
+	recoveryEnd  uint64 // losses below this seq belong to the current loss event
+	srtt, rttvar time.Duration
+	minRTT       time.Duration
+	hasRTT       bool
+	lastAckAt    int64
+	lastSendAt   int64
+	rtoCount     int
+
+	// counters
+	SentPackets, SentBytes, AckedPackets, LostPackets, Probes uint64
+	LossEvents, Timeouts, SendErrors                          uint64
+}
+
+// NewSender returns a path sender; it starts up and enabled.
+func NewSender(cfg Config, now int64) *Sender {
+	s := &Sender{cfg: cfg, Enabled: true, Up: true, nextSeq: 1, lowest: 1, cwnd: float64(cfg.CwndBytes),
+		ssthresh: math.Inf(1), lastAckAt: now}
+	return s
+}
+
+// ID of the path.
+func (s *Sender) ID() byte { return s.cfg.ID }
+
+// Usable: enabled and up.
+func (s *Sender) Usable() bool { return s.Enabled && s.Up }
+
+// Room tells whether a datagram of size bytes fits into the window.
+func (s *Sender) Room(size int) bool { return s.inflight+size <= int(s.cwnd) || s.inflight == 0 }
+
+// SRTT is the smoothed RTT (the initial 100 ms before any sample).
+func (s *Sender) SRTT() time.Duration {
+	if !s.hasRTT {
+		return initialRTT
+	}
+	return s.srtt
+}
+
+// OnSend records a datagram of size bytes sent now and returns its path seq.
+func (s *Sender) OnSend(size int, now int64, probe bool) uint64 {
+	seq := s.nextSeq
+	s.nextSeq++
+	r := &s.ring[seq%ringSize]
+	if !r.acked && r.seq != 0 && r.seq >= s.lowest {
+		s.declareLost(r) // wrapped around a packet never acknowledged
+	}
+	*r = sent{seq: seq, size: size, at: now}
+	s.inflight += size
+	s.lastSendAt = now
+	s.SentPackets++
+	s.SentBytes += uint64(size)
+	if probe {
+		s.Probes++
+	}
+	return seq
+}
+
+// OnAck processes an ack; it returns whether the path came up with it.
+func (s *Sender) OnAck(a wire.Ack, now int64) (cameUp bool) {
+	if a.Largest == 0 || a.Largest >= s.nextSeq {
+		return false
+	}
+	newly := s.ackOne(a.Largest, now, a)
+	for i := uint64(0); i < 64 && i+1 < a.Largest; i++ {
+		if a.Bitmap&(1<<i) != 0 {
+			newly += s.ackOne(a.Largest-1-i, now, wire.Ack{})
+		}
+	}
+	if newly == 0 {
+		return false
+	}
+	s.lastAckAt = now
+	s.rtoCount = 0
+	cameUp = !s.Up
+	s.Up = true
+	s.detectLosses(a.Largest, now)
+	return cameUp
+}
+
+// ackOne marks seq acknowledged; with a.EchoTime set it is also the RTT sample.
+func (s *Sender) ackOne(seq uint64, now int64, a wire.Ack) int {
+	r := &s.ring[seq%ringSize]
+	if r.seq != seq || r.acked || seq < s.lowest {
+		return 0
+	}
+	r.acked = true
+	s.inflight -= r.size
+	s.AckedPackets++
+	if a.EchoTime != 0 {
+		s.sampleRTT(time.Duration(now-r.at) - time.Duration(a.Delay))
+	}
+	s.grow(r.size)
+	return 1
+}
+
+func (s *Sender) sampleRTT(rtt time.Duration) {
+	if rtt <= 0 {
+		rtt = time.Microsecond
+	}
+	if !s.hasRTT || rtt < s.minRTT {
+		s.minRTT = rtt
+	}
+	if !s.hasRTT { // RFC 6298
+		s.srtt, s.rttvar, s.hasRTT = rtt, rtt/2, true
+		return
+	}
+	d := s.srtt - rtt
+	if d < 0 {
+		d = -d
+	}
+	s.rttvar = (3*s.rttvar + d) / 4
+	s.srtt = (7*s.srtt + rtt) / 8
+}
+
+func (s *Sender) grow(acked int) {
+	if s.cfg.CwndMode != CwndAdaptive {
+		return
+	}
+	if s.cwnd < s.ssthresh {
+		s.cwnd += float64(acked)
+	} else {
+		s.cwnd += float64(s.cfg.MSS) * float64(acked) / s.cwnd
+	}
+}
+
+// detectLosses declares lost what lossReorder later packets overtook, or what is older
+// than 9/8 RTT behind an acked packet (RFC 9002 §6.1).
+func (s *Sender) detectLosses(largest uint64, now int64) {
+	timeThreshold := int64(9 * max(s.SRTT(), time.Millisecond) / 8)
+	for ; s.lowest < largest; s.lowest++ {
+		r := &s.ring[s.lowest%ringSize]
+		if r.seq != s.lowest || r.acked {
+			continue
+		}
+		if largest-s.lowest < lossReorder && now-r.at < timeThreshold {
+			return
+		}
+		s.declareLost(r)
+	}
+}
+
+func (s *Sender) declareLost(r *sent) {
+	r.acked = true
+	s.inflight -= r.size
+	s.LostPackets++
+	if r.seq >= s.recoveryEnd { // one decrease per loss event (per window)
+		s.LossEvents++
+		s.recoveryEnd = s.nextSeq
+		if s.cfg.CwndMode == CwndAdaptive {
+			s.ssthresh = max(s.cwnd*0.7, float64(minAdaptiveCwnd*s.cfg.MSS))
+			s.cwnd = s.ssthresh
+		}
+	}
+}
+
+// RTO is the retransmission timeout of RFC 6298 (at least 200 ms).
+func (s *Sender) RTO() time.Duration { return max(s.SRTT()+4*s.rttvar, minRTO) << min(s.rtoCount, 4) }
+
+// Tick runs the timers: a timeout declares everything in flight lost, and after
+// downAfterRTOs of them the path is down. It returns whether the path went down now.
+func (s *Sender) Tick(now int64) (wentDown bool) {
+	if s.inflight == 0 || now-s.lastAckAt < int64(s.RTO()) || now-s.oldestSend() < int64(s.RTO()) {
+		return false
+	}
+	s.Timeouts++
+	s.rtoCount++
+	s.loseInflight(now)
+	if s.rtoCount >= downAfterRTOs && s.Up {
+		s.Up = false
+		return true
+	}
+	return false
+}
+
+// SendFailed: the kernel refused a datagram (the local link or route is gone): the path is
+// down at once, what it had in flight is lost. It returns whether the path went down now.
+func (s *Sender) SendFailed(now int64) (wentDown bool) {
+	s.SendErrors++
+	s.loseInflight(now)
+	wentDown, s.Up = s.Up, false
+	return wentDown
+}
+
+func (s *Sender) loseInflight(now int64) {
+	for ; s.lowest < s.nextSeq; s.lowest++ {
+		if r := &s.ring[s.lowest%ringSize]; r.seq == s.lowest && !r.acked {
+			s.declareLost(r)
+		}
+	}
+	s.inflight = 0
+	s.lastAckAt = now
+	if s.cfg.CwndMode == CwndAdaptive {
+		s.cwnd = float64(minAdaptiveCwnd * s.cfg.MSS)
+	}
+}
+
+func (s *Sender) oldestSend() int64 {
+	for seq := s.lowest; seq < s.nextSeq; seq++ {
+		if r := &s.ring[seq%ringSize]; r.seq == seq && !r.acked {
+			return r.at
+		}
+	}
+	return math.MaxInt64
+}
+
+// NeedsProbe: nothing sent for interval (keeps the RTT fresh and finds a path back up).
+func (s *Sender) NeedsProbe(now int64, interval time.Duration) bool {
+	return now-s.lastSendAt >= int64(interval) && (s.inflight == 0 || !s.Up)
+}
+
+// State is a snapshot for the API and metrics.
+type State struct {
+	ID           byte    `json:"id"`
+	Enabled      bool    `json:"enabled"`
+	Up           bool    `json:"up"`
+	CwndMode     string  `json:"cwndMode"`
+	CwndBytes    int     `json:"cwndBytes"`
+	InflightB    int     `json:"inflightBytes"`
+	SRTTms       float64 `json:"srttMs"`
+	RTTVarms     float64 `json:"rttvarMs"`
+	MinRTTms     float64 `json:"minRttMs"`
+	RTOms        float64 `json:"rtoMs"`
+	SentPackets  uint64  `json:"sentPackets"`
+	SentBytes    uint64  `json:"sentBytes"`
+	AckedPackets uint64  `json:"ackedPackets"`
+	LostPackets  uint64  `json:"lostPackets"`
+	Probes       uint64  `json:"probes"`
+	LossEvents   uint64  `json:"lossEvents"`
+	Timeouts     uint64  `json:"timeouts"`
+	SendErrors   uint64  `json:"sendErrors"`
+}
+
+// Snapshot returns the path's state.
+func (s *Sender) Snapshot() State {
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	st := State{ID: s.cfg.ID, Enabled: s.Enabled, Up: s.Up, CwndMode: s.cfg.CwndMode, CwndBytes: int(s.cwnd),
+		InflightB: s.inflight, RTOms: ms(s.RTO()), SentPackets: s.SentPackets, SentBytes: s.SentBytes,
+		AckedPackets: s.AckedPackets, LostPackets: s.LostPackets, Probes: s.Probes, LossEvents: s.LossEvents,
+		Timeouts: s.Timeouts, SendErrors: s.SendErrors}
+	if s.hasRTT {
+		st.SRTTms, st.RTTVarms, st.MinRTTms = ms(s.srtt), ms(s.rttvar), ms(s.minRTT)
+	}
+	return st
+}
+
+// Receiver is the receiving side of a path: a replay window over path seqs (64 kpackets
+// wide, as paths deliver nearly in order) and the ack to send.
+type Receiver struct {
+	largest     uint64
+	window      [replayWords]uint64 // bit seq%replayBits: seq seen
+	largestAt   int64
+	largestSent int64 // the sender's send time of largest
+	unacked     int   // data datagrams received since the last ack
+}
+
+const (
+	replayBits  = 1 << 16
+	replayWords = replayBits / 64
+)
+
+// Accept records seq; false for a replay (seen, or older than the window).
+func (r *Receiver) Accept(seq uint64, sentAt, now int64) bool {
+	if seq == 0 || seq+replayBits <= r.largest {
+		return false
+	}
+	if seq > r.largest {
+		for s := r.largest + 1; s < seq && s-r.largest <= replayBits; s++ { // clear skipped bits
+			r.window[(s%replayBits)/64] &^= 1 << (s % 64)
+		}
+		r.largest, r.largestAt, r.largestSent = seq, now, sentAt
+	} else if r.seen(seq) {
+		return false
+	}
+	r.window[(seq%replayBits)/64] |= 1 << (seq % 64)
+	r.unacked++
+	return true
+}
+
+func (r *Receiver) seen(seq uint64) bool { return r.window[(seq%replayBits)/64]&(1<<(seq%64)) != 0 }
+
+// Reset forgets everything (the peer restarted with a new epoch).
+func (r *Receiver) Reset() { *r = Receiver{} }
+
+// Pending is how many received datagrams the next ack covers.
+func (r *Receiver) Pending() int { return r.unacked }
+
+// Ack builds the ack of what was received and clears Pending.
+func (r *Receiver) Ack(now int64) wire.Ack {
+	a := wire.Ack{Largest: r.largest, EchoTime: r.largestSent, Delay: now - r.largestAt}
+	if a.EchoTime == 0 {
+		a.EchoTime = 1
+	}
+	for i := uint64(0); i < 64 && i+1 < r.largest; i++ {
+		if r.seen(r.largest - 1 - i) {
+			a.Bitmap |= 1 << i
+		}
+	}
+	r.unacked = 0
+	return a
+}

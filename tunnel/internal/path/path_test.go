@@ -1,0 +1,95 @@
+package path
+
+import (
+	"testing"
+	"time"
+
+	"mts.invalid/suite/tunnel/internal/wire"
+)
+
+const ms = int64(time.Millisecond)
+
+func TestReplayWindow(t *testing.T) {
+	var r Receiver
+	for _, seq := range []uint64{1, 3, 2, 100} {
+		if !r.Accept(seq, 1, 0) {
+			t.Fatalf("fresh %d refused", seq)
+		}
+	}
+	for _, seq := range []uint64{0, 1, 2, 3, 100} {
+		if r.Accept(seq, 1, 0) {
+			t.Fatalf("replayed %d accepted", seq)
+		}
+	}
+	if !r.Accept(50, 1, 0) {
+		t.Fatal("a late first copy inside the window was refused")
+	}
+	r.Accept(100+replayBits, 1, 0)
+	if r.Accept(100, 1, 0) || r.Accept(50, 1, 0) {
+		t.Fatal("a seq older than the window was accepted")
+	}
+	a := r.Ack(0)
+	if a.Largest != 100+replayBits || r.Pending() != 0 {
+		t.Fatalf("ack %+v", a)
+	}
+}
+
+func TestAckRTTAndLoss(t *testing.T) {
+	s := NewSender(Config{ID: 1, MSS: 1456, CwndMode: CwndStatic, CwndBytes: 10 * 1456}, 0)
+	for i := 0; i < 10; i++ {
+		s.OnSend(1456, int64(i)*ms, false)
+	}
+	if s.Room(1456) {
+		t.Fatal("room beyond the static window")
+	}
+	// acks for 5..10 arrive (1..4 are missing): 1..4 are lost by the reorder threshold
+	s.OnAck(wire.Ack{Largest: 10, Bitmap: 0b11111, EchoTime: 1}, 30*ms)
+	st := s.Snapshot()
+	if st.AckedPackets != 6 || st.LostPackets != 4 || st.InflightB != 0 || st.LossEvents != 1 {
+		t.Fatalf("%+v", st)
+	}
+	if st.SRTTms < 20.9 || st.SRTTms > 21.1 {
+		t.Fatalf("srtt %.2f ms, want 21 (sent at 9, acked at 30)", st.SRTTms)
+	}
+	if st.CwndBytes != 10*1456 {
+		t.Fatal("the static window moved")
+	}
+}
+
+func TestATimeoutTakesThePathDownAndAnAckBringsItBack(t *testing.T) {
+	s := NewSender(Config{ID: 1, MSS: 1456, CwndMode: CwndAdaptive, CwndBytes: 20 * 1456}, 0)
+	s.OnSend(1456, 0, false)
+	now := int64(s.RTO()) - ms
+	if s.Tick(now) {
+		t.Fatal("down before the timeout")
+	}
+	now += 2 * ms
+	if !s.Tick(now) || s.Up || s.Timeouts != 1 || s.Snapshot().InflightB != 0 {
+		t.Fatalf("after a timeout: up %v, %+v", s.Up, s.Snapshot())
+	}
+	if s.Snapshot().CwndBytes != minAdaptiveCwnd*1456 {
+		t.Fatal("the adaptive window did not collapse on timeout")
+	}
+	seq := s.OnSend(wire.Overhead, now, true)
+	if !s.OnAck(wire.Ack{Largest: seq, EchoTime: 1}, now+ms) || !s.Up {
+		t.Fatal("an acked probe did not bring the path up")
+	}
+}
+
+func TestAdaptiveWindowGrowsAndHalves(t *testing.T) {
+	s := NewSender(Config{ID: 1, MSS: 1000, CwndMode: CwndAdaptive, CwndBytes: 10_000}, 0)
+	for i := uint64(1); i <= 10; i++ {
+		s.OnSend(1000, 0, false)
+		s.OnAck(wire.Ack{Largest: i, EchoTime: 1}, ms)
+	}
+	if c := s.Snapshot().CwndBytes; c != 20_000 {
+		t.Fatalf("slow start: cwnd %d, want 20000", c)
+	}
+	for i := 0; i < 5; i++ {
+		s.OnSend(1000, ms, false)
+	}
+	s.OnAck(wire.Ack{Largest: 15, Bitmap: 0b111, EchoTime: 1}, 2*ms) // 11 lost
+	if c := s.Snapshot().CwndBytes; c != 16_800 {
+		t.Fatalf("after a loss: cwnd %d, want 0.7 x (20000 + the 4 acks before it)", c)
+	}
+}

@@ -1,0 +1,123 @@
+// Package reorder puts the packets of all paths back into the sender's order (data seq)
+// at the tunnel's egress. A gap is waited for at most Timeout, then skipped (the tunnel
+// does not retransmit: the inner transport recovers what a path lost).
+package reorder
+
+import "time"
+
+const capacity = 1 << 13 // packets held at most; a larger gap is skipped at once
+
+// Deliver receives packets in order; the buffer owns none of them afterwards.
+type Deliver func(p []byte)
+
+type slot struct {
+	seq  uint64
+	full bool
+	buf  []byte // kept across uses: no allocation per reordered packet
+}
+
+// Buffer is not safe for concurrent use; the engine serializes it.
+type Buffer struct {
+	Timeout  time.Duration
+	next     uint64 // the data seq expected next; 0 until the first packet
+	slots    [capacity]slot
+	held     int
+	gapSince int64 // when the head-of-line gap started (ns), 0 when none
+
+	InOrder, Reordered, Late, Skipped, Duplicates uint64
+}
+
+// New returns a buffer that waits timeout for a gap.
+func New(timeout time.Duration) *Buffer { return &Buffer{Timeout: timeout} }
+
+// Reset forgets the order (the peer restarted).
+func (b *Buffer) Reset() {
+	for i := range b.slots {
+		b.slots[i].full = false
+	}
+	b.next, b.held, b.gapSince = 0, 0, 0
+}
+
+// Held is the number of packets waiting for a gap.
+func (b *Buffer) Held() int { return b.held }
+
+// Push takes packet p with data seq at time now; buf is a copy the buffer may keep.
+func (b *Buffer) Push(seq uint64, p []byte, now int64, deliver Deliver) {
+	switch {
+	case b.next == 0:
+		b.next = seq
+	case seq < b.next: // its gap was skipped already: late, but better late than lost
+		b.Late++
+		deliver(p)
+		return
+	case seq-b.next >= capacity:
+		b.skipTo(seq-capacity+1, deliver)
+	}
+	if seq == b.next {
+		b.InOrder++
+		deliver(p)
+		b.next++
+		b.release(deliver)
+		return
+	}
+	s := &b.slots[seq%capacity]
+	if s.full { // the same seq again (gaps are < capacity, so no other seq is there)
+		b.Duplicates++
+		return
+	}
+	s.seq, s.full, s.buf = seq, true, append(s.buf[:0], p...)
+	b.held++
+	b.Reordered++
+	if b.gapSince == 0 {
+		b.gapSince = now
+	}
+}
+
+// release delivers what became in order.
+func (b *Buffer) release(deliver Deliver) {
+	for b.held > 0 {
+		s := &b.slots[b.next%capacity]
+		if !s.full || s.seq != b.next {
+			break
+		}
+		deliver(s.buf)
+		s.full = false
+		b.held--
+		b.next++
+	}
+	if b.held == 0 {
+		b.gapSince = 0
+	}
+}
+
+// skipTo gives up on every seq below seq.
+func (b *Buffer) skipTo(seq uint64, deliver Deliver) {
+	for b.next < seq {
+		s := &b.slots[b.next%capacity]
+		if s.full && s.seq == b.next {
+			deliver(s.buf)
+			s.full = false
+			b.held--
+		} else {
+			b.Skipped++
+		}
+		b.next++
+		if b.held == 0 && b.next < seq {
+			b.Skipped += seq - b.next
+			b.next = seq
+		}
+	}
+	b.release(deliver)
+}
+
+// Expire skips the head-of-line gap once it waited Timeout.
+func (b *Buffer) Expire(now int64, deliver Deliver) {
+	for b.held > 0 && now-b.gapSince >= int64(b.Timeout) {
+		for s := &b.slots[b.next%capacity]; !s.full || s.seq != b.next; s = &b.slots[b.next%capacity] {
+			b.Skipped++
+			b.next++
+		}
+		b.gapSince = now // the next gap, if any, starts waiting now
+		b.release(deliver)
+	}
+}

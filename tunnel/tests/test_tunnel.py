@@ -1,0 +1,191 @@
+"""The multipath tunnel between two network namespaces (docs/tunnel.md): up with two paths,
+a flow surviving a path going down, FQ-CoDel isolating a sparse flow from a bulk one, and
+bad datagrams dropped and counted. Real namespaces, veths, TUNs, sockets; root only."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from mts_testbed.tunnel_bed import (
+    BINARY,
+    MEC_ADDR,
+    UE_ADDR,
+    PathSpec,
+    TunnelBed,
+    datagram,
+    derive_key,
+    path_addr,
+    path_port,
+    ping_rtts,
+)
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for namespaces and TUN"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built() -> None:
+    assert BINARY.exists(), "build/bin/tunnel missing: run make build/bin/tunnel"
+
+
+@pytest.fixture
+def bed() -> Iterator[TunnelBed]:
+    with TunnelBed(env={"TUNNEL_SCHEDULER": "rr"}) as b:
+        yield b
+
+
+def ping(bed: TunnelBed, side: str, dst: str, count: int, interval: float = 0.05) -> str:
+    return bed.exec(
+        side, "ping", "-n", "-c", str(count), "-i", str(interval), "-W", "1", dst, check=False
+    )
+
+
+def test_up_with_two_paths_and_api(bed: TunnelBed) -> None:
+    out = ping(bed, "ue", MEC_ADDR, 40)
+    assert len(ping_rtts(out)) == 40, out
+    paths = bed.get("ue", "/tunnel/v1/paths")
+    assert [p["id"] for p in paths] == [1, 2]
+    # round robin: both paths carried the echo requests, both are up and measured
+    assert all(p["up"] and p["sentPackets"] > 10 and p["srttMs"] > 0 for p in paths), paths
+    stats = bed.get("mec", "/tunnel/v1/stats")
+    assert stats["peerAuthenticated"] and stats["rxPackets"] >= 40
+    assert not any(stats["drops"].values()), stats
+
+    # the API: deny by default, ProblemDetails on bad input, and changes nothing then
+    status, body = bed.api("ue", "GET", "/tunnel/v1/paths", auth=False)
+    assert status == 401 and body["status"] == 401
+    for method, path, payload, want in [
+        ("PATCH", "/tunnel/v1/paths/1", {"enabled": "no"}, 400),
+        ("PATCH", "/tunnel/v1/paths/1", {"bogus": True}, 400),
+        ("PATCH", "/tunnel/v1/paths/9", {"enabled": False}, 404),
+        ("GET", "/tunnel/v1/paths/0", None, 400),
+        ("PUT", "/tunnel/v1/scheduler", {"name": "fastest"}, 400),
+    ]:
+        status, body = bed.api("ue", method, path, payload)
+        assert status == want and body["status"] == want and body["detail"], (path, body)
+    assert bed.get("ue", "/tunnel/v1/scheduler")["name"] == "rr"
+    assert all(p["enabled"] for p in bed.get("ue", "/tunnel/v1/paths"))
+
+    # the path manager's actuator: a disabled path carries no data, only probes
+    status, body = bed.api("ue", "PATCH", "/tunnel/v1/paths/2", {"enabled": False})
+    assert status == 200 and body["enabled"] is False
+    before = bed.get("ue", "/tunnel/v1/paths/2")
+    assert len(ping_rtts(ping(bed, "ue", MEC_ADDR, 20))) == 20
+    after = bed.get("ue", "/tunnel/v1/paths/2")
+    data = (after["sentPackets"] - after["probes"]) - (before["sentPackets"] - before["probes"])
+    assert data == 0 and after["probes"] > before["probes"], (before, after)
+    status, body = bed.api("ue", "PUT", "/tunnel/v1/scheduler", {"name": "lowrtt"})
+    assert status == 200 and body["name"] == "lowrtt"
+    assert bed.get("ue", "/tunnel/v1/config")["queue"]["discipline"] == "fq_codel"
+    metrics = bed.exec("ue", "curl", "-sf", "http://127.0.0.1:8104/metrics")
+    assert 'tunnel_path_up{path="1"} 1' in metrics
+
+
+def test_flow_survives_a_path_going_down(bed: TunnelBed) -> None:
+    bed.exec("mec", "iperf3", "-s", "-D", "-1", "-B", MEC_ADDR)
+    time.sleep(0.3)
+    client = bed.popen("ue", "iperf3", "-c", MEC_ADDR, "-t", "6", "-i", "1", "--json")
+    time.sleep(2)
+    bed.exec("ue", "ip", "link", "set", "tu1", "down")  # path 1 dies mid-transfer
+    out, err = client.communicate(timeout=60)
+    assert client.returncode == 0, err
+    intervals = [i["sum"]["bits_per_second"] for i in json.loads(out)["intervals"]]
+    assert len(intervals) >= 6
+    # the TCP flow goes on over path 2 once path 1 is down (its sends fail at once)
+    assert min(intervals[-2:]) > 1e6, intervals
+    path1 = bed.get("ue", "/tunnel/v1/paths/1")
+    assert not path1["up"] and path1["timeouts"] + path1["sendErrors"] >= 1, path1
+    assert len(ping_rtts(ping(bed, "ue", MEC_ADDR, 20))) == 20
+    bed.exec("ue", "ip", "link", "set", "tu1", "up")  # probes bring it back
+    deadline = time.monotonic() + 10
+    while not bed.get("ue", "/tunnel/v1/paths/1")["up"]:
+        assert time.monotonic() < deadline, "path 1 did not come back up"
+        time.sleep(0.2)
+
+
+def sparse_flow_delay(queue: str) -> tuple[float, dict[str, object]]:
+    """Median ping RTT (ms) beside a bulk TCP download through a 2 x 10 Mbit/s tunnel whose
+    ingress queue is ``queue``; and the queue's state during the download."""
+    paths = [PathSpec(1, rate_mbit=10, cwnd_bytes=6000), PathSpec(2, rate_mbit=10, cwnd_bytes=6000)]
+    with TunnelBed(paths=paths, env={"TUNNEL_QUEUE": queue, "TUNNEL_SCHEDULER": "rr"}) as bed:
+        bed.exec("mec", "iperf3", "-s", "-D", "-1", "-B", MEC_ADDR)
+        time.sleep(0.3)
+        # downlink (MEC -> UE), Cubic as in the research (the machine default may be BBR)
+        bulk = bed.popen("ue", "iperf3", "-c", MEC_ADDR, "-R", "-C", "cubic", "-t", "9")
+        time.sleep(3)  # the bulk flow fills whatever queue it can
+        pinger = bed.popen("mec", "ping", "-n", "-c", "25", "-i", "0.2", UE_ADDR)
+        time.sleep(2)
+        state = bed.get("mec", "/tunnel/v1/queue")
+        out, _ = pinger.communicate(timeout=30)
+        bulk.communicate(timeout=60)
+    rtts = ping_rtts(out)
+    assert len(rtts) >= 10, out
+    return statistics.median(rtts), state
+
+
+def test_fq_codel_isolates_a_sparse_flow() -> None:
+    fifo, fifo_queue = sparse_flow_delay("fifo")
+    fq, fq_queue = sparse_flow_delay("fq_codel")
+    # FIFO: the ping waits behind the bulk flow's standing queue; FQ-CoDel serves it as a
+    # new flow first, and CoDel keeps the bulk flow's queue near its 5 ms target
+    assert fifo > 50, (fifo, fifo_queue)
+    assert fq < fifo / 3, (fq, fifo)
+    assert fq_queue["discipline"] == "fq_codel" and fq_queue["flows"], fq_queue
+    assert fifo_queue["flows"] == []
+
+
+def test_bad_datagrams_are_dropped_and_counted() -> None:
+    """Only the MEC end runs; the test is its UE peer, from the UE namespace."""
+    with TunnelBed(sides=("mec",)) as bed:
+        psk = bytes.fromhex(bed.psk)
+        epoch = time.time_ns()
+        key = derive_key(psk, "U", epoch, 1)
+        peer = (path_addr(1, "mec"), path_port(1))
+        good = datagram(key, 1, 1, epoch=epoch, data_seq=1)  # a probe
+        forged = bytearray(datagram(key, 1, 2, epoch=epoch))
+        forged[-1] ^= 1
+        cases: list[tuple[str, bytes, tuple[str, int]]] = [
+            ("valid", good, (path_addr(1, "ue"), path_port(1))),
+            ("replay", good, (path_addr(1, "ue"), path_port(1))),
+            ("malformed", b"\x10garbage", (path_addr(1, "ue"), path_port(1))),
+            ("malformed", b"\x70" + bytes(60), (path_addr(1, "ue"), path_port(1))),  # version 7
+            ("unknown_path", datagram(key, 9, 3, epoch=epoch), (path_addr(1, "ue"), path_port(1))),
+            ("not_peer", datagram(key, 1, 4, epoch=epoch), (path_addr(1, "ue"), 9999)),
+            ("not_peer", datagram(key, 1, 5, epoch=epoch, peer=2), (path_addr(1, "ue"), 7001)),
+            ("auth", bytes(forged), (path_addr(1, "ue"), path_port(1))),
+            ("auth", datagram(derive_key(b"x" * 16, "U", epoch, 1), 1, 6, epoch=epoch),
+             (path_addr(1, "ue"), path_port(1))),
+            ("replay", datagram(key, 1, 7, epoch=epoch - 1), (path_addr(1, "ue"), path_port(1))),
+        ]  # fmt: skip
+        want = {"malformed": 2, "unknown_path": 1, "not_peer": 2, "auth": 2, "replay": 2}
+        script = "\n".join(
+            [
+                "import socket, sys",
+                "sent = []",
+                *[
+                    f"s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                    f"s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                    f"s.bind({src!r}); s.sendto({payload!r}, {peer!r}); "
+                    f"s.settimeout(1); "
+                    f"sent.append(len(s.recv(2048)) if {name == 'valid'!r} else 0); s.close()"
+                    for name, payload, src in cases
+                ],
+                "print(sent[0])",
+            ]
+        )
+        reply = bed.exec("ue", sys.executable, "-c", script)
+        # the valid probe was answered with an ack: the peer authenticated
+        assert int(reply) > 24, reply
+        stats = bed.get("mec", "/tunnel/v1/stats")
+        assert stats["peerAuthenticated"]
+        got = {k: v for k, v in stats["drops"].items() if v}
+        assert got == want, got
