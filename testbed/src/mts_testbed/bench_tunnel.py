@@ -1,0 +1,175 @@
+"""``make bench-tunnel``: the multipath tunnel over two 1 Gbit/s paths (docs/tunnel.md).
+
+Two veth paths capped at 1 Gbit/s each by tbf on the MEC side (the downlink), the tunnel
+on top (FQ-CoDel, LowRTT, adaptive windows). Measured:
+
+- throughput: iperf3 TCP downlink (MEC -> UE, 4 streams) through the tunnel, beside the
+  same iperf3 over each path alone without the tunnel (the sum of the paths);
+- added latency at half load: ping every 10 ms through the tunnel and over path 1's
+  underlay while a UDP CBR load of half the measured tunnel throughput crosses the tunnel;
+  added = tunnel RTT - underlay RTT at the same percentile;
+- CPU per Gbit/s: the CPU time of both tunnel ends during the throughput run.
+
+The goals (issue 13): >= 1.8 Gbit/s aggregate, >= 0.9x the sum of two equal paths, p99
+added latency <= 0.5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from mts_testbed.results import Results, save_results
+from mts_testbed.tunnel_bed import MEC_ADDR, UE_ADDR, PathSpec, TunnelBed, path_addr, ping_rtts
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def tunnel_pids(bed: TunnelBed) -> list[int]:
+    """The tunnel processes (children of `ip netns exec`, which execs into them)."""
+    return [p.pid for p in bed.procs.values()]
+
+
+def iperf_tcp(bed: TunnelBed, server: str, seconds: int, streams: int) -> float:
+    """Downlink TCP throughput (bit/s) from ``server`` (an address in the MEC namespace)."""
+    bed.exec("mec", "iperf3", "-s", "-D", "-1", "-B", server)
+    time.sleep(0.3)
+    out = bed.exec(
+        "ue", "iperf3", "-c", server, "-R", "-t", str(seconds), "-P", str(streams),
+        "-C", "cubic", "--json",
+    )  # fmt: skip
+    return float(json.loads(out)["end"]["sum_received"]["bits_per_second"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def measure(seconds: int) -> Results:
+    paths = [PathSpec(1, rate_mbit=1000), PathSpec(2, rate_mbit=1000)]
+    env = {"TUNNEL_SCHEDULER": "lowrtt", "TUNNEL_CWND": "adaptive", "TUNNEL_CWND_BYTES": "200000"}
+    results: Results = {
+        "seconds": seconds,
+        "paths_mbit": [1000, 1000],
+        "load_before": os.getloadavg(),
+    }
+    with TunnelBed(paths=paths, env=env) as bed:
+        # each path alone, without the tunnel: what the sum of the paths is here
+        results["path_alone_bps"] = [
+            iperf_tcp(bed, path_addr(p.id, "mec"), seconds, 4) for p in paths
+        ]
+        pids = tunnel_pids(bed)
+        cpu0 = sum(cpu_seconds(p) for p in pids)
+        start = time.monotonic()
+        results["tunnel_bps"] = iperf_tcp(bed, MEC_ADDR, seconds, 4)
+        elapsed = time.monotonic() - start
+        cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+        results["tunnel_cpu_cores"] = cpu / elapsed
+        results["cpu_cores_per_gbps"] = cpu / elapsed / (results["tunnel_bps"] / 1e9)
+        results["tunnel_paths"] = bed.get("mec", "/tunnel/v1/paths")
+
+        half = results["tunnel_bps"] / 2
+        bed.exec("ue", "iperf3", "-s", "-D", "-1", "-B", UE_ADDR)
+        time.sleep(0.3)
+        load = bed.popen(
+            "mec", "iperf3", "-c", UE_ADDR, "-u", "-b", f"{int(half)}", "-l", "1300",
+            "-t", str(seconds + 2),
+        )  # fmt: skip
+        time.sleep(1)
+        count = str(seconds * 100)
+        through = bed.popen("mec", "ping", "-n", "-i", "0.01", "-c", count, UE_ADDR)
+        under = bed.popen("mec", "ping", "-n", "-i", "0.01", "-c", count, path_addr(1, "ue"))
+        tunnel_rtts = ping_rtts(through.communicate(timeout=seconds * 5)[0])
+        underlay_rtts = ping_rtts(under.communicate(timeout=seconds * 5)[0])
+        load.communicate(timeout=seconds * 5)
+        results["half_load_bps"] = half
+        results["tunnel_rtt_ms"] = tunnel_rtts
+        results["underlay_rtt_ms"] = underlay_rtts
+        results["queue_drops_half_load"] = bed.get("mec", "/tunnel/v1/queue")["drops"]
+    for q in (50, 90, 99):
+        added = percentile(tunnel_rtts, q) - percentile(underlay_rtts, q)
+        results[f"added_latency_p{q}_ms"] = added
+    results["sum_of_paths_bps"] = sum(results["path_alone_bps"])
+    results["ratio_to_sum"] = results["tunnel_bps"] / results["sum_of_paths_bps"]
+    results["load_after"] = os.getloadavg()
+    return results
+
+
+def goal(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def table(r: Results) -> str:
+    alone = ", ".join(f"{b / 1e9:.2f}" for b in r["path_alone_bps"])
+    ratio = r["ratio_to_sum"]
+    p50, p90, p99 = (r[f"added_latency_p{q}_ms"] for q in (50, 90, 99))
+    before, after = r["load_before"], r["load_after"]
+    rows = [
+        "| figure | value | goal |",
+        "|---|---|---|",
+        f"| tunnel throughput (2 x 1 Gbit/s, TCP 4 streams) | {r['tunnel_bps'] / 1e9:.2f} Gbit/s"
+        f" | >= 1.8 Gbit/s: {goal(r['tunnel_bps'] >= 1.8e9)} |",
+        f"| each path alone, no tunnel | {alone} Gbit/s | |",
+        f"| tunnel / sum of the paths | {ratio:.2f} | >= 0.9: {goal(ratio >= 0.9)} |",
+        f"| added latency at half load ({r['half_load_bps'] / 1e6:.0f} Mbit/s UDP),"
+        f" p50 / p90 / p99 | {p50:.3f} / {p90:.3f} / {p99:.3f} ms"
+        f" | p99 <= 0.5 ms: {goal(p99 <= 0.5)} |",
+        f"| CPU (both ends) | {r['tunnel_cpu_cores']:.2f} cores,"
+        f" {r['cpu_cores_per_gbps']:.2f} cores per Gbit/s | |",
+        f"| machine load (1/5/15 min) before / after | {before[0]:.1f}/{before[1]:.1f}/"
+        f"{before[2]:.1f} / {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} | |",
+    ]
+    return "\n".join(rows)
+
+
+def plot(r: Results, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    names = ["path 1 alone", "path 2 alone", "sum", "tunnel"]
+    values = [*r["path_alone_bps"], r["sum_of_paths_bps"], r["tunnel_bps"]]
+    left.bar(names, [v / 1e9 for v in values], color=["#999", "#999", "#555", "#1f77b4"])
+    left.axhline(1.8, color="red", linestyle="--", label="goal 1.8 Gbit/s")
+    left.set_ylabel("Gbit/s")
+    left.legend()
+    left.set_title("throughput, TCP downlink")
+    for label, rtts in (
+        ("through the tunnel", r["tunnel_rtt_ms"]),
+        ("underlay", r["underlay_rtt_ms"]),
+    ):
+        ordered = sorted(rtts)
+        right.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=label)
+    right.set_xlabel("ping RTT (ms)")
+    right.set_ylabel("CDF")
+    right.set_title(f"RTT at half load ({r['half_load_bps'] / 1e6:.0f} Mbit/s)")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/results/tunnel-bench"))
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    results = measure(args.seconds)
+    results["median_tunnel_rtt_ms"] = statistics.median(results["tunnel_rtt_ms"])
+    save_results(results, args.out, "bench", plot, table)
+
+
+if __name__ == "__main__":
+    main()
