@@ -18,4 +18,4 @@ test-tunnel: python build/bin/tunnel ## tunnel: Go unit tests, and two namespace
 	uv run pytest -q tunnel/tests
 
 bench-tunnel: python build/bin/tunnel ## tunnel throughput over two 1 Gbit/s paths, added latency at half load, CPU -> docs/results/tunnel-bench/
-	uv run python -m mts_testbed.bench_tunnel --out docs/results/tunnel-bench
+	uv run python -m mts_lab.tunnel.bench --out docs/results/tunnel-bench

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mts_testbed.tunnel_bed import (
+from mts_lab.tunnel.bed import (
     BINARY,
     MEC_ADDR,
     UE_ADDR,

@@ -23,8 +23,8 @@ import statistics
 import time
 from pathlib import Path
 
-from mts_testbed.results import Results, save_results
-from mts_testbed.tunnel_bed import MEC_ADDR, UE_ADDR, PathSpec, TunnelBed, path_addr, ping_rtts
+from mts_lab.results import Results, save_results
+from mts_lab.tunnel.bed import MEC_ADDR, UE_ADDR, PathSpec, TunnelBed, path_addr, ping_rtts
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mts_testbed import netns
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[5]
 BINARY = REPO / "build/bin/tunnel"
 UE_ADDR, MEC_ADDR = "10.92.0.1", "10.92.0.2"
 API_PORT = 8104

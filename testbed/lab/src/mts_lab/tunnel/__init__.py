@@ -1,0 +1,1 @@
+"""The multipath tunnel: the two-namespace bed, the benchmark (docs/tunnel.md)."""
