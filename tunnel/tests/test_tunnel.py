@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from mts_lab.tunnel.bed import (
+    API_PORT,
     BINARY,
     MEC_ADDR,
     UE_ADDR,
@@ -86,7 +87,7 @@ def test_up_with_two_paths_and_api(bed: TunnelBed) -> None:
     status, body = bed.api("ue", "PUT", "/tunnel/v1/scheduler", {"name": "lowrtt"})
     assert status == 200 and body["name"] == "lowrtt"
     assert bed.get("ue", "/tunnel/v1/config")["queue"]["discipline"] == "fq_codel"
-    metrics = bed.exec("ue", "curl", "-sf", "http://127.0.0.1:8104/metrics")
+    metrics = bed.exec("ue", "curl", "-sf", f"http://127.0.0.1:{API_PORT}/metrics")
     assert 'tunnel_path_up{path="1"} 1' in metrics
 
 

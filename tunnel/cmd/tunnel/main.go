@@ -48,7 +48,7 @@ func main() {
 			os.Exit(1)
 		}
 	case "openapi":
-		fmt.Println(string(api.OpenAPI("http://127.0.0.1:8104")))
+		fmt.Println(string(api.OpenAPI("http://127.0.0.1:8105")))
 	case "env":
 		fmt.Print(config.Markdown())
 	case "help", "-h", "--help":
@@ -97,7 +97,12 @@ func serve(args []string) error {
 		eng.Close()
 		return err
 	}
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	trusted, err := svc.ParsePrefixes(cfg.TrustedProxies)
+	if err != nil {
+		eng.Close()
+		return fmt.Errorf("%sTRUSTED_PROXIES: %w", config.Prefix, err)
+	}
+	server := &http.Server{Handler: svc.PublicBase(cfg.PublicURL, trusted, mux), ReadHeaderTimeout: 5 * time.Second}
 	log.Info("tunnel started", "role", cfg.Role, "peer", cfg.PeerID, "tun", engCfg.TUN, "paths", len(engCfg.Paths),
 		"queue", cfg.Queue, "scheduler", cfg.Scheduler, "cwnd", cfg.CwndMode, "listen", listener.Addr().String())
 

@@ -45,7 +45,7 @@ type Config struct {
 }
 
 func (c *Config) settings() []svc.Setting {
-	api := c.APISettings("tunnel", "/tunnel/v1 API", "8104", "")
+	api := c.APISettings("tunnel", "/tunnel/v1 API", "8105", "")
 	return append(append(api, []svc.Setting{
 		svc.Var("ROLE", "mec", "which end this is: ue (the UE's agent) or mec (the MEC host's end); the two ends' keys differ by it", svc.OneOf(&c.Role, "ue", "mec")),
 		svc.Var("PEER_ID", "1", "the UE this tunnel serves (uint32, in every datagram; selects the pre-shared key)", svc.Int(&c.PeerID)),

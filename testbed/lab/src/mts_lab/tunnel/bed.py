@@ -32,7 +32,7 @@ from mts_testbed import netns
 REPO = Path(__file__).resolve().parents[5]
 BINARY = REPO / "build/bin/tunnel"
 UE_ADDR, MEC_ADDR = "10.92.0.1", "10.92.0.2"
-API_PORT = 8104
+API_PORT = 8105
 
 
 def path_addr(path: int, side: str) -> str:
