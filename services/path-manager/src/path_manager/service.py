@@ -7,7 +7,8 @@ Inputs (AMQP, ``mec_common.amqp.AmqpConsumer``):
   published every few ms while the PEP holds bytes for the UE): the queue, and the reactive
   trigger on every sample.
 
-Output: ``MptcpActuator`` in the PEP's namespace (``PM_MPTCP_NETNS``), or nothing with
+Output: ``MptcpActuator`` in the PEP's namespace (``PM_MPTCP_NETNS``), ``TunnelActuator``
+(the multipath tunnel's paths, ``PM_ACTUATION=tunnel``), or nothing with
 ``PM_ACTUATION=none`` (decisions are still made and logged: a dry run).
 """
 
@@ -84,9 +85,17 @@ class PmSettings(ServiceSettings):
         "",
         description='UEs at start, JSON: {"<ue ip>": ["<path ip>", ...]} (REST can add more)',
     )
-    actuation: Literal["mptcp", "none"] = Field(
-        "mptcp", description="mptcp: switch subflows; none: decide and log only"
+    actuation: Literal["mptcp", "tunnel", "none"] = Field(
+        "mptcp",
+        description="mptcp: switch subflows; tunnel: enable/disable the multipath tunnel's "
+        "paths (PM_TUNNEL_PATHS, docs/tunnel.md); none: decide and log only",
     )
+    tunnel_paths: str = Field(
+        "",
+        description='with actuation=tunnel, JSON: {"<UE path ip>": {"api": '
+        '"http://<tunnel end>:8105/tunnel/v1", "path": <id>}}',
+    )
+    tunnel_token: str | None = Field(None, description="bearer token of the tunnel's API")
     mptcp_netns: str | None = Field(None, description="network namespace of the PEP (MPTCP)")
     mode: Mode = Field(Mode.FPT_R, description="reactive, cdf, fpt, cdf+r or fpt+r")
     period: float = Field(0.150, description="predictive control period (s)")
@@ -192,6 +201,11 @@ class PathManager:
         self.actuator: Any = None
         if settings.actuation == "mptcp":
             self.actuator = _start_actuator(settings.mptcp_netns, health)
+        elif settings.actuation == "tunnel":
+            from path_manager.tunnel_actuator import TunnelActuator, parse_paths
+
+            paths = parse_paths(settings.tunnel_paths)
+            self.actuator = TunnelActuator(paths, settings.tunnel_token, health)
         cells = [bind_all("cell")] if settings.rnis_feed == "cell" else []  # UEs bind per path
         # The configured feed until Mp1 discovery (start()) names the registered one.
         self.rnis = AmqpConsumer(
