@@ -2,9 +2,9 @@
 # `mec-platform` service and the `mecctl` user CLI. docs/mec-platform.md
 APT_PACKAGES += postgresql nftables wrk
 TEST_TARGETS += test-platform
-BENCH_TARGETS += bench-platform
+BENCH_TARGETS += bench-platform bench-notify
 
-.PHONY: test-platform bench-platform platform-conformance
+.PHONY: test-platform bench-platform bench-notify platform-conformance
 
 test-platform: python ## MEC platform: Mp1, security, lifecycle, data plane (netns), PostgreSQL, conformance
 	uv run pytest -q mec-platform/tests
@@ -14,3 +14,6 @@ platform-conformance: python ## only the schemathesis run against the official M
 
 bench-platform: python ## discovery req/s and p99 with 1,000 services; fan-out to 100 subscribers (docs/results/platform)
 	uv run python -m mts_lab.platform.bench --out docs/results/platform
+
+bench-notify: python ## a healthy notification receiver beside 1,000 stalled ones (issue 20; docs/results/notify)
+	uv run python -m mts_lab.platform.notify_bench --out docs/results/notify

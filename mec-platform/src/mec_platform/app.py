@@ -80,12 +80,14 @@ def build_platform(settings: PlatformSettings) -> Platform:
         settings.admin_client_id, settings.admin_client_secret, settings.state_dir
     )
     notifier = Notifier(authority.notification_token, attempts=settings.notify_attempts,
-                        backoff_s=settings.notify_backoff_s)  # fmt: skip
+                        backoff_s=settings.notify_backoff_s, timeout_s=settings.notify_timeout_s,
+                        per_receiver=settings.notify_per_receiver)  # fmt: skip
     base = settings.base_url()
     if not settings.public_url and settings.http_host in ("0.0.0.0", "::", ""):
         log.warning("PLATFORM_PUBLIC_URL is unset: links say " + base + ", which apps in "
                     "other namespaces, containers or Pods cannot follow")  # fmt: skip
-    registry = Registry(db, notifier, base, transports(settings), settings.callback_networks)
+    registry = Registry(db, notifier, base, transports(settings), settings.callback_networks,
+                        settings.max_subscriptions_per_app)  # fmt: skip
     dataplane = DataplaneAgent(Runner(settings.dataplane_netns)) if settings.dataplane else None
     manager = Manager(db, registry, authority, make_backend(settings), dataplane, base,
                       settings.graceful_timeout_s)  # fmt: skip

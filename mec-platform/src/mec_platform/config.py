@@ -47,6 +47,15 @@ class PlatformSettings(ServiceSettings):
     )
     notify_attempts: int = Field(5, ge=1, le=20, description="delivery attempts per notification")
     notify_backoff_s: float = Field(0.5, gt=0, description="first retry delay (doubles)")
+    notify_timeout_s: float = Field(
+        5.0, gt=0, le=300, description="time limit of one notification delivery attempt"
+    )
+    notify_per_receiver: int = Field(
+        4, ge=1, le=256, description="deliveries in flight per receiver (callback host:port)"
+    )
+    max_subscriptions_per_app: int = Field(
+        100, ge=1, description="subscriptions an app instance may hold (both Mp1 APIs)"
+    )
     liveness_check_s: float = Field(
         1.0, gt=0, description="how often missed heartbeats are checked"
     )

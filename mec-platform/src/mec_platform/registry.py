@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from mec_common.api import ProblemError
 from mec_common.auth import Principal
@@ -58,12 +58,14 @@ class Registry:
         base_url: str,
         transports: list[TransportInfo],
         callback_networks: list[str],
+        max_subscriptions: int = 100,
     ) -> None:
         self.db = db
         self.notifier = notifier
         self.base_url = base_url
         self.transports = {t.id: t.dump() for t in transports}
         self._callback_networks = callback_networks
+        self._max_subscriptions = max_subscriptions
         self._cache: dict[tuple[Any, ...], bytes] = {}
         self._cache_lock = threading.Lock()
         # serInstanceId -> (app instance, ServiceInfo JSON), in registration order: discovery
@@ -312,8 +314,16 @@ class Registry:
         except CallbackNotAllowedError as exc:
             raise ProblemError(400, str(exc)) from None
         body = sub.dump()
-        with self.db.session() as s:
+        with self._writes, self.db.session() as s:
             self.app_for(s, principal, app_instance_id)
+            held = s.scalar(select(func.count()).where(
+                Subscription.app_instance_id == app_instance_id)) or 0  # fmt: skip
+            if held >= self._max_subscriptions:  # each is a receiver the platform must serve
+                raise ProblemError(
+                    403,
+                    f"an app instance may hold at most "
+                    f"{self._max_subscriptions} subscriptions; delete one first",
+                )
             row = Subscription(id=_new_id(), api=API_OF[api], app_instance_id=app_instance_id,
                                body=body)  # fmt: skip
             s.add(row)

@@ -35,12 +35,14 @@ from mec_platform.testing import SIMPLE_APPD, free_port
 SM = "/mec_service_mgmt/v1"
 
 
-def start_platform(state: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+def start_platform(
+    state: Path, settings: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str, str]:
     port = free_port()
     secret = "bench-admin-secret"  # noqa: S105 - a throwaway platform
     env = {**os.environ, "PLATFORM_STATE_DIR": str(state), "PLATFORM_HTTP_HOST": "127.0.0.1",
            "PLATFORM_HTTP_PORT": str(port), "PLATFORM_ADMIN_CLIENT_SECRET": secret,
-           "PLATFORM_LOG_LEVEL": "WARNING"}  # fmt: skip
+           "PLATFORM_LOG_LEVEL": "WARNING", **(settings or {})}  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "mec_platform.cli", "serve"], env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120  # generous: the shared machine may be busy
