@@ -69,8 +69,16 @@ def platform_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_app_gets_only_what_its_appd_grants_and_stays_ready(
     tmp_path: Path, platform_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A long grace, so the app surely confirms ready while instantiation still waits in it.
-    monkeypatch.setattr(process, "STARTUP_GRACE_S", 10.0)
+    # The start-up grace lasts until the app has confirmed ready (however busy the machine),
+    # so the confirmation surely comes while instantiation still waits in it.
+    check = process._check_it_stays_up
+
+    def grace_until_confirmed(child: Any, command: str, log: Path) -> None:
+        wait_until(lambda: (log.parent / "confirmed").exists() or child.poll() is not None,
+                   120, "the app's confirm_ready")  # fmt: skip
+        check(child, command, log)
+
+    monkeypatch.setattr(process, "_check_it_stays_up", grace_until_confirmed)
     platform = Running(make_settings(tmp_path))
     try:
         onboard(platform, bare_appd())
