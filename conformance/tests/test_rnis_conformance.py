@@ -3,7 +3,6 @@ tokens and a synthetic FlexRAN source), one test per failure of issue 21."""
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,9 +12,6 @@ from pathlib import Path
 import httpx
 import pika
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rnis-adapter" / "tests"))
-
 from rnis_helpers import (
     RNIS_APPD,
     SHARED_AMQP,

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -258,6 +259,11 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, status, err.Error())
 		return
 	}
+	values, err := parseValueFilters(r, layer2Params[6:]...) // after the ids and addresses
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
 	type cellAcc struct {
 		info   map[string]any
 		active int
@@ -305,6 +311,7 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 	if f.noMatch || len(f.ips) > 0 {
 		cellInfo = []map[string]any{} // a UE-level query: cell figures were not asked for
 	}
+	cellInfo, ueInfo = values.keep(cellInfo), values.keep(ueInfo)
 	stamped := now()
 	if newest > 0 {
 		stamped = stamp(newest)
@@ -342,6 +349,15 @@ func (s *Server) rabInfo(w http.ResponseWriter, r *http.Request) {
 	if err1 != nil || err2 != nil {
 		problem(w, r, http.StatusBadRequest, "erab_id and qci must be integers")
 		return
+	}
+	// FlexRAN reports no bit rates: a filter on them is checked, and matches no bearer.
+	bitRates, err := parseValueFilters(r, "erab_mbr_dl", "erab_mbr_ul", "erab_gbr_dl", "erab_gbr_ul")
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(bitRates) > 0 {
+		f.noMatch = true
 	}
 	type cellUsers struct {
 		Ecgi   Ecgi             `json:"ecgi"`
@@ -481,12 +497,52 @@ func (s *Server) extRanMeas(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
+// valueFilters are query parameters that ask for an exact non-negative integer value of
+// the field of the same name (MEC 012's layer2_meas and rab_info filters).
+type valueFilters map[string]int64
+
+func parseValueFilters(r *http.Request, names ...string) (valueFilters, error) {
+	out := valueFilters{}
+	q := r.URL.Query()
+	for _, name := range names {
+		if !q.Has(name) {
+			continue
+		}
+		v, err := optionalInt(q.Get(name))
+		if err != nil || v < 0 || len(q[name]) > 1 {
+			return nil, fmt.Errorf("query parameter %q must be one non-negative integer", name)
+		}
+		out[name] = v
+	}
+	return out, nil
+}
+
+// keep is the entries of list whose fields equal every filter on a field of theirs (cell
+// filters end in _cell, UE filters in _ue); a field the entry lacks does not match.
+func (vf valueFilters) keep(list []map[string]any) []map[string]any {
+	out := []map[string]any{}
+	for _, entry := range list {
+		_, isCell := entry["number_of_active_ue_dl_nongbr_cell"]
+		matches := true
+		for name, want := range vf {
+			if strings.HasSuffix(name, "_cell") != isCell {
+				continue
+			}
+			got, ok := entry[name]
+			matches = matches && ok && fmt.Sprint(got) == strconv.FormatInt(want, 10)
+		}
+		if matches {
+			out = append(out, entry)
+		}
+	}
+	return out
+}
+
 func optionalInt(s string) (int64, error) {
 	if s == "" {
 		return -1, nil
 	}
-	var n int64
-	_, err := fmt.Sscanf(s, "%d", &n)
+	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("bad integer")
 	}

@@ -81,7 +81,7 @@ func Problem(w http.ResponseWriter, r *http.Request, status int, detail string) 
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status),
-		"status": status, "detail": detail, "instance": BaseURL(r) + r.URL.Path})
+		"status": status, "detail": detail, "instance": BaseURL(r) + r.URL.EscapedPath()})
 }
 
 // WriteJSON answers with v as JSON.
