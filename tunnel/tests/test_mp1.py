@@ -6,10 +6,7 @@ and deregisters on SIGTERM. The tunnel end runs in this namespace with a TUN of 
 from __future__ import annotations
 
 import os
-import secrets
 import signal
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,16 +16,10 @@ import httpx
 import pytest
 
 from mec_platform.testing import Running, make_settings, onboard
-from mts_lab.tunnel.bed import BINARY
+from mts_lab.tunnel.bed import start_here
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a TUN")
 APPD = (Path(__file__).parents[1] / "appd.yaml").read_text()
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -57,41 +48,29 @@ def test_registers_as_mp_tunnel_and_deregisters(tmp_path: Path, platform: Runnin
     assert r.status_code == 201, r.text
     instance = r.json()["id"]
     creds = platform.admin.post(f"/app_lcm/v1/app_instances/{instance}/credentials").json()
-    port = free_port()
-    udp = [free_port(socket.SOCK_DGRAM) for _ in range(2)]
-    paths = f'[{{"id":1,"local":"127.0.0.1:{udp[0]}","remote":"127.0.0.1:{udp[1]}"}}]'
     env = {
-        **os.environ,
-        "TUNNEL_TUN": f"mpt{secrets.token_hex(3)}",  # unique, gone when the process exits
-        "TUNNEL_PSK": secrets.token_hex(16),
-        "TUNNEL_PATHS": paths,
-        "TUNNEL_HTTP_HOST": "127.0.0.1",
-        "TUNNEL_HTTP_PORT": str(port),
-        "TUNNEL_STATE_DIR": str(tmp_path),
         "TUNNEL_API_TOKENS": "static-token",
         "TUNNEL_PLATFORM_URL": platform.url,
         "TUNNEL_APP_INSTANCE_ID": instance,
         "TUNNEL_CLIENT_ID": creds["clientId"],
         "TUNNEL_CLIENT_SECRET": creds["clientSecret"],
     }
-    log = tmp_path / "tunnel.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(BINARY), "serve"], env=env, stdout=out, stderr=out)
+    proc, base = start_here(tmp_path, env)
     try:
         wait_for(lambda: len(services(platform)) == 1, 20, "the mp-tunnel registration")
         [info] = services(platform)
         assert info["state"] == "ACTIVE" and info["transportInfo"]["type"] == "REST_HTTP"
         api = info["transportInfo"]["endpoint"]["uris"][0]
-        assert api == f"http://127.0.0.1:{port}/tunnel/v1"
+        assert api == f"{base}/tunnel/v1"
         # an app of the platform calls the API found through Mp1 with its platform token
         token = platform.client(creds["clientId"], creds["clientSecret"]).headers["Authorization"]
         r = httpx.get(f"{api}/paths", headers={"Authorization": token})
         assert r.status_code == 200 and r.json()[0]["id"] == 1, r.text
         assert httpx.get(f"{api}/paths").status_code == 401
-        health = httpx.get(f"http://127.0.0.1:{port}/healthz").json()
+        health = httpx.get(f"{base}/healthz").json()
         assert health["checks"]["platform"]["ok"], health
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)
-    assert proc.returncode == 0, log.read_text()
+    assert proc.returncode == 0, (tmp_path / "tunnel.log").read_text()
     assert services(platform) == [], "deregistered on shutdown"

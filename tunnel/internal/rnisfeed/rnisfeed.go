@@ -21,7 +21,7 @@ import (
 // Sink receives a UE's report: capacity (bit/s) and RLC queue (bytes).
 type Sink func(ue netip.Addr, capacityBps float64, queueBytes int, at time.Time)
 
-// measurement is the part of mec_common.rnis.RnisMeasurement the tunnel reads.
+// measurement is the part of mec_common.bus.rnis.RnisMeasurement the tunnel reads.
 type measurement struct {
 	UE            netip.Addr `json:"ue_ipv4"`
 	RapidBps      *float64   `json:"rapid_capacity_bps"`

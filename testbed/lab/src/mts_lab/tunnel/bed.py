@@ -17,6 +17,7 @@ import hmac
 import json
 import os
 import secrets
+import socket
 import struct
 import subprocess
 import tempfile
@@ -229,3 +230,35 @@ def datagram(
     nonce = struct.pack(">IQ", path, seq)
     body = struct.pack(">Qq", data_seq, time.monotonic_ns()) + packet
     return header + key.encrypt(nonce, body, header)
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_here(
+    state: Path, env: dict[str, str], rnis_ue: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """One tunnel end in this namespace, for what lives here (the platform, RabbitMQ): a TUN
+    of its own (a unique name; gone when it exits), one path on loopback to a peer that is
+    not there. Returns the process and its API base URL."""
+    port = free_port()
+    local, remote = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM)
+    path: dict[str, Any] = {"id": 1, "local": f"127.0.0.1:{local}", "remote": f"127.0.0.1:{remote}"}
+    if rnis_ue:
+        path["rnis_ue"] = rnis_ue
+    full = {
+        **os.environ,
+        "TUNNEL_TUN": f"mpt{secrets.token_hex(3)}",
+        "TUNNEL_PSK": secrets.token_hex(16),
+        "TUNNEL_PATHS": json.dumps([path]),
+        "TUNNEL_HTTP_HOST": "127.0.0.1",
+        "TUNNEL_HTTP_PORT": str(port),
+        "TUNNEL_STATE_DIR": str(state),
+        **env,
+    }
+    with (state / "tunnel.log").open("wb") as out:
+        proc = subprocess.Popen([str(BINARY), "serve"], env=full, stdout=out, stderr=out)
+    return proc, f"http://127.0.0.1:{port}"
