@@ -54,11 +54,11 @@ def text(browser: WebDriver, css: str) -> str:
 
 
 def table(browser: WebDriver, css: str) -> list[dict[str, str]]:
-    """The rows of a table as {data-k: text}, read in one step."""
+    """The rows of a table as {data-k: text} (and the row's data-seq), read in one step."""
     rows: list[dict[str, str]] = browser.execute_script(
         "return [...document.querySelectorAll(arguments[0] + ' tbody tr')].map((r) =>"
         " Object.fromEntries([...r.querySelectorAll('td')]"
-        ".map((c) => [c.dataset.k, c.innerText])));",
+        ".map((c) => [c.dataset.k, c.innerText]).concat([['seq', r.dataset.seq ?? '']])));",
         css,
     )
     return rows
@@ -150,11 +150,11 @@ def test_live_values_match_the_rnis_api(system: run.System, browser: WebDriver) 
 
 def test_a_meld_decision_appears_after_a_loss(system: run.System, browser: WebDriver) -> None:
     system.pep("PUT", "/ran_aware/mode", json={"mode": "meld-de"})
-    shown_before = len(table(browser, "#decisions"))
+    newest_before = max((int(r["seq"]) for r in table(browser, "#decisions")), default=0)
     download = system.download("PEP + MELD-DE", 1_500_000, via_pep=True)
     assert download.meld is not None and download.meld["losses"] > 0, download.meld
-    # newest first: the rows above the ones shown before the download are its decisions
-    rows = wait("a decision row", lambda: table(browser, "#decisions")[: -shown_before or None])
+    rows = wait("a decision row", lambda: [
+        r for r in table(browser, "#decisions") if int(r["seq"]) > newest_before])  # fmt: skip
     assert {r["ue"] for r in rows} == {system.ue_ip()}
     assert {r["mode"] for r in rows} == {"meld-de"}
     kept = sum(int(r["kept"]) for r in rows)

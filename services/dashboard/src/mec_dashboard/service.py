@@ -9,6 +9,7 @@ sign in with platform-issued tokens. Standalone, the URLs and a token are config
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.parse_args(argv)
     settings = DashboardSettings()
     configure_logging(settings.log_level, settings.log_format)
+    # httpx logs every request at INFO: the collector's several reads per sample period
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     serve(build_app(settings), settings)
 
 

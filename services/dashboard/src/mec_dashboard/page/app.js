@@ -119,6 +119,7 @@ function onTick(tick, fromSnapshot = false) {
     decisions = decisions.slice(-500);
   }
   if (selected === null || !(selected in tick.radio)) selected = Object.keys(tick.radio).sort()[0] ?? null;
+  if (document.hidden) return;  // a background tab keeps the data, draws nothing
   renderHealth(tick.backends);
   renderRadio(tick);
   renderPep(tick);
@@ -165,8 +166,16 @@ const clock = (t) => (t ? new Date(t * 1000).toLocaleTimeString("en-GB") : "–"
 const bytes = (v) => (v === null || v === undefined ? "–" : v >= 1e6 ? `${(v / 1e6).toFixed(1)} MB` : v >= 1e3 ? `${(v / 1e3).toFixed(1)} kB` : `${v} B`);
 const rate = (v) => (v === null || v === undefined ? "–" : `${(v / 1e6).toFixed(2)} Mbit/s`);
 
+const shown = new Map();  // selector -> the HTML last put there: unchanged tables are not touched
+
 function fill(selector, rows) {
-  $(`${selector} tbody`).innerHTML = rows.join("");
+  setHtml(`${selector} tbody`, rows.join(""));
+}
+
+function setHtml(selector, html) {
+  if (shown.get(selector) === html) return;
+  shown.set(selector, html);
+  $(selector).innerHTML = html;
 }
 
 function cells(values, keys) {
@@ -174,7 +183,7 @@ function cells(values, keys) {
 }
 
 function renderHealth(backends) {
-  $("#health").innerHTML = Object.entries(backends).map(([name, b]) => {
+  setHtml("#health", Object.entries(backends).map(([name, b]) => {
     const state = b.ok === true ? "ok" : b.ok === false ? "bad" : "absent";
     const checks = Object.entries(b.health?.checks ?? {}).map(([check, c]) =>
       `<span class="chip ${c.ok ? "ok" : "bad"}" title="${esc(c.detail)}">${esc(check)}</span>`).join("");
@@ -182,7 +191,7 @@ function renderHealth(backends) {
     return `<div class="card ${state}" data-backend="${esc(name)}"><b>${esc(name)}</b> <span class="state">${word}</span>
       <div class="muted">${state === "ok" ? "" : esc(b.detail)} ${state === "bad" ? `since ${clock(b.since)}` : ""}</div>
       <div>${checks}</div></div>`;
-  }).join("");
+  }).join(""));
 }
 
 function markLost(backends) {
@@ -226,14 +235,20 @@ $("#ue-table").addEventListener("click", (event) => {
   drawCharts();
 });
 
+let drawn = [null, 0];  // UE and newest sample time last drawn
+
 function drawCharts() {
   const cols = series.get(selected);
   if (!cols || !window.uPlot) return;
+  const newest = cols[0][cols[0].length - 1];
+  if (drawn[0] === selected && drawn[1] === newest) return;
+  drawn = [selected, newest];
   const width = Math.max(280, Math.floor(($("#charts").clientWidth - 24) / 2));
   if (!charts.length) {
     charts = CHARTS.map(([title, keys, colours]) => new uPlot({
       title, width, height: 170,
       scales: {x: {time: true}},
+      axes: [{}, {size: 64}],  // room for "200,000"
       legend: {show: keys.length > 1},
       series: [{}, ...keys.map((k, i) => ({label: k, stroke: colours[i], width: 1.5, points: {show: false}}))],
     }, [[], ...keys.map(() => [])], $("#charts")));
@@ -257,7 +272,7 @@ function renderPep(tick) {
     [esc(ue), esc(m.mode), num(m.flows), num(m.counters.losses), num(m.counters.suppressed), num(m.counters.notified),
       num(m.counters.stale), m.radio_stale ? "stale" : num(m.radio_age_ms, 1)],
     ["ue", "mode", "flows", "losses", "kept", "cut", "stale", "age"])}</tr>`));
-  fill("#decisions", decisions.slice(-50).reverse().map((d) => {
+  fill("#decisions", decisions.slice(-20).reverse().map((d) => {
     const why = [d.stale ? `${d.stale} stale radio` : "", d.no_data ? `${d.no_data} no radio` : ""].filter(Boolean).join(", ");
     return `<tr data-seq="${d.seq}" class="${d.kept ? "kept" : "cut"}">${cells(
       [clock(d.t), esc(d.ue), esc(d.mode), num(d.losses), num(d.kept), num(d.cut), esc(why || "")],
@@ -275,7 +290,7 @@ function renderPep(tick) {
 
 function renderPaths(paths) {
   $("#pm-absent").textContent = paths.absent ? `not available: ${paths.absent}` : paths.ues.length ? "" : "no UE under control";
-  $("#pm").innerHTML = paths.ues.map((ue) => `
+  setHtml("#pm", paths.ues.map((ue) => `
     <h3>UE ${esc(ue.ue)} — ${esc(ue.mode)}, queue ${num(ue.queue_packets, 1)} packets</h3>
     <table><thead><tr><th>path</th><th>cell</th><th>active</th><th>LoS</th><th>capacity LoS</th><th>sample age s</th></tr></thead><tbody>
     ${ue.path_states.map((p) => `<tr>${cells([esc(p.path), esc(p.cell), p.active ? "active" : "backup", p.in_los ? "LoS" : "NLoS",
@@ -283,7 +298,7 @@ function renderPaths(paths) {
     </tbody></table>
     <table><thead><tr><th>decision</th></tr></thead><tbody>
     ${ue.decisions.slice(-10).reverse().map((d) => `<tr><td>${esc(JSON.stringify(d))}</td></tr>`).join("")}
-    </tbody></table>`).join("");
+    </tbody></table>`).join(""));
 }
 
 function renderServices(services) {

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import signal
 import statistics
 import subprocess
 import time
@@ -150,7 +151,7 @@ def measure(args: argparse.Namespace) -> Results:
         bed.start_platform()
         for appd in (run.APPDS / "rnis-adapter.yaml", run.APPDS / "pep.yaml", run.DASHBOARD_APPD):
             bed.instantiate(appd)
-        bed.wait_for_services({"rnis", "pep", "dashboard"})
+        bed.wait_for_services({"rnis", "pep", "dashboard"}, timeout=300)  # 64 UEs: a busy host
         bed.pep("PUT", "/ran_aware/mode", json={"mode": "meld-de"})
         topo = bed.require_topo()
         for ue in topo.ues[: args.downloads]:  # long downloads through the PEP, stopped at down
@@ -237,6 +238,10 @@ def table(results: Results) -> str:
     ])  # fmt: skip
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/results/dashboard"))
@@ -244,6 +249,7 @@ def main() -> None:
     parser.add_argument("--loads", type=int, default=5, help="page loads for the first paint")
     parser.add_argument("--downloads", type=int, default=8, help="UEs downloading meanwhile")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _interrupt)  # stop cleanly (bed.down) on SIGTERM too
     save_results(measure(args), args.out, "dashboard", plot, table)
 
 
