@@ -101,7 +101,8 @@ class System:
         self.work = Path(tempfile.mkdtemp(prefix=f"mts-{name}-"))
         self.procs: list[subprocess.Popen[Any]] = []
         self.amqp_user = f"mts-{name}"
-        self.amqp_password = secrets.token_urlsafe(16)
+        # hex: a token_urlsafe password may start with "-", which rabbitmqctl takes for an option
+        self.amqp_password = secrets.token_hex(16)
         self.admin_secret = secrets.token_urlsafe(24)
         self.pep_token = secrets.token_urlsafe(24)
         self.topo: Topology | None = None
