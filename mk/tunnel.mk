@@ -11,7 +11,7 @@ build/bin/tunnel: $(TUNNEL_SRC)
 	nice -n 10 go build -trimpath -o $@ ./tunnel/cmd/tunnel
 
 .PHONY: test-tunnel bench-tunnel
-test-tunnel: python build/bin/tunnel ## tunnel: Go unit tests, and two namespaces joined by it (2 paths, path down, FQ-CoDel vs FIFO, bad datagrams; root)
+test-tunnel: python rabbitmq build/bin/tunnel ## tunnel: Go unit tests; two namespaces joined by it (2 paths, path down, FQ-CoDel vs FIFO, bad datagrams), Mp1, RNIS feed, the path manager actuator (root)
 	gofmt -l tunnel | (! grep .) || (echo "gofmt: files above need formatting" && false)
 	go vet ./tunnel/...
 	nice -n 10 go test -count=1 ./tunnel/...
