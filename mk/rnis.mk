@@ -6,14 +6,14 @@ RNIS_GO_SRC = $(shell find rnis-adapter services/common/go -name '*.go' -not -na
 
 BUILD_TARGETS += $(RNIS_BINS)
 TEST_TARGETS += test-rnis
-BENCH_TARGETS += bench-rnis
+BENCH_TARGETS += bench-rnis bench-rnis-notify
 EXPERIMENT_TARGETS += experiment-meld-replay
 
 $(RNIS_BINS): build/bin/%: $(RNIS_GO_SRC)
 	@mkdir -p build/bin
 	nice -n 10 go build -trimpath -o $@ ./rnis-adapter/cmd/$*
 
-.PHONY: test-rnis bench-rnis fuzz-rnis
+.PHONY: test-rnis bench-rnis bench-rnis-notify fuzz-rnis
 test-rnis: python rabbitmq $(RNIS_BINS) build/bin/ran-emulator ## RNIS adapter: Go unit tests, short fuzz, integration tests on RabbitMQ
 	gofmt -l rnis-adapter | (! grep .) || (echo "gofmt: files above need formatting" && false)
 	go vet ./rnis-adapter/...
@@ -25,6 +25,11 @@ test-rnis: python rabbitmq $(RNIS_BINS) build/bin/ran-emulator ## RNIS adapter: 
 
 fuzz-rnis: ## fuzz the FlexRAN parser for 5 minutes
 	go test -run '^$$' -fuzz FuzzParse -fuzztime 5m ./rnis-adapter/internal/flexran
+
+bench-rnis-notify: ## MEC 012 notifications: a healthy receiver beside 1,000 stalled ones (issue 20; docs/results/rnis-notify)
+	@mkdir -p docs/results/rnis-notify
+	MTS_STALLED_RECEIVERS=1000 MTS_NOTIFY_ROUNDS=20 MTS_NOTIFY_OUT=$(CURDIR)/docs/results/rnis-notify/notify.json \
+		go test -count=1 -run TestStalledReceiversDelayOnlyThemselves -v ./rnis-adapter/internal/mec012
 
 bench-rnis: python rabbitmq $(RNIS_BINS) ## RNIS benchmark: 64 UEs at 1 kHz → adapter → AMQP consumer (docs/results/rnis)
 	uv run python rnis-adapter/bench/bench_rnis.py --out docs/results/rnis

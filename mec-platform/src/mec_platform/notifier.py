@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import random
 import socket
 import threading
 from collections import deque
@@ -164,7 +165,8 @@ class Notifier:
                 reason = str(exc) or type(exc).__name__
             if attempt < self._attempts:
                 log.info("notification failed; retrying", url=d.url, reason=reason, delay=delay)
-                await asyncio.sleep(delay)
+                # jittered: receivers that failed together do not all retry together
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # noqa: S311 - not crypto
                 delay *= 2
         FAILED.labels(d.kind).inc()
         log.warning("notification given up", url=d.url, kind=d.kind, reason=reason)

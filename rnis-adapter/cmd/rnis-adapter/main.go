@@ -198,7 +198,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	health.Set("broker", false, "not connected yet", true)
 	tracker := state.New(cfg.DetachAfter)
 	pub := feed.New(feed.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, MaxInFlight: cfg.MaxInFlight, MaxLag: cfg.MaxLag}, metrics, log)
-	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, Tokens: tokens,
+	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, MaxSubsPerApp: cfg.MaxSubsPerApp, Tokens: tokens,
 		SubscriptionsFile: filepath.Join(cfg.StateDir, "rnis-subscriptions.json"), AppInstanceID: cfg.AppInstanceID}
 	var platformTokens *auth.Platform
 	if cfg.PlatformURL != "" { // apps on the platform call with the tokens it issues

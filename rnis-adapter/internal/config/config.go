@@ -34,6 +34,7 @@ type Config struct {
 	DetachAfter             time.Duration
 
 	NotifyTimeout time.Duration
+	MaxSubsPerApp int
 	DebugAddr     string
 }
 
@@ -61,6 +62,7 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("IP_MAP", "", "JSON file mapping IMSI or <bs_id>/<rnti> to UE IPv4 (docs/rnis-adapter.md)", svc.Str(&c.IPMapFile)),
 		svc.Var("DETACH_AFTER", "1s", "a UE missing from the statistics this long (and 2 polls) is detached", svc.Duration(&c.DetachAfter)),
 		svc.Var("NOTIFY_TIMEOUT", "2s", "timeout of one MEC 012 notification POST", svc.Duration(&c.NotifyTimeout)),
+		svc.Var("MAX_SUBSCRIPTIONS_PER_APP", "100", "MEC 012 subscriptions one app instance (or the static tokens together) may hold; beyond: 403", svc.Int(&c.MaxSubsPerApp)),
 		svc.Var("DEBUG_ADDR", "", "if set (e.g. 127.0.0.1:6060), serve Go's pprof profiles there, without auth: for profiling only", svc.Str(&c.DebugAddr)),
 	}...), c.PlatformSettings()...)
 }

@@ -35,6 +35,7 @@ type Config struct {
 	PublicURL         string // base URL clients use; links are built from it
 	SubscriptionsFile string // where subscriptions persist across restarts ("": memory only)
 	NotifyTimeout     time.Duration
+	MaxSubsPerApp     int // subscriptions per app instance (0: 100)
 	Tokens            []string
 	Verifiers         []auth.Verifier // more ways to accept a token (platform-issued JWTs)
 	AppInstanceID     string          // the adapter's own app instance on the platform ("": none)
@@ -57,6 +58,9 @@ type Server struct {
 func New(cfg Config, tracker *state.Tracker, metrics *obs.Metrics, log *slog.Logger) (*Server, error) {
 	if cfg.NotifyTimeout <= 0 {
 		cfg.NotifyTimeout = 2 * time.Second
+	}
+	if cfg.MaxSubsPerApp <= 0 {
+		cfg.MaxSubsPerApp = 100
 	}
 	s := &Server{cfg: cfg, auth: append([]auth.Verifier{auth.StaticTokens(cfg.Tokens)}, cfg.Verifiers...), tracker: tracker, metrics: metrics, log: log,
 		subs: newStore(cfg.PublicURL+Base+"/subscriptions/", cfg.SubscriptionsFile)}

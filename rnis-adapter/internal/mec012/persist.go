@@ -14,8 +14,9 @@ import (
 // savedSubscription is one subscription in the state file: its id and the body as stored
 // (what GET returns, without _links).
 type savedSubscription struct {
-	ID   string         `json:"id"`
-	Body map[string]any `json:"body"`
+	ID    string         `json:"id"`
+	Body  map[string]any `json:"body"`
+	Owner string         `json:"owner,omitempty"`
 }
 
 // load reads the subscriptions saved at st.path (none if the file does not exist). Each is
@@ -44,7 +45,7 @@ func (st *store) load(log *slog.Logger) error {
 			log.Warn("saved subscription dropped", "id", e.ID, "err", err)
 			continue
 		}
-		s.ID = e.ID
+		s.ID, s.Owner = e.ID, e.Owner
 		st.subs[s.ID] = s
 	}
 	log.Info("subscriptions restored", "count", len(st.subs), "file", st.path)
@@ -60,7 +61,7 @@ func (st *store) save() error {
 	}
 	saved := make([]savedSubscription, 0, len(st.subs))
 	for _, s := range sortedByID(st.subs) {
-		saved = append(saved, savedSubscription{ID: s.ID, Body: s.Body})
+		saved = append(saved, savedSubscription{ID: s.ID, Body: s.Body, Owner: s.Owner})
 	}
 	raw, err := json.MarshalIndent(saved, "", " ")
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
 	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/services/common/go/auth"
 	"mts.invalid/suite/services/common/go/svc"
 )
 
@@ -40,6 +41,7 @@ type subscription struct {
 	Callback string
 	Body     map[string]any
 	Expiry   *TimeStamp
+	Owner    string // app instance of the token that created it ("": a static token)
 	f        subFilter
 }
 
@@ -193,10 +195,23 @@ func (st *store) view(s *subscription) map[string]any {
 	return out
 }
 
-// add stores a new subscription; if it cannot be saved, nothing changes.
-func (st *store) add(s *subscription) error {
+// errTooMany: the owner already holds the most subscriptions it may.
+var errTooMany = errors.New("too many subscriptions")
+
+// add stores a new subscription unless its owner already holds max; if it cannot be
+// saved, nothing changes.
+func (st *store) add(s *subscription, max int) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	held := 0
+	for _, other := range st.subs {
+		if other.Owner == s.Owner {
+			held++
+		}
+	}
+	if held >= max {
+		return errTooMany
+	}
 	s.ID = newID()
 	st.subs[s.ID] = s
 	if err := st.save(); err != nil {
@@ -338,7 +353,11 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := s.subs.add(sub); err != nil {
+	sub.Owner = auth.AppInstanceOf(auth.BearerToken(r.Header.Get("Authorization")))
+	if err := s.subs.add(sub, s.cfg.MaxSubsPerApp); errors.Is(err, errTooMany) {
+		problem(w, r, http.StatusForbidden, fmt.Sprintf("an app instance may hold at most %d subscriptions; delete one first", s.cfg.MaxSubsPerApp))
+		return
+	} else if err != nil {
 		s.log.Error("cannot save the subscriptions", "err", err)
 		problem(w, r, http.StatusInternalServerError, "the subscription could not be saved")
 		return
@@ -421,19 +440,34 @@ func (s *Server) stored(w http.ResponseWriter, r *http.Request, id string, found
 	return false
 }
 
-// notifier matches events to subscriptions and POSTs the notifications, in order, from one
-// goroutine; a full queue drops events (counted) rather than slow the poller down.
+// notifier matches events to subscriptions in one goroutine and hands each notification
+// to its receiver (the callback's scheme, host and port): every receiver has its own
+// goroutine and bounded queue, so a slow or stalled receiver delays only its own
+// notifications (issue 20). A full event queue or receiver queue drops (counted) rather
+// than slow the poller down. A receiver's goroutine ends when its queue stays empty.
 type notifier struct {
-	subs    *store
-	client  *http.Client
-	metrics *obs.Metrics
-	log     *slog.Logger
-	queue   chan state.Event
+	subs      *store
+	client    *http.Client
+	metrics   *obs.Metrics
+	log       *slog.Logger
+	queue     chan state.Event
+	mu        sync.Mutex
+	receivers map[string]chan delivery
 }
+
+type delivery struct {
+	sub  *subscription
+	body map[string]any
+}
+
+const (
+	receiverQueue = 1000             // notifications waiting for one receiver
+	receiverIdle  = 30 * time.Second // a receiver's goroutine ends after this without work
+)
 
 func newNotifier(subs *store, timeout time.Duration, metrics *obs.Metrics, log *slog.Logger) *notifier {
 	return &notifier{subs: subs, client: &http.Client{Timeout: timeout}, metrics: metrics, log: log,
-		queue: make(chan state.Event, 4096)}
+		queue: make(chan state.Event, 4096), receivers: map[string]chan delivery{}}
 }
 
 func (n *notifier) enqueue(events []state.Event) {
@@ -456,17 +490,69 @@ func (n *notifier) run(ctx context.Context) {
 		case e := <-n.queue:
 			for _, sub := range n.subs.all() {
 				if body := notification(sub, &e); body != nil {
-					n.post(ctx, sub, body)
+					n.send(ctx, sub, body)
 				}
 			}
 		case t := <-ticker.C:
 			for _, sub := range n.subs.expired(t) {
-				n.post(ctx, sub, map[string]any{"notificationType": "ExpiryNotification",
+				n.send(ctx, sub, map[string]any{"notificationType": "ExpiryNotification",
 					"_links": map[string]any{"self": n.subs.href(sub.ID)}, "expiryDeadline": sub.Expiry,
 					"timeStamp": stamp(t.UnixNano())})
 			}
 		}
 	}
+}
+
+// send queues a notification for its receiver, starting the receiver's goroutine if needed.
+func (n *notifier) send(ctx context.Context, sub *subscription, body map[string]any) {
+	key := receiverOf(sub.Callback)
+	n.mu.Lock()
+	defer n.mu.Unlock() // held while sending, so a goroutine that finds its queue empty can end
+	queue, ok := n.receivers[key]
+	if !ok {
+		queue = make(chan delivery, receiverQueue)
+		n.receivers[key] = queue
+		go n.serve(ctx, key, queue)
+	}
+	select {
+	case queue <- delivery{sub, body}:
+	default:
+		n.metrics.Notified(body["notificationType"].(string), false)
+		n.log.Warn("notification dropped: the receiver's queue is full", "receiver", key)
+	}
+}
+
+// serve delivers one receiver's notifications in order until it has had nothing to do for
+// receiverIdle.
+func (n *notifier) serve(ctx context.Context, key string, queue chan delivery) {
+	idle := time.NewTimer(receiverIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d := <-queue:
+			n.post(ctx, d.sub, d.body)
+			idle.Reset(receiverIdle)
+		case <-idle.C:
+			n.mu.Lock()
+			if len(queue) == 0 {
+				delete(n.receivers, key)
+				n.mu.Unlock()
+				return
+			}
+			n.mu.Unlock()
+			idle.Reset(receiverIdle)
+		}
+	}
+}
+
+func receiverOf(callback string) string {
+	u, err := url.Parse(callback)
+	if err != nil {
+		return callback
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 func (n *notifier) post(ctx context.Context, sub *subscription, body map[string]any) {
