@@ -99,7 +99,8 @@ func (m *Measurement) appendUEFields(b []byte) []byte {
 	b = appendKeyOpt(b, "rapid_prbs", m.RapidPRBs)
 	b = appendKeyOpt(b, "rapid_capacity_bps", m.RapidCapacity)
 	b = appendKeyOpt(b, "cqi_capacity_bps", m.CQICapacity)
-	return appendKeyOpt(b, "radio_tbs_bytes", m.RadioTBS)
+	b = appendKeyOpt(b, "radio_tbs_bytes", m.RadioTBS)
+	return appendKeyOpt(b, "dl_tbs_bps", m.DLTBSRate)
 }
 
 func appendKeyInt(b []byte, key string, v int64) []byte {

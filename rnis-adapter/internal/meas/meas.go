@@ -50,6 +50,7 @@ type Measurement struct {
 	RapidPRBs, RapidCapacity   Int
 	CQICapacity                Int
 	RadioTBS                   Int // MELD's D_TBS on a real MAC (radioTBS)
+	DLTBSRate                  Int // DLTBS as bit/s: the rate the UE got in its last TTI
 
 	// For the MEC 012 side only (not in the AMQP message).
 	ERABs []ERAB
@@ -342,6 +343,9 @@ func deriveCell(ues []Measurement) {
 
 func derive(m *Measurement) {
 	m.CellBestCQITBS = tbsBytesForCQI(BestCQI, m.CellPRBs)
+	if m.DLTBS.Set {
+		m.DLTBSRate = m.BitsPerSecond(m.DLTBS.V)
+	}
 	if m.HasPRBUsage() {
 		m.CellPRBUsage = float64(m.CellAllocPRBs.V) / float64(m.CellPRBs.V)
 	}

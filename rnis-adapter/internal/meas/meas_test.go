@@ -56,6 +56,7 @@ func TestSaturatedSingleUE(t *testing.T) {
 		"rapid_prbs":         {m.RapidPRBs, some(25)},
 		"rapid_capacity_bps": {m.RapidCapacity, some(18_336_000)},
 		"cqi_capacity_bps":   {m.CQICapacity, some(18_336_000)},
+		"dl_tbs_bps":         {m.DLTBSRate, some(18_336_000)},
 		"frame":              {m.Frame, some(116)}, // sfnSn 1161 = frame*10 + subframe (OAI)
 		"subframe":           {m.Subframe, some(1)},
 		"harq":               {m.HARQ, some(8)},
@@ -159,6 +160,7 @@ type jsonView struct {
 	RapidCapacity  *int64    `json:"rapid_capacity_bps"`
 	CQICapacity    *int64    `json:"cqi_capacity_bps"`
 	RadioTBS       *int64    `json:"radio_tbs_bytes"`
+	DLTBSRate      *int64    `json:"dl_tbs_bps"`
 }
 
 type rlcView struct {
@@ -182,7 +184,8 @@ func view(m *Measurement) jsonView {
 		SFNSF: ptr(m.SFNSF), Frame: ptr(m.Frame), Subframe: ptr(m.Subframe), SourceTimeNs: ptr(m.SourceTimeNs),
 		SourceTimeUnc: ptr(m.SourceTimeUncNs), ObservedNs: m.ObservedNs, TTIus: m.TTIMicros(), BestCQITBS: ptr(m.BestCQITBS), CellBestCQITBS: ptr(m.CellBestCQITBS),
 		CellUEs: m.CellUEs, CellAlloc: ptr(m.CellAllocPRBs), RapidPRBs: ptr(m.RapidPRBs),
-		RapidCapacity: ptr(m.RapidCapacity), CQICapacity: ptr(m.CQICapacity), RadioTBS: ptr(m.RadioTBS)}
+		RapidCapacity: ptr(m.RapidCapacity), CQICapacity: ptr(m.CQICapacity), RadioTBS: ptr(m.RadioTBS),
+		DLTBSRate: ptr(m.DLTBSRate)}
 	if m.IMSI != "" {
 		v.IMSI = &m.IMSI
 	}

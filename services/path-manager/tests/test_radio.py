@@ -11,7 +11,8 @@ S = RadioSettings()
 def meas(cqi: int, tbs: int = 0, cqi_capacity: int = 75_000_000) -> RnisMeasurement:
     return RnisMeasurement(
         cell="10001-0", bs_id=10001, rnti=1, ue_ipv4="10.30.0.1", wb_cqi=cqi,
-        dl_tbs_bytes=tbs, cqi_capacity_bps=cqi_capacity, observed_ns=1, cell_ues=1,
+        dl_tbs_bytes=tbs, dl_tbs_bps=tbs * 8 * 1000, cqi_capacity_bps=cqi_capacity,
+        observed_ns=1, cell_ues=1,
     )  # fmt: skip
 
 

@@ -1,9 +1,9 @@
 """Per-path radio state from the RNIS feed: capacity, LoS/NLoS, dwell-time estimates.
 
-- Capacity: the TBS the cell gives the UE per TTI (``dl_tbs_bytes``/TTI when scheduled),
-  smoothed by an EWMA kept per state, so the predictor gets C_LoS and C_NLoS of each path;
-  until a state has been seen scheduled, the cell's rate at the reported CQI
-  (``cqi_capacity_bps`` = TBS(MCS(CQI), cell PRBs)/TTI) stands in.
+- Capacity: the rate the cell gives the UE when scheduled (``dl_tbs_bps``, the adapter's
+  conversion of the TBS per TTI), smoothed by an EWMA kept per state, so the predictor
+  gets C_LoS and C_NLoS of each path; until a state has been seen scheduled, the cell's
+  rate at the reported CQI (``cqi_capacity_bps`` = TBS(MCS(CQI), cell PRBs)/TTI) stands in.
 - LoS/NLoS: wideband CQI with hysteresis: LoS at or above ``los_cqi``, NLoS at or below
   ``nlos_cqi``, unchanged in between, and a state must hold ``min_dwell`` before it counts.
 - Dwell times: rates μ̂ (LoS→NLoS) and λ̂ (NLoS→LoS) = transitions / time in the state, with
@@ -123,8 +123,8 @@ class PathRadio:
         los = self.in_los
         name = "capacity_los" if los else "capacity_nlos"
         old = getattr(self, name)
-        if m.dl_tbs_bytes is not None and m.dl_tbs_bytes > 0:
-            sample = m.dl_tbs_bytes * 8 * 1e6 / m.tti_us
+        if m.dl_tbs_bps is not None and m.dl_tbs_bps > 0:
+            sample = float(m.dl_tbs_bps)
             if not self._tbs_seen[los]:
                 self._tbs_seen[los], old = True, None  # the first TBS replaces the CQI guess
         elif not self._tbs_seen[los] and m.cqi_capacity_bps is not None:

@@ -136,6 +136,9 @@ class RnisCellUe(BaseModel):
         description="MELD's D_TBS: TBS(MCS(wb_cqi), rapid_prbs), the transport block the UE gets"
         " per TTI when it has data (dl_tbs_bytes is 0 when it had none)",
     )
+    dl_tbs_bps: int | None = Field(
+        None, ge=0, description="dl_tbs_bytes / TTI: the rate the UE got in its last TTI (bit/s)"
+    )
 
 
 class RnisMeasurement(RnisCellUe, _CellFields):
@@ -145,8 +148,10 @@ class RnisMeasurement(RnisCellUe, _CellFields):
     (N_HARQ), ``best_cqi_tbs_bytes`` / ``cell_best_cqi_tbs_bytes`` (for Q_th) and
     ``source_time_ns`` (staleness; ``observed_ns`` when null). RAPID uses ``dl_prbs`` (Pa_i),
     ``cell_prbs`` (N_PRB), ``cell_allocated_prbs`` (ΣPa), ``dl_mcs`` (MCS_i), ``cell_ues`` (M)
-    and ``rapid_capacity_bps`` (C_i). The path manager uses the per-cell ``dl_tbs_bytes``,
-    ``wb_cqi`` and ``cqi_capacity_bps`` of each of a UE's cells (paths).
+    and ``rapid_capacity_bps`` (C_i). The path manager uses the per-cell ``dl_tbs_bps``,
+    ``wb_cqi`` and ``cqi_capacity_bps`` of each of a UE's cells (paths). Every bit/s value is
+    the adapter's one conversion of bytes per TTI at the measured TTI; consumers never
+    convert TBS themselves.
     """
 
     def routing_key(self) -> str:
