@@ -31,7 +31,7 @@ def measurement(*, rlc: int | None, measured_ago_s: float = 0.0) -> RnisMeasurem
     now = time.time_ns()
     return RnisMeasurement(
         cell="10000-0", bs_id=10000, rnti=7, ue_ipv4=UE, cell_ues=1, wb_cqi=12,
-        dl_tbs_bytes=2292, best_cqi_tbs_bytes=2292, harq_processes=8,
+        dl_tbs_bytes=2292, radio_tbs_bytes=2292, best_cqi_tbs_bytes=2292, harq_processes=8,
         rlc_queue_bytes=rlc, observed_ns=now, source_time_ns=now - int(measured_ago_s * 1e9),
     )  # fmt: skip
 
