@@ -26,14 +26,16 @@ from mec_common.rest_policy import Precondition, unconditional
 from mec_platform.appd import AppD, AppdError, parse_appd
 from mec_platform.backends import Backend, BackendError
 from mec_platform.dataplane import DataplaneAgent, DataplaneError
-from mec_platform.db import AppInstance, AppPackage, AppRule, Database, LcmOpOcc
+from mec_platform.db import AppInstance, AppPackage, AppRule, Database, LcmOpOcc, Subscription
 from mec_platform.models import timestamp
+from mec_platform.notifier import CallbackNotAllowedError, check_callback
 from mec_platform.registry import Registry
 from mec_platform.security import Authority
 
 log = get_logger(__name__)
 
 PKGM = "/app_pkgm/v1"
+OP_OCC_SUBSCRIPTION = "AppLcmOpOccStateChangeSubscription"
 LCM = "/app_lcm/v1"
 
 
@@ -263,6 +265,78 @@ class Manager:
             op = s.get(LcmOpOcc, op_id)
             assert op is not None
             op.state, op.state_entered_time, op.error = state, time.time(), error
+        self._notify_op(op)
+
+    # --- lifecycle subscriptions (MEC 010-2 AppLcmOpOccStateChangeSubscription) ----------
+
+    def _lcm_subscription_json(self, row: Subscription) -> dict[str, Any]:
+        href = f"{self.base_url}{LCM}/subscriptions/{row.id}"
+        return {"id": row.id, **row.body, "_links": {"self": {"href": href}}}
+
+    def lcm_subscribe(self, body: dict[str, Any]) -> dict[str, Any]:
+        body = body.get("AppLcmOpOccSubscriptionRequest", body)  # v3.1.1 wraps the request
+        if body.get("subscriptionType") != OP_OCC_SUBSCRIPTION:
+            raise ProblemError(400, f"subscriptionType must be {OP_OCC_SUBSCRIPTION} (the only "
+                               "lifecycle subscription this platform offers)")  # fmt: skip
+        callback = body.get("callbackUri")
+        if not isinstance(callback, str) or not callback:
+            raise ProblemError(400, "callbackUri is required")
+        try:
+            check_callback(callback, self.registry.callback_networks)
+        except CallbackNotAllowedError as exc:
+            raise ProblemError(400, str(exc)) from None
+        kept = {"subscriptionType": OP_OCC_SUBSCRIPTION, "callbackUri": callback}
+        with self.db.session() as s:
+            row = Subscription(id=uuid.uuid4().hex, api="app_lcm", app_instance_id="", body=kept)
+            s.add(row)
+            return self._lcm_subscription_json(row)
+
+    def lcm_subscriptions(self) -> dict[str, Any]:
+        with self.db.session() as s:
+            rows = s.scalars(select(Subscription).where(Subscription.api == "app_lcm")
+                             .order_by(Subscription.created))  # fmt: skip
+            links = [{"href": self._lcm_subscription_json(r)["_links"]["self"]["href"],
+                      "subscriptionType": OP_OCC_SUBSCRIPTION} for r in rows]  # fmt: skip
+        return {"_links": {"self": {"href": f"{self.base_url}{LCM}/subscriptions"},
+                           "subscriptions": links}}  # fmt: skip
+
+    def lcm_subscription(self, sub_id: str, delete: bool,
+                         precondition: Precondition = unconditional) -> dict[str, Any]:  # fmt: skip
+        with self._writes, self.db.session() as s:
+            row = s.get(Subscription, sub_id)
+            if row is None or row.api != "app_lcm":
+                raise ProblemError(404, f"subscription {sub_id} does not exist")
+            body = self._lcm_subscription_json(row)
+            if delete:
+                precondition(body)
+                s.delete(row)
+            return body
+
+    def _notify_op(self, op: LcmOpOcc) -> None:
+        """An AppLcmOpOccNotification of the operation's new state to every subscriber."""
+        with self.db.session() as s:
+            rows = list(s.scalars(select(Subscription).where(Subscription.api == "app_lcm")))
+        notification_id = uuid.uuid4().hex  # the same for every subscriber (MEC 010-2)
+        for row in rows:
+            sub = self._lcm_subscription_json(row)
+            notification = {
+                "id": notification_id,
+                "notificationType": OP_OCC_SUBSCRIPTION,  # as MEC 010-2 v3.1.1 6.2.2.16 says
+                "operationType": op.operation,
+                "operationState": op.state,
+                "subscriptionId": row.id,
+                "timeStamp": timestamp(op.state_entered_time),
+                "appLcmOpOccId": op.id,
+                "appInstanceId": op.app_instance_id,
+                "_links": {
+                    "appInstance": {"href": f"{self.base_url}{LCM}/app_instances/"
+                                            f"{op.app_instance_id}"},
+                    "subscription": sub["_links"]["self"],
+                    "appLcmOpOcc": {"href": f"{self.base_url}{LCM}/app_lcm_op_occs/{op.id}"},
+                },
+            }  # fmt: skip
+            self.registry.notifier.notify(row.body["callbackUri"], notification, "app_lcm_op_occ",
+                                          sub["_links"]["self"]["href"])  # fmt: skip
 
     def _begin(self, instance_id: str, operation: str, params: dict[str, Any],
                want_state: str) -> tuple[str, AppD]:  # fmt: skip
@@ -273,8 +347,10 @@ class Manager:
             if row.instantiation_state != want_state:
                 raise ProblemError(409, f"the app instance is {row.instantiation_state}")
             op = LcmOpOcc(id=uuid.uuid4().hex, app_instance_id=instance_id, operation=operation,
-                          state="STARTING", params=params)  # fmt: skip
+                          state="STARTING", params=params, start_time=time.time(),
+                          state_entered_time=time.time())  # fmt: skip
             s.add(op)
+        self._notify_op(op)
         return op.id, AppD.model_validate(appd)
 
     def _background(self, target: Any, *args: Any) -> None:

@@ -153,6 +153,30 @@ def lcm_router() -> APIRouter:
     def credentials(mgr: Mgr, who: Admin, appInstanceId: str) -> JSONResponse:  # noqa: N803
         return json_response(mgr.credentials(appInstanceId), 201)
 
+    @r.post("/subscriptions", status_code=201,
+            summary="Subscribe to operation occurrence state changes (MEC 010-2)")  # fmt: skip
+    async def subscribe(request: Request, mgr: Mgr, who: Admin) -> Response:
+        created = mgr.lcm_subscribe(await _optional_json(request))
+        href = created["_links"]["self"]["href"]
+        return tagged(request, created, 201, headers={"Location": href})
+
+    @r.get("/subscriptions", summary="Lifecycle subscriptions")
+    def subscriptions(mgr: Mgr, who: Admin) -> JSONResponse:
+        return json_response(mgr.lcm_subscriptions())
+
+    @r.get("/subscriptions/{subscriptionId}", summary="One lifecycle subscription",
+           responses=CONDITIONAL_GET)  # fmt: skip
+    def subscription(request: Request, mgr: Mgr, who: Admin,
+                     subscriptionId: str) -> Response:  # noqa: N803  # fmt: skip
+        return tagged(request, mgr.lcm_subscription(subscriptionId, delete=False))
+
+    @r.delete("/subscriptions/{subscriptionId}", status_code=204, summary="Unsubscribe",
+              responses=CONDITIONAL)  # fmt: skip
+    def unsubscribe(request: Request, mgr: Mgr, who: Admin,
+                    subscriptionId: str) -> Response:  # noqa: N803  # fmt: skip
+        mgr.lcm_subscription(subscriptionId, delete=True, precondition=preconditions(request))
+        return Response(status_code=204)
+
     @r.get("/app_lcm_op_occs", summary="Lifecycle operation occurrences")
     def ops(mgr: Mgr, who: Admin, appInstanceId: str | None = None) -> JSONResponse:  # noqa: N803
         return json_response(mgr.ops(appInstanceId))

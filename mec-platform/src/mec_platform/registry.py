@@ -64,7 +64,7 @@ class Registry:
         self.notifier = notifier
         self.base_url = base_url
         self.transports = {t.id: t.dump() for t in transports}
-        self._callback_networks = callback_networks
+        self.callback_networks = callback_networks
         self._max_subscriptions = max_subscriptions
         self._cache: dict[tuple[Any, ...], bytes] = {}
         self._cache_lock = threading.Lock()
@@ -310,7 +310,7 @@ class Registry:
         if isinstance(sub, AppTerminationSubscription) and sub.app_instance_id != app_instance_id:
             raise ProblemError(400, "appInstanceId in the body does not match the URI")
         try:
-            check_callback(sub.callback_reference, self._callback_networks)
+            check_callback(sub.callback_reference, self.callback_networks)
         except CallbackNotAllowedError as exc:
             raise ProblemError(400, str(exc)) from None
         body = sub.dump()
