@@ -35,21 +35,19 @@ def official_schema(specs: Path, name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def platform(tmp_path: Path) -> Iterator[Running]:
-    with running_platform(tmp_path) as running:
-        yield running
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.stop()
+def platform_and_receiver(tmp_path: Path) -> Iterator[tuple[Running, Receiver]]:
+    receiver = Receiver()
+    try:
+        with running_platform(tmp_path) as platform:
+            yield platform, receiver
+    finally:
+        receiver.stop()
 
 
 def test_op_occ_notifications_reach_a_real_receiver(
-    specs: Path, platform: Running, receiver: Receiver
+    specs: Path, platform_and_receiver: tuple[Running, Receiver]
 ) -> None:
+    platform, receiver = platform_and_receiver
     url = receiver.start()
     created = platform.admin.post(f"{LCM}/subscriptions", json={
         "subscriptionType": "AppLcmOpOccStateChangeSubscription", "callbackUri": url})  # fmt: skip
