@@ -230,15 +230,17 @@ def test_failed_logins_neither_stall_the_platform_nor_run_unbounded(platform: Ru
     threads = [threading.Thread(target=login) for _ in range(32)]
     for t in threads:
         t.start()
-    slowest = 0.0
+    probes: list[float] = []
     while any(t.is_alive() for t in threads):
         started = time.monotonic()
-        assert httpx.get(f"{platform.url}/healthz", timeout=10).status_code == 200
-        slowest = max(slowest, time.monotonic() - started)
+        assert httpx.get(f"{platform.url}/healthz", timeout=30).status_code == 200
+        probes.append(time.monotonic() - started)
         time.sleep(0.05)
     for t in threads:
         t.join()
     assert set(results) <= {401, 429} and results.count(429) > 0, sorted(set(results))
-    assert slowest < 5, slowest  # hang guard (it was 4.5 s median before the fix)
+    # A hang guard, not the figure (the clients share this process and the machine is
+    # shared): the median was 4.5 s before the fix, on an idle machine.
+    assert sorted(probes)[len(probes) // 2] < 2, probes
     time.sleep(1.0)  # the bucket refills: the right secret still gets a token
     assert platform.token("admin", platform.settings.admin_client_secret or "")

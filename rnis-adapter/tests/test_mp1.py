@@ -125,14 +125,33 @@ def test_retries_while_the_platform_is_down(
         a.stop()
 
 
+CONSUMER_APPD = """
+appDId: rnis-user
+appName: rnis-user
+appProvider: mts-tests
+appSoftVersion: "1"
+appDVersion: "1"
+appServiceRequired:
+  - {serName: rnis, version: "2.1.1"}
+"""
+
+
 def test_platform_issued_tokens_are_accepted(
     tmp_path: Path, platform: Running, source: FlexranSource, exchange: str
 ) -> None:
     instance, client, secret = app_credentials(platform)
     a = start_adapter(tmp_path, source, exchange, platform.url, instance, client, secret)
     try:
-        token = platform.token(client, secret)
+        # A consumer: an app whose AppD requires rnis (the adapter's own AppD only produces it).
+        onboard(platform, CONSUMER_APPD)
+        consumer = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": "rnis-user"})
+        creds = platform.admin.post(
+            f"/app_lcm/v1/app_instances/{consumer.json()['id']}/credentials").json()  # fmt: skip
+        token = platform.token(creds["clientId"], creds["clientSecret"])
         assert a.get("/rni/v2/queries/layer2_meas", token=token).status_code == 200
+        # The producer's own token is not a consumer's: apps reach only what their AppD lists.
+        own = platform.token(client, secret)
+        assert a.get("/rni/v2/queries/layer2_meas", token=own).status_code == 401
         head, payload, sig = token.split(".")
         forged = f"{head}.{payload}.{sig[:-4]}AAAA"
         assert a.get("/rni/v2/queries/layer2_meas", token=forged).status_code == 401

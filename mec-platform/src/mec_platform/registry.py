@@ -271,10 +271,10 @@ class Registry:
     def liveness(self, principal: Principal, service_id: str) -> dict[str, Any]:
         with self.db.session() as s:
             row = s.get(Service, service_id)
+            if row is not None and not principal.may_act_for(row.app_instance_id):
+                raise ProblemError(403, "this token may only access its own services")
             if row is None or not row.liveness_interval:
                 raise ProblemError(404, f"service {service_id} has no liveness resource")
-            if not principal.may_act_for(row.app_instance_id):
-                raise ProblemError(403, "this token may only access its own services")
             return _liveness(row)
 
     def expire_silent_services(self) -> int:

@@ -202,7 +202,10 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		SubscriptionsFile: filepath.Join(cfg.StateDir, "rnis-subscriptions.json"), AppInstanceID: cfg.AppInstanceID}
 	var platformTokens *auth.Platform
 	if cfg.PlatformURL != "" { // apps on the platform call with the tokens it issues
-		platformTokens = auth.NewPlatform(strings.TrimSuffix(cfg.PlatformURL, "/") + "/oauth2/jwks")
+		base := strings.TrimSuffix(cfg.PlatformURL, "/")
+		// apps whose AppD requires "rnis", and the operator; revoked clients refused
+		platformTokens = auth.NewPlatform(base + "/oauth2/jwks").ForService("rnis").
+			WithRevocations(auth.NewRevocations(base + "/oauth2/revocations"))
 		apiCfg.Verifiers = append(apiCfg.Verifiers, platformTokens)
 	}
 	api, err := mec012.New(apiCfg, tracker, metrics, log)

@@ -4,6 +4,12 @@
 // audience "mec-api", not expired. Notification tokens (audience "mec-notification") are
 // refused by Verify, so a leaked one cannot call the API; VerifyNotification accepts only
 // those, for the platform's notifications to us (mec_common.auth's verify_notification).
+//
+// ForService makes Verify demand a role (docs/security.md): the operator's scopes
+// (mec.admin, mec.platform) or mec.consume:<service>, which the platform gives an app whose
+// AppD requires the service. WithRevocations makes it refuse the subjects the platform
+// lists at /oauth2/revocations (terminated or deleted app instances), as
+// mec_common.auth.RevocationList does.
 package auth
 
 import (
@@ -26,56 +32,90 @@ const (
 	issuer               = "mec-platform"
 	apiAudience          = "mec-api"
 	notificationAudience = "mec-notification"
+	platformSubject      = "mec-platform"
 )
 
 // Platform verifies platform-issued tokens against the platform's JWKS.
 type Platform struct {
 	jwksURL string
 	client  *http.Client
+	service string       // "": any API token; else the operator or a consumer of it
+	revoked *Revocations // nil: not checked
 
 	mu       sync.Mutex
 	keys     map[string]crypto.PublicKey
 	fetched  time.Time
-	verified map[string]time.Time // audience + " " + token → expiry, for tokens already checked
+	verified map[string]verified // audience + " " + token, for tokens already checked
+}
+
+type verified struct {
+	exp          time.Time
+	sub          string
+	scopes       []string
+	subscription string // notification tokens: the subscription they serve
 }
 
 // NewPlatform returns a verifier for the JWKS at jwksURL (fetched on first use).
 func NewPlatform(jwksURL string) *Platform {
 	return &Platform{jwksURL: jwksURL, client: &http.Client{Timeout: 5 * time.Second},
-		keys: map[string]crypto.PublicKey{}, verified: map[string]time.Time{}}
+		keys: map[string]crypto.PublicKey{}, verified: map[string]verified{}}
 }
+
+// ForService makes Verify accept only the operator (mec.admin, mec.platform) and apps
+// with the scope mec.consume:<service>.
+func (p *Platform) ForService(service string) *Platform { p.service = service; return p }
+
+// WithRevocations makes every check refuse the subjects the platform revoked.
+func (p *Platform) WithRevocations(r *Revocations) *Platform { p.revoked = r; return p }
 
 // Verify implements mec012.Verifier: a token to call the API.
-func (p *Platform) Verify(token string) bool { return p.verify(token, apiAudience) }
-
-// VerifyNotification accepts the token the platform sends with its notifications.
-func (p *Platform) VerifyNotification(token string) bool {
-	return p.verify(token, notificationAudience)
+func (p *Platform) Verify(token string) bool {
+	v, ok := p.verify(token, apiAudience)
+	return ok && (p.service == "" || allowed(v.scopes, p.service))
 }
 
-func (p *Platform) verify(token, audience string) bool {
+// VerifyNotification accepts the token the platform sends with the notifications of one
+// subscription (its URI, the token's subscription claim); "" (no subscription yet) accepts
+// none.
+func (p *Platform) VerifyNotification(token, subscription string) bool {
+	v, ok := p.verify(token, notificationAudience)
+	return ok && subscription != "" && v.subscription == subscription
+}
+
+func allowed(scopes []string, service string) bool {
+	for _, s := range scopes {
+		if s == "mec.admin" || s == "mec.platform" || s == "mec.consume:"+service {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Platform) verify(token, audience string) (verified, bool) {
 	if strings.Count(token, ".") != 2 {
-		return false
+		return verified{}, false
 	}
 	now := time.Now()
 	key := audience + " " + token
 	p.mu.Lock()
-	exp, ok := p.verified[key]
+	v, ok := p.verified[key]
 	p.mu.Unlock()
-	if ok && now.Before(exp) {
-		return true
+	if !ok || !now.Before(v.exp) {
+		var err error
+		if v, err = p.check(token, audience, now); err != nil {
+			return verified{}, false
+		}
+		p.mu.Lock()
+		if len(p.verified) > 4096 {
+			clear(p.verified) // bounded; simpler than an LRU
+		}
+		p.verified[key] = v
+		p.mu.Unlock()
 	}
-	exp, err := p.check(token, audience, now)
-	if err != nil {
-		return false
+	if p.revoked != nil && v.sub != platformSubject && p.revoked.Revoked(v.sub) {
+		return verified{}, false
 	}
-	p.mu.Lock()
-	if len(p.verified) > 4096 {
-		clear(p.verified) // bounded; simpler than an LRU
-	}
-	p.verified[key] = exp
-	p.mu.Unlock()
-	return true
+	return v, true
 }
 
 type header struct {
@@ -84,46 +124,57 @@ type header struct {
 }
 
 type claims struct {
-	Iss string          `json:"iss"`
-	Sub string          `json:"sub"`
-	Aud json.RawMessage `json:"aud"`
-	Exp *float64        `json:"exp"`
-	Iat *float64        `json:"iat"`
+	Iss   string          `json:"iss"`
+	Sub   string          `json:"sub"`
+	Aud   json.RawMessage `json:"aud"`
+	Exp   *float64        `json:"exp"`
+	Iat   *float64        `json:"iat"`
+	Scope string          `json:"scope"`
+	// notification tokens: the subscription they serve
+	Subscription string `json:"subscription"`
 }
 
-// check verifies a token for audience and returns when it expires.
-func (p *Platform) check(token, audience string, now time.Time) (time.Time, error) {
+// check verifies a token for audience and returns its expiry, subject and scopes.
+func (p *Platform) check(token, audience string, now time.Time) (verified, error) {
+	exp, c, err := p.checkClaims(token, audience, now)
+	if err != nil {
+		return verified{}, err
+	}
+	return verified{exp: exp, sub: c.Sub, scopes: strings.Fields(c.Scope), subscription: c.Subscription}, nil
+}
+
+func (p *Platform) checkClaims(token, audience string, now time.Time) (time.Time, claims, error) {
 	parts := strings.Split(token, ".")
 	var h header
 	var c claims
 	if err := decodePart(parts[0], &h); err != nil {
-		return time.Time{}, err
+		return time.Time{}, c, err
 	}
 	if err := decodePart(parts[1], &c); err != nil {
-		return time.Time{}, err
+		return time.Time{}, c, err
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, c, err
 	}
 	key, err := p.key(h.Kid)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, c, err
 	}
 	if err := verifySignature(h.Alg, key, []byte(parts[0]+"."+parts[1]), sig); err != nil {
-		return time.Time{}, err
+		return time.Time{}, c, err
 	}
 	switch {
 	case c.Iss != issuer || c.Sub == "" || c.Exp == nil || c.Iat == nil:
-		return time.Time{}, errors.New("missing or wrong claims")
+		return time.Time{}, c, errors.New("missing or wrong claims")
 	case !hasAudience(c.Aud, audience):
-		return time.Time{}, errors.New("wrong audience")
+		return time.Time{}, c, errors.New("wrong audience")
 	}
 	exp := time.Unix(0, int64(*c.Exp*1e9))
 	if !now.Before(exp) {
-		return time.Time{}, errors.New("expired")
+		return time.Time{}, c, errors.New("expired")
 	}
-	return exp, nil
+	return exp, c, nil
 }
 
 func decodePart(part string, v any) error {

@@ -67,12 +67,16 @@ func New(cfg Config, health *svc.Health, log *slog.Logger) *Registration {
 func (r *Registration) CallbackPath() string { return "/mec/notifications/app_termination/" + r.secret }
 
 // Handler serves the termination notification: it cleans up, then calls terminate. The
-// request must carry a bearer token that verify accepts (the platform's notification token,
-// as mec_common.mp1.termination_router checks it): the secret path alone is not enough.
-func (r *Registration) Handler(terminate func(), verify func(token string) bool) http.HandlerFunc {
+// request must carry a bearer token that verify accepts for our subscription (its URI: the
+// platform's notification token bound to it, as mec_common.mp1.termination_router checks
+// it): the secret path alone is not enough, nor a notification token of another subscription.
+func (r *Registration) Handler(terminate func(), verify func(token, subscription string) bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		subscription := r.subscription
+		r.mu.Unlock()
 		token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-		if !ok || !verify(strings.TrimSpace(token)) {
+		if !ok || !verify(strings.TrimSpace(token), subscription) {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			svc.Problem(w, req, http.StatusUnauthorized, "a platform notification token is required")
 			return
@@ -277,12 +281,15 @@ func (r *Registration) accessToken(ctx context.Context) (string, error) {
 
 // Attach prepares the registration of a service on the platform: the termination callback
 // goes on mux (accepted with one of the service's static tokens or the platform's
-// notification token, as mec_common.auth's verify_notification), terminate is called after
+// notification token for our subscription, as mec_common.auth's verify_notification),
+// terminate is called after
 // the platform's termination. Run the returned registration's Run in a goroutine.
 func Attach(mux *http.ServeMux, cfg Config, static auth.StaticTokens, platform *auth.Platform,
 	terminate func(), health *svc.Health, log *slog.Logger) *Registration {
 	reg := New(cfg, health, log)
-	fromPlatform := func(token string) bool { return static.Verify(token) || platform.VerifyNotification(token) }
+	fromPlatform := func(token, subscription string) bool {
+		return static.Verify(token) || platform.VerifyNotification(token, subscription)
+	}
 	mux.Handle("POST "+reg.CallbackPath(), reg.Handler(terminate, fromPlatform))
 	return reg
 }

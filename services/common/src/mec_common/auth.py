@@ -244,7 +244,7 @@ class TokenVerifier:
                 options={"require": ["exp", "iat", "sub", "iss", "aud"]},
             )
         except (jwt.PyJWTError, jwt.PyJWKClientError, OSError, *_MALFORMED) as exc:
-            log.info("bearer token rejected", reason=f"{type(exc).__name__}: {exc}")
+            log.debug("bearer token rejected", reason=f"{type(exc).__name__}: {exc}")
             return None
         scopes = frozenset(str(claims.get("scope", "")).split())
         principal = Principal(
