@@ -219,6 +219,13 @@ def test_failed_logins_neither_stall_the_platform_nor_run_unbounded(platform: Ru
     results: list[int] = []
     lock = threading.Lock()
 
+    def probe() -> float:
+        started = time.monotonic()
+        assert httpx.get(f"{platform.url}/healthz", timeout=60).status_code == 200
+        return time.monotonic() - started
+
+    baseline = sorted(probe() for _ in range(9))[4]  # this machine, now, without the flood
+
     def login() -> None:
         with httpx.Client(timeout=60) as c:
             for _ in range(300 // 32 + 1):
@@ -232,15 +239,14 @@ def test_failed_logins_neither_stall_the_platform_nor_run_unbounded(platform: Ru
         t.start()
     probes: list[float] = []
     while any(t.is_alive() for t in threads):
-        started = time.monotonic()
-        assert httpx.get(f"{platform.url}/healthz", timeout=30).status_code == 200
-        probes.append(time.monotonic() - started)
+        probes.append(probe())
         time.sleep(0.05)
     for t in threads:
         t.join()
     assert set(results) <= {401, 429} and results.count(429) > 0, sorted(set(results))
-    # A hang guard, not the figure (the clients share this process and the machine is
-    # shared): the median was 4.5 s before the fix, on an idle machine.
-    assert sorted(probes)[len(probes) // 2] < 2, probes
+    # A guard relative to this machine's own pace, not the figure (the clients share this
+    # process, the machine is shared): before the fix the median went from 1.4 ms to 4.5 s.
+    flooded = sorted(probes)[len(probes) // 2]
+    assert flooded < 5 * baseline + 1.0, (baseline, probes)
     time.sleep(1.0)  # the bucket refills: the right secret still gets a token
     assert platform.token("admin", platform.settings.admin_client_secret or "")

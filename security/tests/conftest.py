@@ -75,9 +75,9 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         system.services["pm"] = pm
         started = list(system.services.values())
         for service in started:
-            wait_for(lambda s=service: ready(s), 60, f"{service.name} to serve")  # type: ignore[misc]
+            wait_for(lambda s=service: ready(s), 300, f"{service.name} to serve")  # type: ignore[misc]
         for ser_name in ("pep", "path-manager", "rnis"):
-            wait_for(lambda n=ser_name: registered(platform, n), 60, f"{ser_name} in Mp1")  # type: ignore[misc]
+            wait_for(lambda n=ser_name: registered(platform, n), 300, f"{ser_name} in Mp1")  # type: ignore[misc]
         yield system
     finally:
         for service in started:

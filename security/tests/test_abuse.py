@@ -9,6 +9,7 @@ import base64
 import hashlib
 import hmac
 import json
+import random
 import re
 import socket
 import time
@@ -19,7 +20,7 @@ import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from trust_support import HEADER_TIMEOUT_S, REPO, STATIC, System, bearer, snapshot, wait_for
+from trust_support import HEADER_TIMEOUT_S, HTTP, REPO, STATIC, System, bearer, snapshot, wait_for
 
 # Routes that need no token at all (health, metrics, API documents, OAuth2 itself).
 PUBLIC = re.compile(r"^/(healthz|metrics|openapi\.json|docs.*|oauth2/.*)$")
@@ -77,7 +78,7 @@ def _expired(authority: Any, claims: dict[str, Any]) -> str:
 
 def routes(base: str) -> list[tuple[str, str]]:
     """(method, path template) of every route in a service's OpenAPI document."""
-    doc = httpx.get(base + "/openapi.json", timeout=10).json()
+    doc = HTTP.get(base + "/openapi.json").json()
     return [(m.upper(), p) for p, ops in doc["paths"].items() for m in ops
             if m in ("get", "post", "put", "patch", "delete")]  # fmt: skip
 
@@ -119,6 +120,8 @@ HARMFUL = {
     "/mec/notifications/app_termination/{secret}": {"operationAction": "TERMINATING"},
 }  # fmt: skip
 
+FUZZ_EXAMPLES = 8  # per operation; the seed changes every run
+
 BASES = {"platform": None, "pep": "pep", "pm": "pm", "rnis": "rnis"}
 
 
@@ -135,12 +138,12 @@ def revoked(system: System) -> str:
     urls = [f"{system.services['pep'].url}/pep/v1/stats", f"{system.services['pm'].url}/pm/v1/ues",
             f"{system.services['rnis'].url}/rni/v2/queries/layer2_meas"]  # fmt: skip
     for url in urls:
-        assert httpx.get(url, headers=bearer(token)).status_code == 200, url
+        assert HTTP.get(url, headers=bearer(token)).status_code == 200, url
     assert system.platform.admin.delete(f"/app_lcm/v1/app_instances/{app.instance}"
                                         ).status_code == 204  # fmt: skip
     for url in urls:
-        wait_for(lambda u=url: httpx.get(u, headers=bearer(token)).status_code == 401,  # type: ignore[misc]
-                 20, f"{url} to refuse the revoked token")  # fmt: skip
+        wait_for(lambda u=url: HTTP.get(u, headers=bearer(token)).status_code == 401,  # type: ignore[misc]
+                 60, f"{url} to refuse the revoked token")  # fmt: skip
     return token
 
 
@@ -163,7 +166,7 @@ def test_every_route_refuses_every_bad_token(system: System, revoked: str, servi
     before = snapshot(system)
     values = path_values(system, service)
     failures, tried, started = [], 0, time.monotonic()
-    http = httpx.Client(timeout=30)
+    http = httpx.Client(timeout=60)
     for method, template in table:
         if PUBLIC.match(template):
             continue
@@ -195,19 +198,19 @@ def test_consumers_read_and_only_operators_change(system: System) -> None:
     admin = system.platform.admin.headers["Authorization"].split()[1]
     for url in (f"{pep}/pep/v1/config", f"{pep}/pep/v1/stats", f"{pm}/pm/v1/ues",
                 f"{pm}/pm/v1/control", f"{rnis}/rni/v2/queries/layer2_meas"):  # fmt: skip
-        assert httpx.get(url, headers=bearer(consumer)).status_code == 200, url
-        assert httpx.get(url, headers=bearer(admin)).status_code == 200, url
-        assert httpx.get(url, headers=bearer(rogue)).status_code in (401, 403), url
-    before = httpx.get(f"{pep}/pep/v1/config", headers=bearer(STATIC)).json()
+        assert HTTP.get(url, headers=bearer(consumer)).status_code == 200, url
+        assert HTTP.get(url, headers=bearer(admin)).status_code == 200, url
+        assert HTTP.get(url, headers=bearer(rogue)).status_code in (401, 403), url
+    before = HTTP.get(f"{pep}/pep/v1/config", headers=bearer(STATIC)).json()
     widen = {"allowed_destinations": ["0.0.0.0/0", "127.0.0.0/8"]}
-    r = httpx.patch(f"{pep}/pep/v1/config", json=widen, headers=bearer(consumer))
+    r = HTTP.patch(f"{pep}/pep/v1/config", json=widen, headers=bearer(consumer))
     assert r.status_code == 403, r.text  # defect 1: an app reconfigured the PEP
-    assert httpx.put(f"{pm}/pm/v1/control", json={"mode": "reactive"},
+    assert HTTP.put(f"{pm}/pm/v1/control", json={"mode": "reactive"},
                      headers=bearer(consumer)).status_code == 403  # fmt: skip
-    assert httpx.get(f"{pep}/pep/v1/config", headers=bearer(STATIC)).json() == before
+    assert HTTP.get(f"{pep}/pep/v1/config", headers=bearer(STATIC)).json() == before
     # The operator (the admin's platform token) may: the path manager accepts platform JWTs.
-    current = httpx.get(f"{pm}/pm/v1/control", headers=bearer(admin)).json()
-    r = httpx.put(f"{pm}/pm/v1/control", json={"mode": current["mode"]}, headers=bearer(admin))
+    current = HTTP.get(f"{pm}/pm/v1/control", headers=bearer(admin)).json()
+    r = HTTP.put(f"{pm}/pm/v1/control", json={"mode": current["mode"]}, headers=bearer(admin))
     assert r.status_code == 200, r.text
 
 
@@ -219,12 +222,12 @@ def test_a_deleted_instances_token_stops_working_everywhere(system: System) -> N
             f"{system.services['rnis'].url}/rni/v2/queries/layer2_meas",
             f"{system.platform.url}/mec_service_mgmt/v1/services"]  # fmt: skip
     for url in urls:
-        assert httpx.get(url, headers=bearer(token)).status_code == 200, url
+        assert HTTP.get(url, headers=bearer(token)).status_code == 200, url
     system.platform.admin.delete(f"/app_lcm/v1/app_instances/{app.instance}")
     started = time.monotonic()
     for url in urls:  # each service refreshes its revocation list at most every 5 s
-        wait_for(lambda u=url: httpx.get(u, headers=bearer(token)).status_code == 401,  # type: ignore[misc]
-                 20, f"{url} to refuse the revoked token")  # fmt: skip
+        wait_for(lambda u=url: HTTP.get(u, headers=bearer(token)).status_code == 401,  # type: ignore[misc]
+                 60, f"{url} to refuse the revoked token")  # fmt: skip
     print(f"\nrevoked token refused by every service after {time.monotonic() - started:.1f} s")
 
 
@@ -242,7 +245,7 @@ def test_a_forged_termination_notification_changes_nothing(system: System) -> No
     for path in (f"/pep/v1/notifications/app_termination/{secret}",  # the secret path
                  "/pep/v1/notifications/app_termination/guess",
                  "/pep/v1/notifications/app_termination"):  # the old fixed path  # fmt: skip
-        r = httpx.post(pep + path, json=note, headers=bearer(captured))
+        r = HTTP.post(pep + path, json=note, headers=bearer(captured))
         assert r.status_code in (401, 404), (path, r.status_code, r.text)
     time.sleep(1)
     services = system.platform.admin.get("/mec_service_mgmt/v1/services",
@@ -257,7 +260,7 @@ def test_pep_registration_and_metrics(system: System) -> None:
                                         params={"ser_name": "pep"}).json()  # fmt: skip
     href = info["serCategory"]["href"]
     assert href.startswith(("http://", "https://")) and href.endswith("/pep/v1"), href
-    metrics = httpx.get(system.services["pep"].url + "/metrics").text
+    metrics = HTTP.get(system.services["pep"].url + "/metrics").text
     assert not re.search(r'ue="', metrics), "a metric is labelled with a UE address"
     assert "pep_ue_backlog_bytes" in metrics
 
@@ -269,30 +272,30 @@ def test_bodies_over_the_limit_are_refused_without_a_token(system: System, servi
             "pm": "/pm/v1/control", "rnis": "/rni/v2/subscriptions"}[service]  # fmt: skip
     big = b"{" + b" " * (2 << 20) + b"}"
     try:
-        r = httpx.post(base + path, content=big, headers={"Content-Type": "application/json"},
+        r = HTTP.post(base + path, content=big, headers={"Content-Type": "application/json"},
                        timeout=30)  # fmt: skip
         status = r.status_code
     except httpx.HTTPError:  # the server may close before reading it all: also a refusal
         status = 0
     assert status in (0, 401, 413), status  # the Go adapter authenticates first (no body read)
-    assert httpx.get(base + "/healthz", timeout=10).status_code in (200, 503)
+    assert HTTP.get(base + "/healthz").status_code in (200, 503)
 
 
 def test_duplicate_json_keys_are_refused(system: System) -> None:
     pep = system.services["pep"].url
-    before = httpx.get(f"{pep}/pep/v1/config", headers=bearer(STATIC)).json()
+    before = HTTP.get(f"{pep}/pep/v1/config", headers=bearer(STATIC)).json()
     twice = b'{"idle_timeout": 300, "idle_timeout": 1}'
     headers = {**bearer(STATIC), "Content-Type": "application/json"}
-    r = httpx.patch(f"{pep}/pep/v1/config", headers=headers, content=twice)
+    r = HTTP.patch(f"{pep}/pep/v1/config", headers=headers, content=twice)
     assert r.status_code == 400 and "duplicate key" in r.json()["detail"], r.text
-    assert httpx.get(f"{pep}/pep/v1/config", headers=bearer(STATIC)).json() == before
+    assert HTTP.get(f"{pep}/pep/v1/config", headers=bearer(STATIC)).json() == before
 
 
 @pytest.mark.parametrize("service", ["platform", "pep", "pm", "rnis"])
 def test_slowloris_is_cut_off(system: System, service: str) -> None:
     host, port = base_url(system, service).removeprefix("http://").split(":")
     limit = {"rnis": 5.0}.get(service, HEADER_TIMEOUT_S)  # Go: ReadHeaderTimeout 5 s
-    with socket.create_connection((host, int(port)), timeout=30) as s:
+    with socket.create_connection((host, int(port))) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         started = time.monotonic()
         closed = False
@@ -311,4 +314,57 @@ def test_slowloris_is_cut_off(system: System, service: str) -> None:
         held = time.monotonic() - started
     print(f"\n{service}: slowloris connection closed after {held:.1f} s (deadline {limit} s)")
     assert closed, f"{service} kept a slowloris connection {held:.0f} s"
-    assert httpx.get(base_url(system, service) + "/healthz", timeout=10).status_code in (200, 503)
+    assert HTTP.get(base_url(system, service) + "/healthz").status_code in (200, 503)
+
+
+@pytest.mark.parametrize("service", ["platform", "pep", "pm"])
+def test_fuzzed_requests_with_bad_tokens_are_refused(
+    system: System, revoked: str, service: str
+) -> None:
+    """schemathesis draws requests from the service's own OpenAPI document (any path
+    parameters, query strings and bodies) and sends each with a bad token: nothing gets past
+    401/403 (404: a termination callback's secret path, checked first); another app's token
+    gets a 4xx (e.g. 404 for an id that does not exist), never a 2xx or 5xx; no change.
+    The seed is drawn at run time and printed, so a failure can be replayed."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as with_seed
+    from hypothesis import strategies as st
+
+    base = base_url(system, service)
+    schema = schemathesis.openapi.from_url(base + "/openapi.json")
+    rogue = system.token("rogue")
+    kinds = [*bad_tokens(system, revoked).values(), rogue]
+    run_seed = random.SystemRandom().randrange(2**32)
+    print(f"\n{service}: schemathesis seed {run_seed}")
+    before = snapshot(system)
+    failures, sent = [], 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        template = operation.path
+        if PUBLIC.match(template) or OPEN_TO_APPS.match(template):
+            continue
+
+        allowed = {401, 403} | ({404} if "{secret}" in template else set())
+
+        @with_seed(run_seed)
+        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @given(case=operation.as_strategy(), token=st.sampled_from(kinds))
+        def check(case: Any, token: str | None) -> None:
+            nonlocal sent
+            response = case.call(base_url=base, headers=bearer(token), timeout=60)
+            sent += 1
+            status = response.status_code
+            if token == rogue:  # a valid app's token: refused, or about nothing it may touch
+                assert 400 <= status < 500, (status, response.text[:200])
+            else:
+                assert status in allowed, (status, response.text[:200])  # noqa: B023
+
+        try:
+            check()
+        except Exception as exc:  # every operation's failure, then all at once
+            failures.append(f"{operation.label}: {exc}")
+    print(f"{service}: {sent} fuzzed requests, {len(failures)} operations let something through")
+    assert not failures, "\n\n".join(failures)
+    assert snapshot(system) == before

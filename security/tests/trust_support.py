@@ -31,6 +31,7 @@ from rnis_helpers import (  # noqa: E402
 
 from mec_platform.testing import Running  # noqa: E402
 
+HTTP = httpx.Client(timeout=60)  # generous: the machine is shared
 APPDS = REPO / "mec-platform" / "appds"
 STATIC = "static-operator-token"
 HEADER_TIMEOUT_S = 2.0
@@ -151,10 +152,10 @@ def snapshot(system: System) -> dict[str, Any]:
                 f"/{api}/v1/applications/{app.instance}/subscriptions").json()  # fmt: skip
     static = bearer(STATIC)
     pep, pm, rnis = (system.services[k].url for k in ("pep", "pm", "rnis"))
-    out["pep config"] = httpx.get(f"{pep}/pep/v1/config", headers=static).json()
-    out["pm control"] = httpx.get(f"{pm}/pm/v1/control", headers=static).json()
-    out["pm ues"] = httpx.get(f"{pm}/pm/v1/ues", headers=static).json()
-    out["rnis subscriptions"] = httpx.get(f"{rnis}/rni/v2/subscriptions", headers=static).json()
+    out["pep config"] = HTTP.get(f"{pep}/pep/v1/config", headers=static).json()
+    out["pm control"] = HTTP.get(f"{pm}/pm/v1/control", headers=static).json()
+    out["pm ues"] = HTTP.get(f"{pm}/pm/v1/ues", headers=static).json()
+    out["rnis subscriptions"] = HTTP.get(f"{rnis}/rni/v2/subscriptions", headers=static).json()
     for volatile in ("effective_ran_buffers",):
         out["pep config"].pop(volatile, None)
     for service in out["services"]:  # heartbeats move these
