@@ -76,7 +76,10 @@ func serve(args []string) error {
 	verifiers := []auth.Verifier{auth.StaticTokens(tokens)}
 	var platformTokens *auth.Platform
 	if cfg.PlatformURL != "" { // apps on the platform call with the tokens it issues
-		platformTokens = auth.NewPlatform(strings.TrimSuffix(cfg.PlatformURL, "/") + "/oauth2/jwks")
+		base := strings.TrimSuffix(cfg.PlatformURL, "/")
+		// revoked clients (terminated or deleted instances) refused: docs/security.md
+		platformTokens = auth.NewPlatform(base + "/oauth2/jwks").
+			WithRevocations(auth.NewRevocations(base + "/oauth2/revocations"))
 		verifiers = append(verifiers, platformTokens)
 	}
 	eng, err := engine.New(engCfg, log)
