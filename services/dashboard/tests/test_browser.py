@@ -1,6 +1,6 @@
 """The dashboard in a real headless browser (Debian's Chromium) against the running system.
 
-The system is ``make run``'s (``mts_testbed.run.System``): the emulated RAN, the MEC
+The system is ``make run``'s (``mts_lab.run.System``): the emulated RAN, the MEC
 platform in the MEC namespace, and the RNIS adapter, the PEP and the dashboard started
 by the platform from their AppDs. The browser, in the root namespace, opens the dashboard
 over the management link like a user would. Screenshots (PNG) are kept in
