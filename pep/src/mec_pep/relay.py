@@ -265,6 +265,10 @@ class Relay:
         # arrival count of the UE's backlog, for the path manager (backlog feed).
         self.read_for_ue: dict[str, int] = {}
         self._conns: dict[int, Conn] = {}  # by fd, both legs
+        # Descriptors closed while handling the current batch of events: the batch's later
+        # events for them are stale, and a connection accepted in the same batch may
+        # already have been given the same number (issue 20 review of the relay).
+        self._closed_in_batch: set[int] = set()
         self._epoll: select.epoll | None = None
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._calls: list[tuple[Callable[[], Any], Future[Any] | None]] = []
@@ -472,7 +476,10 @@ class Relay:
         while not self._stop.is_set():
             events = poll(TICK, 1024)
             self.now = time.monotonic()
+            self._closed_in_batch.clear()
             for fd, ev in events:
+                if fd in self._closed_in_batch:
+                    continue  # the next poll reports a new socket with this number afresh
                 conn = self._conns.get(fd)
                 if conn is not None:
                     try:
@@ -594,6 +601,7 @@ class Relay:
 
     def _read_handshake(self, conn: Conn) -> None:
         sock = conn.flow.ran.sock
+        closed = False
         while True:
             try:
                 data = sock.recv(HANDSHAKE_LIMIT + 1 - len(conn.inbox))
@@ -603,8 +611,11 @@ class Relay:
                 self._abort(conn, "client reset during handshake")
                 return
             if not data:
-                self._refuse(conn, "client closed during handshake")
-                return
+                # A client may send its header, its data and its FIN at once (TLV has no
+                # reply to wait for): a complete handshake goes on, and the relay then
+                # reads the FIN again (a stress test met it: issue 20).
+                closed = True
+                break
             conn.inbox += data
             if len(conn.inbox) > HANDSHAKE_LIMIT:
                 break
@@ -615,6 +626,9 @@ class Relay:
                 self._handle_socks(conn)
         except (tlv.TlvError, socks5.Socks5Error) as exc:
             self._handshake_failed(conn, exc)
+            return
+        if closed and conn.stage in (Stage.TLV_HEADER, Stage.SOCKS_GREETING, Stage.SOCKS_REQUEST):
+            self._refuse(conn, "client closed during handshake")
 
     def _handle_tlv(self, conn: Conn) -> None:
         request = tlv.parse(conn.inbox)
@@ -915,6 +929,7 @@ class Relay:
                 self._release_pipe(pump)
         self._conns.pop(conn.ran_fd, None)
         self._conns.pop(conn.wan_fd, None)
+        self._closed_in_batch.update((conn.ran_fd, conn.wan_fd))
         self.busy.discard(conn)
         with self.flows.lock:
             self.flows.remove(flow)
