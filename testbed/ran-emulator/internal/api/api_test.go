@@ -320,3 +320,58 @@ func TestControlAPIChangesChannel(t *testing.T) {
 		t.Errorf("bearers: %s", raw)
 	}
 }
+
+// The drop log and counters: labelled radio drops read with a cursor; bad cursors are
+// refused with ProblemDetails; no token, no truth.
+func TestDropLogAndCounters(t *testing.T) {
+	emu, ts := setup(t)
+	if code, raw := get(t, ts, "PATCH", "/emulator/v1/ues/ue1/cells/10000/channel", `{"loss":0.999}`, true); code != 200 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	for tti := int64(50); tti < 150; tti++ {
+		if tti < 60 {
+			emu.Inject(packet(1500), tti*1e6)
+		}
+		emu.Step(tti * 1e6)
+	}
+	total := emu.Truth.Counts().Total[ran.CauseRadio]
+	if total == 0 {
+		t.Fatal("no radio drop")
+	}
+	var page struct {
+		Drops []DropEvent
+		Next  uint64
+		Lost  uint64
+	}
+	_, raw := get(t, ts, "GET", "/emulator/v1/drops?limit=1", "", true)
+	if err := json.Unmarshal(raw, &page); err != nil || len(page.Drops) != 1 || page.Next != 1 ||
+		page.Drops[0].Cause != "radio" || page.Drops[0].UE != "ue1" || page.Drops[0].Dst != "10.30.0.1" {
+		t.Fatalf("first page: %s", raw)
+	}
+	_, raw = get(t, ts, "GET", fmt.Sprintf("/emulator/v1/drops?after=%d&limit=10000", page.Next), "", true)
+	json.Unmarshal(raw, &page)
+	if uint64(len(page.Drops))+1 != total || page.Next != total || page.Lost != 0 {
+		t.Errorf("second page: %d drops, next %d, total %d", len(page.Drops), page.Next, total)
+	}
+	var counters struct {
+		Total map[string]uint64
+		UEs   map[string]map[string]uint64
+		Flows []struct {
+			Drops map[string]uint64
+		}
+	}
+	_, raw = get(t, ts, "GET", "/emulator/v1/drops/counters", "", true)
+	json.Unmarshal(raw, &counters)
+	if counters.Total["radio"] != total || counters.UEs["ue1"]["radio"] != total ||
+		len(counters.Flows) != 1 || counters.Flows[0].Drops["radio"] != total {
+		t.Errorf("counters: %s", raw)
+	}
+	for _, bad := range []string{"?after=-1", "?after=x", "?limit=0", "?limit=10001"} {
+		if code, raw := get(t, ts, "GET", "/emulator/v1/drops"+bad, "", true); code != 400 || !strings.Contains(string(raw), `"status":400`) {
+			t.Errorf("%s: %d %s", bad, code, raw)
+		}
+	}
+	if code, _ := get(t, ts, "GET", "/emulator/v1/drops/counters", "", false); code != 401 {
+		t.Errorf("without a token: %d", code)
+	}
+}

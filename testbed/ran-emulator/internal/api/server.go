@@ -105,6 +105,8 @@ func (s *Server) routes() {
 		"GET /emulator/v1/timing":                        s.getTiming,
 		"POST /emulator/v1/timing/reset":                 s.resetTiming,
 		"GET /emulator/v1/wan":                           s.getWAN,
+		"GET /emulator/v1/drops":                         s.getDrops,
+		"GET /emulator/v1/drops/counters":                s.getDropCounters,
 	}
 	for p, h := range authed {
 		s.mux.Handle(p, s.auth(h))

@@ -81,6 +81,8 @@ type Bearer struct {
 	heldTTI        atomic.Int64
 	lastArrivalTTI atomic.Int64
 	writer         *writer
+	truth          *Truth
+	now            int64 // start of the TTI being run (TTI thread), for drop labels
 }
 
 // macState is what the northbound reports about a bearer.
@@ -93,13 +95,26 @@ type macState struct {
 	lastSDU                      int
 }
 
-func (b *Bearer) dropped(p *pkt.Packet, byAQM bool) {
+// dropped is the RLC queue's drop callback (TTI thread).
+func (b *Bearer) dropped(p *pkt.Packet, byAQM bool) { b.droppedAt(p, byAQM, b.now) }
+
+func (b *Bearer) droppedAt(p *pkt.Packet, byAQM bool, now int64) {
+	cause := CauseOverflow
 	if byAQM {
+		cause = CauseAQM
 		b.C.DLAQMDropPkts.Add(1)
 		b.C.DLAQMDropBytes.Add(uint64(p.N))
 	} else {
 		b.C.DLQueueDropPkts.Add(1)
 		b.C.DLQueueDropBytes.Add(uint64(p.N))
+	}
+	b.lose(p, cause, now)
+}
+
+// lose labels a dropped downlink packet and frees it.
+func (b *Bearer) lose(p *pkt.Packet, cause Cause, now int64) {
+	if b.truth != nil {
+		b.truth.Record(now, b.UE.Cfg.Name, cause, p)
 	}
 	pkt.Put(p)
 }
@@ -111,7 +126,7 @@ func (b *Bearer) enqueueDL(p *pkt.Packet, now int64, tti int64) {
 	p.Born = now
 	b.lastArrivalTTI.Store(tti)
 	if !b.inbox.Push(p) {
-		b.dropped(p, false) // the TTI thread is far behind: count it as a full queue
+		b.droppedAt(p, false, now) // the TTI thread is far behind: count it as a full queue
 	}
 }
 
@@ -252,10 +267,10 @@ func (b *Bearer) release(start, delay int64, loss float64) {
 		switch {
 		case p.Failed:
 			b.C.DLResidualLostPkts.Add(1)
-			pkt.Put(p)
+			b.lose(p, CauseRadio, start)
 		case loss > 0 && b.rng.Float64() < loss:
 			b.C.DLChannelLossPkts.Add(1)
-			pkt.Put(p)
+			b.lose(p, CauseRadio, start)
 		default:
 			p.Born = max(start, p.Born) + delay // reused as the delivery time from here on
 			b.dlDelay.push(p)

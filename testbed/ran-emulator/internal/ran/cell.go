@@ -80,6 +80,7 @@ func (c *Cell) runTTI(start int64) {
 	free := c.Cfg.PRB
 	c.cands = c.cands[:0]
 	for _, b := range c.bearers {
+		b.now = start
 		b.mac.tbs = 0 // as OAI: tbsDl is this TTI's transport block, 0 when the UE gets none
 		b.mac.radio = b.ch.Step(t)
 		b.mac.ulLast, b.mac.ulTBS = b.mac.ulTBS, 0

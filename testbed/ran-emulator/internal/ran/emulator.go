@@ -49,6 +49,9 @@ type Emulator struct {
 	wg        sync.WaitGroup
 	log       *slog.Logger
 
+	// Truth labels every dropped packet with its cause (see truth.go).
+	Truth *Truth
+
 	UnknownDst   atomic.Uint64 // downlink packets for no UE
 	WriteErrors  atomic.Uint64 // packets the kernel refused
 	statsPeriod  atomic.Int64
@@ -58,7 +61,7 @@ type Emulator struct {
 // New builds the emulator from a validated configuration; it opens no device yet.
 func New(cfg *Config, log *slog.Logger) (*Emulator, error) {
 	e := &Emulator{Cfg: cfg, byIP: map[uint32]*Bearer{}, done: make(chan struct{}), log: log,
-		spin: int64(cfg.SpinUS) * 1000}
+		spin: int64(cfg.SpinUS) * 1000, Truth: NewTruth(DropLogSize)}
 	cells := map[uint64]*Cell{}
 	for i, cc := range cfg.Cells {
 		c, err := newCell(cc, i)
@@ -79,6 +82,7 @@ func New(cfg *Config, log *slog.Logger) (*Emulator, error) {
 			if err != nil {
 				return nil, fmt.Errorf("ue %q: %w", uc.Name, err)
 			}
+			b.truth = e.Truth
 			ue.Bearers = append(ue.Bearers, b)
 			b.Cell.bearers = append(b.Cell.bearers, b)
 			e.byIP[b.ip4] = b
@@ -101,6 +105,9 @@ func newBearer(ue *UE, cell *Cell, cfg BearerConfig, seed uint64) (*Bearer, erro
 	b.queue = q
 	return b, nil
 }
+
+// DropLogSize is how many labelled drops the event log keeps for readers (~5 MB).
+const DropLogSize = 65536
 
 // inboxSize bounds what readers may hand to the TTI thread between two ticks (packets).
 const inboxSize = 8192

@@ -18,6 +18,7 @@ type WANDir struct {
 	delay       delayLine
 	out         *writer
 	cfg         *WANConfig
+	lost        func(p *pkt.Packet, now int64) // labels and frees a dropped packet
 	Pkts, Bytes atomic.Uint64
 	Drops       atomic.Uint64
 	DelivPkts   atomic.Uint64
@@ -32,12 +33,26 @@ func (e *Emulator) openWAN(cfg *WANConfig) error {
 	if err != nil {
 		return err
 	}
-	down := &WANDir{Name: "server_to_mec", cfg: cfg, out: e.startWriter(mec, nil), inbox: pkt.NewSPSC(inboxSize)}
-	up := &WANDir{Name: "mec_to_server", cfg: cfg, out: e.startWriter(server, nil), inbox: pkt.NewSPSC(inboxSize)}
+	down := &WANDir{Name: "server_to_mec", cfg: cfg, out: e.startWriter(mec, nil), inbox: pkt.NewSPSC(inboxSize),
+		lost: e.wanLost((*pkt.Packet).Dst4)}
+	up := &WANDir{Name: "mec_to_server", cfg: cfg, out: e.startWriter(server, nil), inbox: pkt.NewSPSC(inboxSize),
+		lost: e.wanLost((*pkt.Packet).Src4)}
 	e.wan = []*WANDir{down, up}
 	e.goReader(server, func(p *pkt.Packet) { down.enqueue(p, e.Now()) })
 	e.goReader(mec, func(p *pkt.Packet) { up.enqueue(p, e.Now()) })
 	return nil
+}
+
+// wanLost labels a WAN drop with the UE whose address ue(p) is ("" if none).
+func (e *Emulator) wanLost(ue func(*pkt.Packet) uint32) func(*pkt.Packet, int64) {
+	return func(p *pkt.Packet, now int64) {
+		name := ""
+		if b := e.byIP[ue(p)]; b != nil {
+			name = b.UE.Cfg.Name
+		}
+		e.Truth.Record(now, name, CauseWAN, p)
+		pkt.Put(p)
+	}
 }
 
 func (w *WANDir) enqueue(p *pkt.Packet, now int64) {
@@ -46,7 +61,7 @@ func (w *WANDir) enqueue(p *pkt.Packet, now int64) {
 	p.Born = now
 	if !w.inbox.Push(p) {
 		w.Drops.Add(1)
-		pkt.Put(p)
+		w.lost(p, now)
 	}
 }
 
@@ -57,7 +72,7 @@ func (w *WANDir) serve(now, tick int64) {
 	for p := w.inbox.Pop(); p != nil; p = w.inbox.Pop() {
 		if w.q.Bytes()+p.N > w.cfg.Limit {
 			w.Drops.Add(1)
-			pkt.Put(p)
+			w.lost(p, now)
 			continue
 		}
 		w.q.Push(p)
