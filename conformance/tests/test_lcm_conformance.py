@@ -35,20 +35,21 @@ def official_schema(specs: Path, name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def platform_and_receiver(tmp_path: Path) -> Iterator[tuple[Running, Receiver]]:
+def platform_and_receiver(tmp_path: Path) -> Iterator[tuple[Running, Receiver, str]]:
+    """A platform, a notification receiver and the receiver's URL."""
     receiver = Receiver()
+    url = receiver.start()
     try:
         with running_platform(tmp_path) as platform:
-            yield platform, receiver
+            yield platform, receiver, url
     finally:
         receiver.stop()
 
 
 def test_op_occ_notifications_reach_a_real_receiver(
-    specs: Path, platform_and_receiver: tuple[Running, Receiver]
+    specs: Path, platform_and_receiver: tuple[Running, Receiver, str]
 ) -> None:
-    platform, receiver = platform_and_receiver
-    url = receiver.start()
+    platform, receiver, url = platform_and_receiver
     created = platform.admin.post(f"{LCM}/subscriptions", json={
         "subscriptionType": "AppLcmOpOccStateChangeSubscription", "callbackUri": url})  # fmt: skip
     assert created.status_code == 201, created.text
@@ -74,3 +75,22 @@ def test_op_occ_notifications_reach_a_real_receiver(
         "subscriptionType": "AppInstanceStateChangeSubscription", "callbackUri": url})  # fmt: skip
     assert bad.status_code == 400
     assert platform.admin.delete(created.headers["location"]).status_code == 204
+
+
+def test_packages_under_mec010_2_resource_names(
+    platform_and_receiver: tuple[Running, Receiver, str],
+) -> None:
+    platform, _, _ = platform_and_receiver
+    package = onboard(platform)
+    base = "/app_pkgm/v1/onboarded_app_packages"
+    listed = platform.admin.get(base)
+    assert [p["appDId"] for p in listed.json()] == ["test-app"]
+    one = platform.admin.get(f"{base}/test-app")  # by appDId, as MEC 010-2 names it
+    assert one.status_code == 200 and one.json()["id"] == package["id"]
+    assert platform.admin.get(f"{base}/test-app/appd").json()["appDId"] == "test-app"
+    r = platform.admin.patch(f"{base}/test-app", json={"operationState": "DISABLED"},
+                             headers={"If-Match": one.headers["etag"]})  # fmt: skip
+    assert r.status_code == 200 and r.json()["operationalState"] == "DISABLED"
+    assert platform.admin.get(f"{base}/nope").status_code == 404
+    assert platform.admin.delete(f"{base}/test-app").status_code == 204
+    assert platform.admin.get(base).json() == []

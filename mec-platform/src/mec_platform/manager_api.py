@@ -74,33 +74,38 @@ def pkgm_router() -> APIRouter:
         created = mgr.onboard(await request.body())
         return json_response(created, 201, created["_links"]["self"]["href"])
 
-    @r.get("/app_packages", summary="Onboarded app packages")
+    # MEC 010-2 v3.1.1 names the resources onboarded_app_packages/{appDId}; our earlier
+    # app_packages/{appPkgId} stays. Either takes a package id or an appDId.
+    for base in ("/app_packages", "/onboarded_app_packages"):
+        _package_routes(r, base)
+    return r
+
+
+def _package_routes(r: APIRouter, base: str) -> None:
+    item = base + "/{appPkgId}"
+
+    @r.get(base, summary="Onboarded app packages")
     def packages(mgr: Mgr, who: Admin, appDId: str | None = None) -> JSONResponse:  # noqa: N803
         return json_response(mgr.packages(appDId))
 
-    @r.get("/app_packages/{appPkgId}", summary="One app package (by id or appDId)",
-           responses=CONDITIONAL_GET)  # fmt: skip
+    @r.get(item, summary="One app package (by id or appDId)", responses=CONDITIONAL_GET)
     def package(request: Request, mgr: Mgr, who: Admin, appPkgId: str) -> Response:  # noqa: N803
         return tagged(request, mgr.package(appPkgId))
 
-    @r.get("/app_packages/{appPkgId}/appd", summary="The AppD of a package")
+    @r.get(item + "/appd", summary="The AppD of a package")
     def appd(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
         return json_response(mgr.appd(appPkgId))
 
-    @r.patch("/app_packages/{appPkgId}", summary="Enable or disable a package",
-             responses=CONDITIONAL)  # fmt: skip
+    @r.patch(item, summary="Enable or disable a package", responses=CONDITIONAL)
     def modify(request: Request, mgr: Mgr, who: Admin, appPkgId: str,  # noqa: N803
                body: PackageModification) -> Response:  # fmt: skip
         return tagged(request, mgr.set_package_state(appPkgId, body.operation_state,
                                                      preconditions(request)))  # fmt: skip
 
-    @r.delete("/app_packages/{appPkgId}", status_code=204, summary="Delete a package",
-              responses=CONDITIONAL)  # fmt: skip
+    @r.delete(item, status_code=204, summary="Delete a package", responses=CONDITIONAL)
     def delete(request: Request, mgr: Mgr, who: Admin, appPkgId: str) -> Response:  # noqa: N803
         mgr.delete_package(appPkgId, preconditions(request))
         return Response(status_code=204)
-
-    return r
 
 
 def lcm_router() -> APIRouter:
