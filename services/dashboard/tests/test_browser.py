@@ -145,6 +145,10 @@ def test_live_values_match_the_rnis_api(system: run.System, browser: WebDriver) 
         card = f'#health .card[data-backend="{backend}"]'
         wait(f"{backend} up", lambda c=card: "ok" in browser.find_element(
             By.CSS_SELECTOR, c).get_attribute("class"))  # fmt: skip
+    # registered on Mp1 at the address the user opened
+    registered = wait("the dashboard on Mp1", lambda: [
+        r for r in table(browser, "#services") if r["name"] == "dashboard"])  # fmt: skip
+    assert registered[0]["uri"] == system.dashboard_url(), registered
     browser.save_screenshot(str(SHOTS / "02-live-radio.png"))
 
 

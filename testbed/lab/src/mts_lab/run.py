@@ -155,6 +155,7 @@ class System:
             "PLATFORM_PUBLIC_URL": f"http://{topo.mgmt['mec_peer']}:{PLATFORM_PORT}",
             "RNIS_PUBLIC_URL": f"http://{topo.mgmt['mec_peer']}:8101",
             "PEP_PUBLIC_URL": f"http://{topo.mgmt['mec_peer']}:{PEP_PORT}",
+            "DASHBOARD_PUBLIC_URL": f"http://{topo.mgmt['mec_peer']}:{DASHBOARD_PORT}",
             "PLATFORM_STATE_DIR": str(self.work / "platform"),
             "PLATFORM_ADMIN_CLIENT_SECRET": self.admin_secret,
             "PLATFORM_DATAPLANE": "true",
