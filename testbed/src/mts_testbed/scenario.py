@@ -56,6 +56,16 @@ class MarkovState(Strict):
     mean_dwell_ms: float = Field(gt=0)
 
 
+class GilbertElliott(Strict):
+    """Bursty radio loss: a two-state chain stepped per TTI (mean burst 1/p_bad_good TTIs)."""
+
+    p_good_bad: float = Field(gt=0, le=1, description="per TTI, Good -> Bad")
+    p_bad_good: float = Field(gt=0, le=1, description="per TTI, Bad -> Good")
+    bad_bler: Probability = 0
+    bad_loss: Probability = Field(0, description="residual loss after HARQ/RLC in Bad")
+    bad_cqi: CQI = Field(0, description="CQI in Bad; 0 = the model's CQI")
+
+
 class Channel(Strict):
     model: Literal["fixed", "trace", "markov"] = "fixed"
     cqi: CQI = 15
@@ -69,6 +79,7 @@ class Channel(Strict):
     nlos: MarkovState | None = None
     start_nlos: bool = False
     blocked_cqi: CQI = 0
+    gilbert_elliott: GilbertElliott | None = None
 
     @model_validator(mode="after")
     def _model_fields(self) -> Channel:

@@ -30,6 +30,34 @@ type ChannelConfig struct {
 	NLoS         *StateConfig `json:"nlos"`
 	StartNLoS    bool         `json:"start_nlos"`
 	BlockedCQI   int          `json:"blocked_cqi"` // CQI while blocked (fixed/trace); 0 = out of range
+	// GilbertElliott, when set, makes radio loss bursty (on top of any model).
+	GilbertElliott *GilbertElliott `json:"gilbert_elliott,omitempty"`
+}
+
+// GilbertElliott is a two-state bursty channel stepped once per TTI: Good → Bad with
+// probability PGoodBad, Bad → Good with PBadGood (bursts last 1/PBadGood TTIs on average,
+// a fraction PGoodBad/(PGoodBad+PBadGood) of the time). In Bad the BLER and residual loss
+// are BadBLER and BadLoss, and the CQI BadCQI if set (0: the model's CQI), so HARQ's
+// residual loss is correlated within a burst and the reported CQI follows the channel.
+type GilbertElliott struct {
+	PGoodBad float64 `json:"p_good_bad"`
+	PBadGood float64 `json:"p_bad_good"`
+	BadBLER  float64 `json:"bad_bler"`
+	BadLoss  float64 `json:"bad_loss"`
+	BadCQI   int     `json:"bad_cqi"`
+}
+
+func (g *GilbertElliott) validate() error {
+	if !(g.PGoodBad > 0 && g.PGoodBad <= 1 && g.PBadGood > 0 && g.PBadGood <= 1) {
+		return fmt.Errorf("gilbert_elliott: p_good_bad and p_bad_good must be in (0, 1]")
+	}
+	if !(g.BadBLER >= 0 && g.BadBLER < 1 && g.BadLoss >= 0 && g.BadLoss < 1) {
+		return fmt.Errorf("gilbert_elliott: bad_bler and bad_loss must be in [0, 1)")
+	}
+	if g.BadCQI < 0 || g.BadCQI > 15 {
+		return fmt.Errorf("gilbert_elliott: bad_cqi must be 0..15")
+	}
+	return nil
 }
 
 // StateConfig is one state of the LoS/NLoS chain.
@@ -51,6 +79,11 @@ func (c *ChannelConfig) validate() error {
 	}
 	if c.CapacityMbps < 0 {
 		return fmt.Errorf("capacity_mbps must not be negative")
+	}
+	if c.GilbertElliott != nil {
+		if err := c.GilbertElliott.validate(); err != nil {
+			return err
+		}
 	}
 	switch c.Model {
 	case "fixed":
@@ -83,6 +116,7 @@ type Radio struct {
 	Loss         float64
 	CapacityMbps float64 // 0: use the TBS tables
 	LoS          bool    // markov: current state
+	Bad          bool    // Gilbert–Elliott: in a loss burst
 }
 
 // ChannelOverride is a run-time change from the control API; nil fields change nothing.
@@ -109,6 +143,7 @@ type Channel struct {
 	capacity float64
 
 	los        bool
+	bad        bool    // Gilbert–Elliott state
 	nextSwitch float64 // seconds
 	last       Radio
 }
@@ -180,6 +215,9 @@ func (ch *Channel) Step(t float64) Radio {
 			r.CapacityMbps = s.CapacityMbps
 		}
 	}
+	if ge := ch.cfg.GilbertElliott; ge != nil {
+		ch.stepGilbertElliott(ge, &r)
+	}
 	if ch.cqiFixed != nil {
 		r.CQI = *ch.cqiFixed
 	}
@@ -236,6 +274,24 @@ func (ch *Channel) dwell() float64 {
 		mean = ch.cfg.NLoS.MeanDwellMS
 	}
 	return ch.rng.ExpFloat64() * mean / 1000
+}
+
+// stepGilbertElliott moves the burst state one TTI on and applies the Bad state's radio.
+func (ch *Channel) stepGilbertElliott(ge *GilbertElliott, r *Radio) {
+	flip := ge.PGoodBad
+	if ch.bad {
+		flip = ge.PBadGood
+	}
+	if ch.rng.Float64() < flip {
+		ch.bad = !ch.bad
+	}
+	if !ch.bad {
+		return
+	}
+	r.Bad, r.BLER, r.Loss = true, ge.BadBLER, ge.BadLoss
+	if ge.BadCQI > 0 {
+		r.CQI = ge.BadCQI
+	}
 }
 
 // fail draws one HARQ transmission outcome.
