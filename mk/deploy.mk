@@ -7,17 +7,19 @@ TEST_TARGETS += test-deploy
 MTS_CACHE ?= /var/cache/mts
 export MTS_CACHE
 
-.PHONY: deploy-tools kube-tools docker-engine base-images images test-deploy test-deploy-chart \
-	test-deploy-compose
+.PHONY: deploy-tools compose-plugin kube-tools docker-engine base-images images test-deploy \
+	test-deploy-chart test-deploy-compose
 
-deploy-tools: system ## build docker compose v2 and helm (once; cached in $(MTS_CACHE)/bin)
-	@deploy/scripts/tools.sh compose
+deploy-tools: compose-plugin ## build docker compose v2 and helm (once; cached in $(MTS_CACHE)/bin)
 	@deploy/scripts/tools.sh helm
 
 # Built here, not inside the chart test: a cold build takes 15-30 min, longer than the
 # test's hang guard, so a fresh machine would otherwise fail its first `make test`.
 kube-tools: system ## build the Kubernetes control-plane binaries (once; cached in $(MTS_CACHE)/bin)
 	@deploy/scripts/tools.sh kube
+
+compose-plugin: system ## docker compose v2 only (the MEC host of docs/oai-testbed.md; cached)
+	@deploy/scripts/tools.sh compose
 
 docker-engine: system ## start Debian's Docker engine if it is not running
 	@deploy/scripts/docker-engine.sh ensure
@@ -33,5 +35,6 @@ test-deploy: test-deploy-chart test-deploy-compose ## every deployment test
 test-deploy-chart: python deploy-tools kube-tools images ## helm lint, API-server validation, install; chart containers in Docker
 	uv run pytest -q deploy/tests/test_chart.py deploy/tests/test_config.py
 
-test-deploy-compose: python deploy-tools images ## compose up (emulated profile), checks, down
+# The host-mode test runs the RAN emulator on the machine (build/bin/ran-emulator).
+test-deploy-compose: python deploy-tools images build/bin/ran-emulator ## compose up (emulated; host mode beside a RAN outside compose; a taken port), checks, down
 	uv run pytest -q deploy/tests/test_compose.py

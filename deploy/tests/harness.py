@@ -12,11 +12,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = "/usr/bin/docker"  # Debian's CLI (docker-engine.sh explains why)
-SERVICES = ("platform", "rnis-adapter", "pep", "path-manager")
+SERVICES = ("platform", "rnis-adapter", "pep", "path-manager", "dashboard")
 
 
 def run(*cmd: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
@@ -35,21 +36,58 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# The port variables of docker-compose.yml, by what listens there.
+PORT_VARIABLES = {
+    "platform": "PLATFORM_HTTP_PORT",
+    "rnis-adapter": "RNIS_HTTP_PORT",
+    "pep": "PEP_HTTP_PORT",
+    "path-manager": "PM_HTTP_PORT",
+    "dashboard": "DASHBOARD_HTTP_PORT",
+    "rabbitmq": "MTS_AMQP_PORT",
+    "rabbitmq-management": "MTS_AMQP_MANAGEMENT_PORT",
+    "rabbitmq-metrics": "MTS_AMQP_METRICS_PORT",
+}
+
+
+def env_file(kind: str, path: Path, **overrides: str) -> dict[str, str]:
+    """Write what a user writes: `deploy/compose/env.sh <kind> > .env`, then their edits
+    (appended, so they win, as a later line of .env does); return the variables."""
+    text = run(str(REPO / "deploy/compose/env.sh"), kind)
+    text += "".join(f"{k}={v}\n" for k, v in overrides.items())
+    path.write_text(text)
+    path.chmod(0o600)
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and line[0] != "#")
+    return dict(pairs)
+
+
 @dataclass
 class Stack:
-    """A running docker compose project (profile emulated)."""
+    """A docker compose project of the suite, configured by one env file (its `.env`)."""
 
     project: str
-    testbed: str
-    env: dict[str, str]
+    env_file: Path
+    settings: dict[str, str]
+    testbed: str = ""
     ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def token(self) -> str:
-        return self.env["MTS_API_TOKEN"]
+        return self.settings["MTS_API_TOKEN"]
 
-    def compose(self, *args: str, timeout: float = 300) -> str:
-        return run(DOCKER, "compose", "--profile", "emulated", *args, env=self.env, timeout=timeout)
+    def compose(self, *args: str, timeout: float = 300, check: bool = True) -> str:
+        cmd = (DOCKER, "compose", "--env-file", str(self.env_file), *args)
+        if check:
+            return run(*cmd, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                              check=False)  # fmt: skip
+        return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+
+    def up(self, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        """`docker compose up -d --wait`: the documented command."""
+        cmd = (DOCKER, "compose", "--env-file", str(self.env_file), "up", "--detach",
+               "--no-build", "--wait", "--wait-timeout", str(int(timeout)))  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60,
+                              cwd=REPO, check=False)  # fmt: skip
 
     def url(self, service: str, path: str) -> str:
         return f"http://127.0.0.1:{self.ports[service]}{path}"
@@ -81,11 +119,26 @@ class Stack:
         found["netns"] = [ns for ns in netns.split() if ns.startswith(f"{self.testbed}-")]
         return found
 
+    def states(self) -> dict[str, tuple[str, str]]:
+        """service -> (state, health) of every container, also exited ones."""
+        rows = [
+            json.loads(line) for line in self.compose("ps", "-a", "--format", "json").splitlines()
+        ]
+        return {row["Service"]: (row["State"], row.get("Health", "")) for row in rows}
+
+    def admin_token(self) -> str:
+        """An access token of the platform admin (client credentials)."""
+        r = httpx.post(self.url("platform", "/oauth2/token"), timeout=10,
+                       data={"grant_type": "client_credentials"},
+                       auth=("admin", self.settings["PLATFORM_ADMIN_CLIENT_SECRET"]))  # fmt: skip
+        assert r.status_code == 200, r.text
+        return str(r.json()["access_token"])
+
 
 def dump(stack: Stack) -> str:
     try:
         ps = stack.compose("ps", "-a")
-        logs = stack.compose("logs", "--no-color", "--tail", "30")
+        logs = stack.compose("logs", "--no-color", "--tail", "30", check=False)
     except BaseException as exc:  # diagnostics only
         return f"(no diagnostics: {exc})"
     return f"{ps}\n{logs}"

@@ -1,0 +1,102 @@
+"""Checks before the suite starts in the machine's network namespace (deploy/compose/host.yml).
+
+Fails (exit 1, so `docker compose up` fails and starts nothing else) when:
+- a port the suite is about to listen on is taken on MTS_BIND: in host mode a service
+  would otherwise restart in a loop with "address already in use";
+- MTS_LISTEN / MTS_CONNECT are not MTS_BIND (the services would listen elsewhere).
+
+Reports (exit 0) how this host forwards the UEs' traffic: IP forwarding, and the FORWARD
+policy. Docker sets that policy to DROP when it turns forwarding on itself, so whatever
+UE traffic the PEP does not terminate (UDP, ICMP, TCP ports outside PEP_TPROXY_PORTS) and
+this host routes is dropped unless a rule accepts it (docs/oai-testbed.md#forwarding).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def parse_ports(spec: str) -> dict[str, tuple[str, int]]:
+    """``NAME=ADDRESS:PORT ...`` -> {NAME: (ADDRESS, PORT)}; an empty PORT: that listener is off."""
+    ports = {}
+    for item in spec.split():
+        name, _, address = item.partition("=")
+        host, _, port = address.rpartition(":")
+        if port:
+            ports[name] = (host.strip("[]"), int(port))
+    return ports
+
+
+def taken_ports(ports: dict[str, tuple[str, int]]) -> list[str]:
+    taken = []
+    for name, (host, port) in ports.items():
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no conflict
+            try:
+                s.bind((host, port))
+                s.listen()
+            except OSError as exc:
+                taken.append(f"{name}={port} on {host}: {exc.strerror}")
+    return taken
+
+
+def forward_policy() -> str:
+    """The FORWARD chain's policy (iptables-nft, as Docker on Debian 12 writes it)."""
+    done = subprocess.run(
+        ["nft", "list", "chain", "ip", "filter", "FORWARD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in done.stdout.splitlines():
+        if "policy" in line:
+            return line.split("policy", 1)[1].strip(" ;")
+    return "unknown (no ip filter FORWARD chain in nftables: iptables-legacy or none)"
+
+
+def report_forwarding() -> None:
+    forwarding = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == "1"
+    policy = forward_policy()
+    print(f"host-check: IPv4 forwarding {'on' if forwarding else 'off'}, FORWARD policy {policy}")
+    clients = os.environ.get("PEP_ALLOWED_CLIENTS") or "<UE pool>"
+    if not forwarding:
+        print(
+            "host-check: WARNING: this host routes no UE traffic (sysctl net.ipv4.ip_forward=1 "
+            "if the UEs' traffic to the servers is routed through it)"
+        )
+    elif policy == "drop":
+        print(
+            "host-check: WARNING: FORWARD drops what no rule accepts: UE traffic the PEP does "
+            "not terminate is dropped here. Accept the UE pool before Docker's rules: "
+            f"iptables -I DOCKER-USER -s {clients} -j ACCEPT; "
+            f"iptables -I DOCKER-USER -d {clients} -j ACCEPT"
+        )
+
+
+def main() -> None:
+    bind = os.environ["MTS_BIND"]
+    wrong = [v for v in ("MTS_LISTEN", "MTS_CONNECT") if os.environ.get(v) != bind]
+    if wrong:
+        sys.exit(f"host-check: host mode needs {' and '.join(f'{v}=${{MTS_BIND}}' for v in wrong)} "
+                 "in .env (deploy/compose/env.sh ran writes them)")  # fmt: skip
+    ports = parse_ports(os.environ["MTS_PORTS"])
+    taken = taken_ports(ports)
+    if len(taken) == len(ports):
+        # Every one taken: this suite already runs (a second `up`, which starts this check
+        # again); a stranger holding exactly our ports is not told apart.
+        print("host-check: every port of the suite is in use: already running")
+    elif taken:
+        sys.exit("host-check: ports already in use (set another port in .env, or stop what "
+                 "holds it):\n  " + "\n  ".join(taken))  # fmt: skip
+    else:
+        print("host-check: ports free: " + ", ".join(f"{n}={p}" for n, (_, p) in ports.items()))
+    report_forwarding()
+
+
+if __name__ == "__main__":
+    main()
