@@ -57,6 +57,9 @@ COMPOSE_FILE=docker-compose.yml:deploy/compose/host.yml
 MTS_BIND=127.0.0.1
 MTS_LISTEN=${MTS_BIND}
 MTS_CONNECT=${MTS_BIND}
+# The address clients (and other MEC apps) reach the APIs at: links and Mp1 registrations
+# carry it. MTS_BIND when that is one address; this host's address when MTS_BIND=0.0.0.0.
+MTS_PUBLIC_HOST=${MTS_BIND}
 
 # ---- The RAN: the FlexRAN controller's northbound API (flexran-rtc -n 9999). No token:
 # a controller needs none, and RNIS_FLEXRAN_TOKEN would be sent to it.
