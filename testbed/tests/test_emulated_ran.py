@@ -12,11 +12,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from mec_common import tables
+from mts_lab.meld.discrimination import read_drops
 from mts_testbed.topology import Topology
 
 from .conftest import Api, counter_rate, wait_listening, within
@@ -334,3 +336,6 @@ def test_drops_are_labelled_with_their_cause(topo: Topology, api: Api, clean_cha
             logged[d["cause"]] += 1
         cursor = page["next"]
     assert logged == delta
+    # the lab's reader, as an experiment joins decisions with the truth
+    read = Counter(d.cause for d in read_drops(api.get, before["last_seq"]))
+    assert read == Counter({c: n for c, n in delta.items() if n})
