@@ -12,7 +12,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # pytest imports test modules by path (importlib mode): the modules here and the RNIS
 # adapter's test helpers are imported by name, so their directories go on sys.path.
-sys.path[:0] = [str(Path(__file__).parent), str(REPO / "rnis-adapter" / "tests")]
+sys.path[:0] = [
+    str(Path(__file__).parent),
+    str(REPO / "rnis-adapter" / "tests"),
+    str(REPO / "mec-platform" / "tests"),
+]
 # The unmodified ETSI files sit beside the repository (../shared/specs/etsi-mec);
 # MTS_SPECS_DIR points elsewhere (a worktree in another directory).
 SPECS = Path(os.environ.get("MTS_SPECS_DIR") or REPO.parent / "shared" / "specs" / "etsi-mec")

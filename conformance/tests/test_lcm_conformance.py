@@ -11,7 +11,7 @@ import jsonschema_rs
 import pytest
 import yaml
 
-from mec_platform.testing import Receiver, Running, onboard, running_platform, wait_op
+from mec_platform.testing import Receiver, Running, onboard, running_platform, wait_op, wait_until
 
 LCM = "/app_lcm/v1"
 
@@ -94,3 +94,42 @@ def test_packages_under_mec010_2_resource_names(
     assert platform.admin.get(f"{base}/nope").status_code == 404
     assert platform.admin.delete(f"{base}/test-app").status_code == 204
     assert platform.admin.get(base).json() == []
+
+
+def test_operate_stops_with_mp1_handshake_and_starts_again(
+    platform_and_receiver: tuple[Running, Receiver, str],
+) -> None:
+    """MEC 010-2 operate: STOPPED (graceful: the app gets AppTerminationNotification with
+    STOPPING, confirms, exits; its service leaves discovery), then STARTED (a new process
+    registers again); an operation for the state the app is already in is 409."""
+    from test_lifecycle import sample_appd  # the platform tests' sample app
+
+    platform, _, _ = platform_and_receiver
+    admin = platform.admin
+    onboard(platform, sample_appd())
+    iid = admin.post(f"{LCM}/app_instances", json={"appDId": "sample"}).json()["id"]
+    op = admin.post(f"{LCM}/app_instances/{iid}/instantiate", json={}).json()
+    assert wait_op(platform, op)["operationState"] == "COMPLETED"
+    services = "/mec_service_mgmt/v1/services"
+    wait_until(lambda: admin.get(services, params={"ser_name": "sample"}).json(), what="service")
+
+    again = admin.post(f"{LCM}/app_instances/{iid}/operate", json={"changeStateTo": "STARTED"})
+    assert again.status_code == 409, again.text
+    r = admin.post(f"{LCM}/app_instances/{iid}/operate",
+                   json={"changeStateTo": "STOPPED", "stopType": "GRACEFUL",
+                         "gracefulStopTimeout": 60})  # fmt: skip
+    assert r.status_code == 202, r.text
+    assert wait_op(platform, r.json())["operationState"] == "COMPLETED"
+    info = admin.get(f"{LCM}/app_instances/{iid}").json()
+    assert info["instantiationState"] == "INSTANTIATED"
+    assert info["instantiatedAppState"] == {"operationalState": "STOPPED"}
+    assert admin.get(services, params={"ser_name": "sample"}).json() == []
+    log = (platform.settings.apps_path() / iid / "app.log").read_text()
+    assert "termination requested by the platform" in log, log
+
+    r = admin.post(f"{LCM}/app_instances/{iid}/operate", json={"changeStateTo": "STARTED"})
+    assert wait_op(platform, r.json())["operationState"] == "COMPLETED"
+    wait_until(lambda: admin.get(services, params={"ser_name": "sample"}).json(),
+               what="the service registered again")  # fmt: skip
+    bad = admin.post(f"{LCM}/app_instances/{iid}/operate", json={"changeStateTo": "PAUSED"})
+    assert bad.status_code == 400

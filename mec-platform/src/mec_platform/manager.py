@@ -338,14 +338,22 @@ class Manager:
             self.registry.notifier.notify(row.body["callbackUri"], notification, "app_lcm_op_occ",
                                           sub["_links"]["self"]["href"])  # fmt: skip
 
-    def _begin(self, instance_id: str, operation: str, params: dict[str, Any],
-               want_state: str) -> tuple[str, AppD]:  # fmt: skip
+    def _begin(
+        self,
+        instance_id: str,
+        operation: str,
+        params: dict[str, Any],
+        want_state: str,
+        want_operational: str | None = None,
+    ) -> tuple[str, AppD]:
         with self._lifecycle_lock, self.db.session() as s:
             row, appd = self._instance(s, instance_id)
             if self._busy(s, instance_id):
                 raise ProblemError(409, "another operation on this app instance is in progress")
             if row.instantiation_state != want_state:
                 raise ProblemError(409, f"the app instance is {row.instantiation_state}")
+            if want_operational is not None and row.operational_state != want_operational:
+                raise ProblemError(409, f"the app instance is {row.operational_state}")
             op = LcmOpOcc(id=uuid.uuid4().hex, app_instance_id=instance_id, operation=operation,
                           state="STARTING", params=params, start_time=time.time(),
                           state_entered_time=time.time())  # fmt: skip
@@ -369,17 +377,7 @@ class Manager:
         self._set_op(op_id, "PROCESSING")
         try:
             self._load_rules(instance_id, appd)
-            client_id, secret = self.authority.create_app_client(instance_id)
-            env = {"PLATFORM_URL": self.base_url, "APP_INSTANCE_ID": instance_id,
-                   "CLIENT_ID": client_id, "CLIENT_SECRET": secret}  # fmt: skip
-            self._set_ready(instance_id, False)  # before the start: the app may confirm at once
-            ref = self.backend.start(instance_id, appd, env)
-            with self.db.session() as s:
-                row = s.get(AppInstance, instance_id)
-                assert row is not None
-                row.instantiation_state, row.operational_state = "INSTANTIATED", "STARTED"
-                row.backend, row.backend_ref = self.backend.name, ref
-            self.apply_traffic_rules(instance_id)
+            self._start_app(instance_id, appd)
         except (BackendError, DataplaneError, OSError) as exc:
             log.error("instantiation failed", app_instance_id=instance_id, error=str(exc))
             self._cleanup(instance_id)
@@ -387,6 +385,20 @@ class Manager:
             return
         log.info("app instantiated", app_instance_id=instance_id, app=appd.app_name)
         self._set_op(op_id, "COMPLETED")
+
+    def _start_app(self, instance_id: str, appd: AppD) -> None:
+        """Start the app with new credentials; it is INSTANTIATED and STARTED, its rules on."""
+        client_id, secret = self.authority.create_app_client(instance_id)
+        env = {"PLATFORM_URL": self.base_url, "APP_INSTANCE_ID": instance_id,
+               "CLIENT_ID": client_id, "CLIENT_SECRET": secret}  # fmt: skip
+        self._set_ready(instance_id, False)  # before the start: the app may confirm at once
+        ref = self.backend.start(instance_id, appd, env)
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            assert row is not None
+            row.instantiation_state, row.operational_state = "INSTANTIATED", "STARTED"
+            row.backend, row.backend_ref = self.backend.name, ref
+        self.apply_traffic_rules(instance_id)
 
     def _set_ready(self, instance_id: str, ready: bool) -> None:
         with self.db.session() as s:
@@ -458,7 +470,7 @@ class Manager:
             assert row is not None
             ref, running = row.backend_ref, row.operational_state == "STARTED"
         if graceful and running:  # a dead app (STOPPED) confirms nothing
-            self._graceful_stop(instance_id, timeout)
+            self._graceful_stop(instance_id, timeout, "TERMINATING")
         try:
             if ref:
                 self.backend.stop(ref, timeout_s=10)
@@ -469,12 +481,14 @@ class Manager:
         log.info("app terminated", app_instance_id=instance_id)
         self._set_op(op_id, "COMPLETED")
 
-    def _graceful_stop(self, instance_id: str, timeout: int) -> None:
+    def _graceful_stop(self, instance_id: str, timeout: int, action: str) -> None:
+        """Mp1's handshake: AppTerminationNotification (STOPPING or TERMINATING), then wait
+        for confirm_termination up to the timeout."""
         with self.db.session() as s:
             row = s.get(AppInstance, instance_id)
             assert row is not None
-            row.termination_pending = "TERMINATING"
-        sent = self.registry.notify_termination(instance_id, "TERMINATING", timeout)
+            row.termination_pending = action
+        sent = self.registry.notify_termination(instance_id, action, timeout)
         confirmed = self.registry.termination_confirmed[instance_id]
         if sent and not confirmed.wait(timeout):
             log.warning("app did not confirm termination in time", app_instance_id=instance_id,
@@ -492,6 +506,66 @@ class Manager:
             if row is not None:
                 row.instantiation_state, row.operational_state = "NOT_INSTANTIATED", None
                 row.backend_ref, row.ready, row.termination_pending = None, False, None
+
+    # --- operate (MEC 010-2 v3.1.1: start and stop an instantiated app) -------------------
+
+    def operate(self, instance_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        target = params.get("changeStateTo")
+        if target not in ("STARTED", "STOPPED"):
+            raise ProblemError(400, "changeStateTo must be STARTED or STOPPED")
+        stop_type = params.get("stopType", "GRACEFUL")
+        if stop_type not in ("GRACEFUL", "FORCEFUL"):
+            raise ProblemError(400, "stopType must be GRACEFUL or FORCEFUL")
+        timeout = params.get("gracefulStopTimeout", self.graceful_timeout_s)
+        if not isinstance(timeout, int) or timeout < 0:
+            raise ProblemError(400, "gracefulStopTimeout must be a non-negative integer")
+        current = "STOPPED" if target == "STARTED" else "STARTED"
+        kept = {"changeStateTo": target, "stopType": stop_type, "gracefulStopTimeout": timeout}
+        op_id, appd = self._begin(instance_id, "OPERATE", kept, "INSTANTIATED", current)
+        if target == "STARTED":
+            self._background(self._operate_start, instance_id, op_id, appd)
+        else:
+            self._background(self._operate_stop, instance_id, op_id,
+                             stop_type == "GRACEFUL", timeout)  # fmt: skip
+        return self.op(op_id)
+
+    def _operate_start(self, instance_id: str, op_id: str, appd: AppD) -> None:
+        self._set_op(op_id, "PROCESSING")
+        try:
+            self._start_app(instance_id, appd)
+        except (BackendError, DataplaneError, OSError) as exc:
+            log.error("start failed", app_instance_id=instance_id, error=str(exc))
+            self._set_op(op_id, "FAILED", str(exc))
+            return
+        self._set_op(op_id, "COMPLETED")
+
+    def _operate_stop(self, instance_id: str, op_id: str, graceful: bool, timeout: int) -> None:
+        """Stop the app (Mp1's STOPPING handshake first if graceful); it stays INSTANTIATED
+        and STOPPED with its rules stored: its services, data-plane rules and credentials go."""
+        self._set_op(op_id, "PROCESSING")
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            assert row is not None
+            ref = row.backend_ref
+        if graceful:
+            self._graceful_stop(instance_id, timeout, "STOPPING")
+        try:
+            if ref:
+                self.backend.stop(ref, timeout_s=10)
+        except BackendError as exc:
+            self._set_op(op_id, "FAILED", str(exc))
+            return
+        if self.dataplane is not None:
+            self.dataplane.remove(instance_id)
+        self.registry.remove_services(instance_id)
+        self.authority.revoke_app_clients(instance_id)
+        self.registry.termination_confirmed.pop(instance_id, None)
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            assert row is not None
+            row.operational_state, row.ready, row.termination_pending = "STOPPED", False, None
+            row.backend_ref = None
+        self._set_op(op_id, "COMPLETED")
 
     # --- supervision ------------------------------------------------------------------------
 

@@ -150,6 +150,14 @@ def lcm_router() -> APIRouter:
         op = mgr.terminate(appInstanceId, await _optional_json(request))
         return json_response(op, 202, op["_links"]["self"]["href"])
 
+    @r.post(item + "/operate", status_code=202,
+            summary="Start or stop: {changeStateTo: STARTED|STOPPED, stopType, "
+            "gracefulStopTimeout} (202 + op occurrence)")  # fmt: skip
+    async def operate(request: Request, mgr: Mgr, who: Admin,
+                      appInstanceId: str) -> JSONResponse:  # noqa: N803  # fmt: skip
+        op = mgr.operate(appInstanceId, await _optional_json(request))
+        return json_response(op, 202, op["_links"]["self"]["href"])
+
     @r.post(
         item + "/credentials",
         status_code=201,
