@@ -465,21 +465,36 @@ class Manager:
 
     def _terminate(self, instance_id: str, op_id: str, graceful: bool, timeout: int) -> None:
         self._set_op(op_id, "PROCESSING")
+        if not self._stop_app(instance_id, op_id, graceful, timeout, "TERMINATING"):
+            return
+        self._cleanup(instance_id)
+        log.info("app terminated", app_instance_id=instance_id)
+        self._set_op(op_id, "COMPLETED")
+
+    def _stop_app(self, instance_id: str, op_id: str, graceful: bool, timeout: int,
+                  action: str) -> bool:  # fmt: skip
+        """Stop the app (after Mp1's handshake with ``action`` if graceful and it runs);
+        False, with the operation FAILED, if the backend could not."""
         with self.db.session() as s:
             row = s.get(AppInstance, instance_id)
             assert row is not None
             ref, running = row.backend_ref, row.operational_state == "STARTED"
         if graceful and running:  # a dead app (STOPPED) confirms nothing
-            self._graceful_stop(instance_id, timeout, "TERMINATING")
+            self._graceful_stop(instance_id, timeout, action)
         try:
             if ref:
                 self.backend.stop(ref, timeout_s=10)
         except BackendError as exc:
             self._set_op(op_id, "FAILED", str(exc))
-            return
-        self._cleanup(instance_id)
-        log.info("app terminated", app_instance_id=instance_id)
-        self._set_op(op_id, "COMPLETED")
+            return False
+        return True
+
+    def _withdraw(self, instance_id: str) -> None:
+        """A stopped or dead app's services, data-plane rules and credentials go."""
+        if self.dataplane is not None:
+            self.dataplane.remove(instance_id)
+        self.registry.remove_services(instance_id)
+        self.authority.revoke_app_clients(instance_id)
 
     def _graceful_stop(self, instance_id: str, timeout: int, action: str) -> None:
         """Mp1's handshake: AppTerminationNotification (STOPPING or TERMINATING), then wait
@@ -543,22 +558,9 @@ class Manager:
         """Stop the app (Mp1's STOPPING handshake first if graceful); it stays INSTANTIATED
         and STOPPED with its rules stored: its services, data-plane rules and credentials go."""
         self._set_op(op_id, "PROCESSING")
-        with self.db.session() as s:
-            row = s.get(AppInstance, instance_id)
-            assert row is not None
-            ref = row.backend_ref
-        if graceful:
-            self._graceful_stop(instance_id, timeout, "STOPPING")
-        try:
-            if ref:
-                self.backend.stop(ref, timeout_s=10)
-        except BackendError as exc:
-            self._set_op(op_id, "FAILED", str(exc))
+        if not self._stop_app(instance_id, op_id, graceful, timeout, "STOPPING"):
             return
-        if self.dataplane is not None:
-            self.dataplane.remove(instance_id)
-        self.registry.remove_services(instance_id)
-        self.authority.revoke_app_clients(instance_id)
+        self._withdraw(instance_id)
         self.registry.termination_confirmed.pop(instance_id, None)
         with self.db.session() as s:
             row = s.get(AppInstance, instance_id)
@@ -606,10 +608,7 @@ class Manager:
 
     def _app_died(self, instance_id: str, ref: str) -> None:
         log.error("app died", app_instance_id=instance_id, backend=self.backend.name, ref=ref)
-        if self.dataplane is not None:
-            self.dataplane.remove(instance_id)
-        self.registry.remove_services(instance_id)
-        self.authority.revoke_app_clients(instance_id)
+        self._withdraw(instance_id)
         try:
             self.backend.stop(ref, timeout_s=1)
         except BackendError as exc:
