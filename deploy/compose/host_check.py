@@ -3,7 +3,8 @@
 Fails (exit 1, so `docker compose up` fails and starts nothing else) when:
 - a port the suite is about to listen on is taken on MTS_BIND: in host mode a service
   would otherwise restart in a loop with "address already in use";
-- MTS_LISTEN / MTS_CONNECT are not MTS_BIND (the services would listen elsewhere).
+- MTS_LISTEN / MTS_CONNECT are not MTS_BIND (the services would listen elsewhere);
+- RNIS_IP_MAP names a file that does not exist (the RNIS adapter would not start).
 
 Reports (exit 0) how this host forwards the UEs' traffic: IP forwarding, and the FORWARD
 policy. Docker sets that policy to DROP when it turns forwarding on itself, so whatever
@@ -78,12 +79,20 @@ def report_forwarding() -> None:
         )
 
 
-def main() -> None:
+def problems() -> list[str]:
+    """Everything that would keep the suite from starting here, at once."""
+    found = []
     bind = os.environ["MTS_BIND"]
-    wrong = [v for v in ("MTS_LISTEN", "MTS_CONNECT") if os.environ.get(v) != bind]
-    if wrong:
-        sys.exit(f"host-check: host mode needs {' and '.join(f'{v}=${{MTS_BIND}}' for v in wrong)} "
-                 "in .env (deploy/compose/env.sh ran writes them)")  # fmt: skip
+    for var in ("MTS_LISTEN", "MTS_CONNECT"):
+        if os.environ.get(var) != bind:
+            found.append(f"host mode needs {var}=${{MTS_BIND}} in .env (env.sh ran writes it)")
+    ip_map = os.environ.get("RNIS_IP_MAP", "")
+    if ip_map and not Path(ip_map).is_file():
+        found.append(
+            f"RNIS_IP_MAP={ip_map}: no such file (RNIS_IP_MAP_DIR, default deploy/compose/rnis, "
+            "is /etc/mts/rnis): copy deploy/compose/rnis/ip-map.example.json to "
+            "deploy/compose/rnis/ip-map.json and edit it, or unset RNIS_IP_MAP"
+        )
     ports = parse_ports(os.environ["MTS_PORTS"])
     taken = taken_ports(ports)
     if len(taken) == len(ports):
@@ -91,10 +100,16 @@ def main() -> None:
         # again); a stranger holding exactly our ports is not told apart.
         print("host-check: every port of the suite is in use: already running")
     elif taken:
-        sys.exit("host-check: ports already in use (set another port in .env, or stop what "
-                 "holds it):\n  " + "\n  ".join(taken))  # fmt: skip
+        found += [f"port in use (set another in .env, or stop what holds it): {t}" for t in taken]
     else:
         print("host-check: ports free: " + ", ".join(f"{n}={p}" for n, (_, p) in ports.items()))
+    return found
+
+
+def main() -> None:
+    found = problems()
+    if found:
+        sys.exit("\n".join(f"host-check: {p}" for p in found))
     report_forwarding()
 
 

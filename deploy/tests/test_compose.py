@@ -261,11 +261,12 @@ def test_host_mode_down_leaves_nothing(host_stack: Stack) -> None:
 
 
 def test_a_taken_port_fails_up_loudly(docker_engine: None, tmp_path: Path) -> None:
-    """Host mode: a port of .env that something else holds fails `up` by host-check, naming
-    the variable, before any service starts (not a service restarting in a loop until the
-    wait timeout)."""
+    """Host mode: a port of .env that something else holds (and a missing UE address map)
+    fails `up` by host-check, naming the variables, before any service starts (not a
+    service restarting in a loop until the wait timeout)."""
     stack = new_stack("ran", tmp_path, f"mtsp{secrets.token_hex(3)}",
-                      MTS_AMQP_DIST_PORT=str(free_port()))  # fmt: skip
+                      MTS_AMQP_DIST_PORT=str(free_port()),
+                      RNIS_IP_MAP="/etc/mts/rnis/missing.json")  # fmt: skip
     ports = stack.ports
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", ports["rnis-adapter"]))
@@ -279,5 +280,6 @@ def test_a_taken_port_fails_up_loudly(docker_engine: None, tmp_path: Path) -> No
     assert done.returncode != 0, done.stdout
     assert 'service "host-check" didn\'t complete successfully' in done.stderr, done.stderr
     assert f"RNIS_HTTP_PORT={ports['rnis-adapter']} on 127.0.0.1" in why, why
+    assert "RNIS_IP_MAP=/etc/mts/rnis/missing.json: no such file" in why, why
     started_services = {name for name, (state, _) in states.items() if state != "created"}
     assert started_services == {"host-check"}, states  # nothing else was started
