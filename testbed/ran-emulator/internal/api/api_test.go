@@ -371,6 +371,10 @@ func TestDropLogAndCounters(t *testing.T) {
 			t.Errorf("%s: %d %s", bad, code, raw)
 		}
 	}
+	if _, raw := get(t, ts, "GET", "/metrics", "", false); !strings.Contains(string(raw),
+		fmt.Sprintf("emulator_drops_total{ue=\"ue1\",cause=\"radio\"} %d\n", total)) {
+		t.Errorf("metrics without the drops: %s", raw)
+	}
 	if code, _ := get(t, ts, "GET", "/emulator/v1/drops/counters", "", false); code != 401 {
 		t.Errorf("without a token: %d", code)
 	}

@@ -310,6 +310,15 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "# TYPE emulator_ticks_skipped_total counter\nemulator_ticks_skipped_total %d\n", t.Skipped)
 	fmt.Fprintf(w, "# TYPE emulator_unknown_destination_total counter\nemulator_unknown_destination_total %d\n", s.emu.UnknownDst.Load())
 	fmt.Fprintf(w, "# TYPE emulator_write_errors_total counter\nemulator_write_errors_total %d\n", s.emu.WriteErrors.Load())
+	drops := s.emu.Truth.Counts().PerUE
+	fmt.Fprintf(w, "# HELP emulator_drops_total Dropped packets by UE and cause (radio, overflow, aqm, wan).\n# TYPE emulator_drops_total counter\n")
+	for _, ue := range sortedKeys(drops) {
+		n := drops[ue]
+		byCause := n.Map()
+		for _, cause := range sortedKeys(byCause) {
+			fmt.Fprintf(w, "emulator_drops_total{ue=%q,cause=%q} %d\n", ue, cause, byCause[cause])
+		}
+	}
 	states := []BearerState{}
 	for _, b := range s.emu.Bearers() {
 		states = append(states, bearerState(b))
