@@ -71,8 +71,9 @@ def test_op_occ_notifications_reach_a_real_receiver(
         assert note["subscriptionId"] == info["id"]
         assert note["operationType"] == "INSTANTIATE"
         assert note["_links"]["appLcmOpOcc"]["href"].endswith(op["id"])
-    bad = platform.admin.post(f"{LCM}/subscriptions", json={
-        "subscriptionType": "AppInstanceStateChangeSubscription", "callbackUri": url})  # fmt: skip
+    absent = "AppInstanceIdentifierCreationSubscription"
+    bad = platform.admin.post(f"{LCM}/subscriptions",
+                              json={"subscriptionType": absent, "callbackUri": url})  # fmt: skip
     assert bad.status_code == 400
     assert platform.admin.delete(created.headers["location"]).status_code == 204
 
@@ -97,15 +98,19 @@ def test_packages_under_mec010_2_resource_names(
 
 
 def test_operate_stops_with_mp1_handshake_and_starts_again(
-    platform_and_receiver: tuple[Running, Receiver, str],
+    specs: Path, platform_and_receiver: tuple[Running, Receiver, str]
 ) -> None:
     """MEC 010-2 operate: STOPPED (graceful: the app gets AppTerminationNotification with
     STOPPING, confirms, exits; its service leaves discovery), then STARTED (a new process
     registers again); an operation for the state the app is already in is 409."""
     from test_lifecycle import sample_appd  # the platform tests' sample app
 
-    platform, _, _ = platform_and_receiver
+    platform, receiver, url = platform_and_receiver
     admin = platform.admin
+    sub = admin.post(f"{LCM}/subscriptions", json={
+        "subscriptionType": "AppInstanceStateChangeSubscription", "callbackUri": url})  # fmt: skip
+    assert sub.status_code == 201, sub.text
+    jsonschema_rs.validate(official_schema(specs, "AppInstSubscriptionInfo"), sub.json())
     onboard(platform, sample_appd())
     iid = admin.post(f"{LCM}/app_instances", json={"appDId": "sample"}).json()["id"]
     op = admin.post(f"{LCM}/app_instances/{iid}/instantiate", json={}).json()
@@ -133,3 +138,9 @@ def test_operate_stops_with_mp1_handshake_and_starts_again(
                what="the service registered again")  # fmt: skip
     bad = admin.post(f"{LCM}/app_instances/{iid}/operate", json={"changeStateTo": "PAUSED"})
     assert bad.status_code == 400
+    notes = receiver.wait_for(3, timeout=60)
+    assert [n["appInstanceState"] for n in notes] == ["STARTED", "STOPPED", "STARTED"], notes
+    schema = official_schema(specs, "AppInstNotification")
+    for note in notes:
+        jsonschema_rs.validate(schema, note)
+        assert note["appInstanceId"] == iid and note["subscriptionId"] == sub.json()["id"]

@@ -22,9 +22,15 @@ from rnis_helpers import (
     wait_for,
 )
 
-from mec_platform.testing import external_app, onboard, running_platform
+from mec_platform.testing import SIMPLE_APPD, external_app, onboard, running_platform
 
 RNI = "/rni/v2"
+CONSUMER_APPD = (
+    SIMPLE_APPD
+    + """appServiceRequired:
+  - {serName: rnis, version: "2.1.1"}
+"""
+)
 CELL_CHANGE = {"subscriptionType": "CellChangeSubscription",
                "callbackReference": "http://127.0.0.1:9/cb",
                "filterCriteriaAssocHo": {"ecgi": [{"plmn": {"mcc": "208", "mnc": "93"},
@@ -64,7 +70,7 @@ def running_adapter(tmp_path: Path, env: dict[str, str]) -> Iterator[Adapter]:
 def rnis(tmp_path: Path) -> Iterator[Rnis]:
     with running_platform(tmp_path) as platform:
         onboard(platform, RNIS_APPD)
-        onboard(platform)
+        onboard(platform, CONSUMER_APPD)  # its token may call the RNIS (mec.consume:rnis)
         rnis_id, client_id, secret = app_credentials(platform)
         app_id, app = external_app(platform)
         env = {"RNIS_PLATFORM_URL": platform.url, "RNIS_APP_INSTANCE_ID": rnis_id,

@@ -36,6 +36,8 @@ log = get_logger(__name__)
 
 PKGM = "/app_pkgm/v1"
 OP_OCC_SUBSCRIPTION = "AppLcmOpOccStateChangeSubscription"
+INSTANCE_SUBSCRIPTION = "AppInstanceStateChangeSubscription"
+INSTANCE_STATES = ("NOT_INSTANTIATED", "STARTED", "STOPPED")
 LCM = "/app_lcm/v1"
 
 
@@ -266,6 +268,8 @@ class Manager:
             assert op is not None
             op.state, op.state_entered_time, op.error = state, time.time(), error
         self._notify_op(op)
+        if state == "COMPLETED":
+            self._notify_instance(op.app_instance_id)
 
     # --- lifecycle subscriptions (MEC 010-2 AppLcmOpOccStateChangeSubscription) ----------
 
@@ -274,10 +278,15 @@ class Manager:
         return {"id": row.id, **row.body, "_links": {"self": {"href": href}}}
 
     def lcm_subscribe(self, body: dict[str, Any]) -> dict[str, Any]:
-        body = body.get("AppLcmOpOccSubscriptionRequest", body)  # v3.1.1 wraps the request
-        if body.get("subscriptionType") != OP_OCC_SUBSCRIPTION:
-            raise ProblemError(400, f"subscriptionType must be {OP_OCC_SUBSCRIPTION} (the only "
-                               "lifecycle subscription this platform offers)")  # fmt: skip
+        for wrapper in ("AppLcmOpOccSubscriptionRequest", "AppInstSubscriptionRequest"):
+            body = body.get(wrapper, body)  # v3.1.1 wraps the request in its type's name
+        kind = body.get("subscriptionType")
+        if kind not in (OP_OCC_SUBSCRIPTION, INSTANCE_SUBSCRIPTION):
+            raise ProblemError(400, f"subscriptionType must be {OP_OCC_SUBSCRIPTION} or "
+                               f"{INSTANCE_SUBSCRIPTION}")  # fmt: skip
+        state = body.get("appInstanceState")
+        if kind == INSTANCE_SUBSCRIPTION and state not in (None, *INSTANCE_STATES):
+            raise ProblemError(400, f"appInstanceState must be one of {', '.join(INSTANCE_STATES)}")
         callback = body.get("callbackUri")
         if not isinstance(callback, str) or not callback:
             raise ProblemError(400, "callbackUri is required")
@@ -285,7 +294,9 @@ class Manager:
             check_callback(callback, self.registry.callback_networks)
         except CallbackNotAllowedError as exc:
             raise ProblemError(400, str(exc)) from None
-        kept = {"subscriptionType": OP_OCC_SUBSCRIPTION, "callbackUri": callback}
+        kept = {"subscriptionType": kind, "callbackUri": callback}
+        if kind == INSTANCE_SUBSCRIPTION and state is not None:
+            kept["appInstanceState"] = state
         with self.db.session() as s:
             row = Subscription(id=uuid.uuid4().hex, api="app_lcm", app_instance_id="", body=kept)
             s.add(row)
@@ -296,7 +307,7 @@ class Manager:
             rows = s.scalars(select(Subscription).where(Subscription.api == "app_lcm")
                              .order_by(Subscription.created))  # fmt: skip
             links = [{"href": self._lcm_subscription_json(r)["_links"]["self"]["href"],
-                      "subscriptionType": OP_OCC_SUBSCRIPTION} for r in rows]  # fmt: skip
+                      "subscriptionType": r.body["subscriptionType"]} for r in rows]  # fmt: skip
         return {"_links": {"self": {"href": f"{self.base_url}{LCM}/subscriptions"},
                            "subscriptions": links}}  # fmt: skip
 
@@ -312,12 +323,36 @@ class Manager:
                 s.delete(row)
             return body
 
+    def _lcm_subscribers(self, kind: str) -> list[Subscription]:
+        with self.db.session() as s:
+            rows = s.scalars(select(Subscription).where(Subscription.api == "app_lcm"))
+            return [row for row in rows if row.body["subscriptionType"] == kind]
+
+    def _notify_instance(self, instance_id: str) -> None:
+        """An AppInstNotification of the instance's state (NOT_INSTANTIATED, STARTED or
+        STOPPED) to the subscribers that want it."""
+        with self.db.session() as s:
+            row = s.get(AppInstance, instance_id)
+            if row is None:
+                return
+            state = row.operational_state or "NOT_INSTANTIATED"
+            ids = {"appInstanceId": row.id, "appPkgId": row.app_pkg_id, "appDId": row.appd_id}
+        notification_id = uuid.uuid4().hex
+        for sub in self._lcm_subscribers(INSTANCE_SUBSCRIPTION):
+            if sub.body.get("appInstanceState", state) != state:
+                continue
+            href = self._lcm_subscription_json(sub)["_links"]["self"]["href"]
+            notification = {"id": notification_id, "notificationType": INSTANCE_SUBSCRIPTION,
+                            "appInstanceState": state, "subscriptionId": sub.id,
+                            "timeStamp": timestamp(time.time()), **ids,
+                            "_links": {"subscription": {"href": href}}}  # fmt: skip
+            self.registry.notifier.notify(sub.body["callbackUri"], notification, "app_instance",
+                                          href)  # fmt: skip
+
     def _notify_op(self, op: LcmOpOcc) -> None:
         """An AppLcmOpOccNotification of the operation's new state to every subscriber."""
-        with self.db.session() as s:
-            rows = list(s.scalars(select(Subscription).where(Subscription.api == "app_lcm")))
         notification_id = uuid.uuid4().hex  # the same for every subscriber (MEC 010-2)
-        for row in rows:
+        for row in self._lcm_subscribers(OP_OCC_SUBSCRIPTION):
             sub = self._lcm_subscription_json(row)
             notification = {
                 "id": notification_id,
@@ -609,6 +644,7 @@ class Manager:
     def _app_died(self, instance_id: str, ref: str) -> None:
         log.error("app died", app_instance_id=instance_id, backend=self.backend.name, ref=ref)
         self._withdraw(instance_id)
+        self._notify_instance(instance_id)
         try:
             self.backend.stop(ref, timeout_s=1)
         except BackendError as exc:
