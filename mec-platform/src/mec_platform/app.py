@@ -44,6 +44,8 @@ class Platform:
 
     def close(self) -> None:
         self._stop.set()
+        # queued secret checks (a login flood) are dropped, not run before the process ends
+        self.app.state.hashing.shutdown(wait=False, cancel_futures=True)
         self.manager.join(timeout=5)
         self.notifier.close()
         self.db.close()
@@ -114,6 +116,7 @@ def build_platform(settings: PlatformSettings) -> Platform:
     limiter = LoginLimiter(settings.login_rate_per_s, settings.login_burst,
                            settings.login_max_pending)  # fmt: skip
     hashing = ThreadPoolExecutor(max_workers=2, thread_name_prefix="oauth-scrypt")
+    app.state.hashing = hashing
     for router in (service_mgmt_router(), app_support_router(), pkgm_router(), lcm_router(),
                    oauth_router(authority, limiter, hashing)):  # fmt: skip
         app.include_router(router)

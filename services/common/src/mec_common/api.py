@@ -34,7 +34,13 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from uvicorn.protocols.http.h11_impl import H11Protocol
+
+try:  # uvicorn's faster parser when installed (it is, with this workspace), else h11
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _HttpProtocol
+except ImportError:  # pragma: no cover
+    from uvicorn.protocols.http.h11_impl import (  # type: ignore[assignment]
+        H11Protocol as _HttpProtocol,
+    )
 
 from mec_common.auth import Principal, TokenVerifier
 from mec_common.config import ServiceSettings
@@ -367,7 +373,7 @@ def _raise_stopped(signum: int, frame: object) -> None:
     raise _Stopped(signum)
 
 
-class HeaderDeadline(H11Protocol):
+class HeaderDeadline(_HttpProtocol):
     """uvicorn's HTTP/1.1 protocol with a deadline for each request's headers.
 
     uvicorn has none: a client that sends a header line now and then (slowloris) holds its
