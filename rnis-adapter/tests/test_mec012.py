@@ -293,7 +293,7 @@ def test_notifications_reach_a_real_callback_server(
 
 
 def test_expiry_notification(ready: Adapter, callbacks: CallbackServer) -> None:
-    deadline = int(time.time()) + 2
+    deadline = int(time.time()) + 4  # not past before the subscription is made on a busy machine
     created = subscribe(
         ready,
         {
@@ -304,7 +304,7 @@ def test_expiry_notification(ready: Adapter, callbacks: CallbackServer) -> None:
         },
     )
     assert created["expiryDeadline"] == {"seconds": deadline, "nanoSeconds": 0}
-    _, note = callbacks.wait(lambda p, b: b.get("notificationType") == "ExpiryNotification", 6)
+    _, note = callbacks.wait(lambda p, b: b.get("notificationType") == "ExpiryNotification", 15)
     check("ExpiryNotification", note)
     assert note["_links"]["self"] == created["_links"]["self"]["href"]
     assert note["expiryDeadline"]["seconds"] == deadline
@@ -321,7 +321,10 @@ def test_subscriptions_survive_a_restart(
         "callbackReference": callbacks.url + "/cc",
         "filterCriteriaAssocHo": {"associateId": [{"type": 1, "value": "10.30.1.1"}]},
     }
-    deadline = int(time.time()) + 2
+    # Long enough that the subscription is still valid when the first adapter saves it, even
+    # on a loaded machine (at 2 s it had expired before the save at load ~50); the test then
+    # waits it out before the restart.
+    deadline = int(time.time()) + 10
     short = {**body, "expiryDeadline": {"seconds": deadline, "nanoSeconds": 0}}
     first = Adapter(tmp_path, source.url, exchange).start()
     try:
