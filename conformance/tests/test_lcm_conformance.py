@@ -16,11 +16,11 @@ from mec_platform.testing import Receiver, Running, onboard, running_platform, w
 LCM = "/app_lcm/v1"
 
 
-def official_schema(specs: Path, name: str) -> dict[str, Any]:
-    """A component schema of MEC01002_AppLcm.yaml (v3.1.1). Its enumerations are the
+def official_schema(specs: Path, name: str, file: str = "MEC01002_AppLcm.yaml") -> dict[str, Any]:
+    """A component schema of a MEC 010-2 v3.1.1 file. Its enumerations are the
     placeholder ["SEE_DESCRIPTION"] (values only in the descriptions): those are dropped
     here, in memory, and the values are checked against the descriptions by the tests."""
-    spec = yaml.safe_load((specs / "mec010-2-v3.1.1" / "MEC01002_AppLcm.yaml").read_text())
+    spec = yaml.safe_load((specs / "mec010-2-v3.1.1" / file).read_text())
 
     def drop_placeholders(node: Any) -> Any:
         if isinstance(node, dict):
@@ -144,3 +144,29 @@ def test_operate_stops_with_mp1_handshake_and_starts_again(
     for note in notes:
         jsonschema_rs.validate(schema, note)
         assert note["appInstanceId"] == iid and note["subscriptionId"] == sub.json()["id"]
+
+
+def test_package_notifications_reach_a_real_receiver(
+    specs: Path, platform_and_receiver: tuple[Running, Receiver, str]
+) -> None:
+    platform, receiver, url = platform_and_receiver
+    pkgm = "/app_pkgm/v1"
+    for kind in ("AppPackageOnBoardingSubscription", "AppPackageChangeSubscription",
+                 "AppPackageDeletionSubscription"):  # fmt: skip
+        r = platform.admin.post(f"{pkgm}/subscriptions",
+                                json={"subscriptionType": kind, "callbackUri": url})  # fmt: skip
+        assert r.status_code == 201, r.text
+    onboard(platform)
+    item = f"{pkgm}/onboarded_app_packages/test-app"
+    assert platform.admin.patch(item, json={"operationState": "DISABLED"}).status_code == 200
+    assert platform.admin.delete(item).status_code == 204
+    notes = receiver.wait_for(3, timeout=60)
+    assert [n["notificationType"] for n in notes] == [
+        "AppPackageOnBoarded", "AppPackageDisabled", "AppPackageDeleted"]  # fmt: skip
+    schema = official_schema(specs, "AppPkgNotification", "MEC01002_AppPkgMgmt.yaml")
+    for note in notes:
+        jsonschema_rs.validate(schema, note)
+        assert note["appDId"] == "test-app"
+    assert [n["operationalState"] for n in notes] == ["ENABLED", "DISABLED", "DISABLED"]
+    listing = platform.admin.get(f"{pkgm}/subscriptions").json()
+    assert len(listing["_links"]["subscriptions"]) == 3

@@ -35,10 +35,20 @@ from mec_platform.security import Authority
 log = get_logger(__name__)
 
 PKGM = "/app_pkgm/v1"
+LCM = "/app_lcm/v1"
 OP_OCC_SUBSCRIPTION = "AppLcmOpOccStateChangeSubscription"
 INSTANCE_SUBSCRIPTION = "AppInstanceStateChangeSubscription"
 INSTANCE_STATES = ("NOT_INSTANTIATED", "STARTED", "STOPPED")
-LCM = "/app_lcm/v1"
+# AppPkgNotification.notificationType -> the subscription type that asks for it
+PACKAGE_NOTIFICATIONS = {"AppPackageOnBoarded": "AppPackageOnBoardingSubscription",
+                         "AppPackageEnabled": "AppPackageChangeSubscription",
+                         "AppPackageDisabled": "AppPackageChangeSubscription",
+                         "AppPackageDeleted": "AppPackageDeletionSubscription"}  # fmt: skip
+# API -> (base path, subscription types it offers)
+SUBSCRIPTION_APIS = {
+    "app_lcm": (LCM, (OP_OCC_SUBSCRIPTION, INSTANCE_SUBSCRIPTION)),
+    "app_pkgm": (PKGM, tuple(dict.fromkeys(PACKAGE_NOTIFICATIONS.values()))),
+}
 
 
 class Manager:
@@ -97,7 +107,9 @@ class Manager:
                              checksum=checksum)  # fmt: skip
             s.add(row)
             s.flush()
-            return self.package_json(s, row)
+            created = self.package_json(s, row)
+        self._notify_package(created, "AppPackageOnBoarded")
+        return created
 
     def packages(self, appd_id: str | None = None) -> list[dict[str, Any]]:
         with self.db.session() as s:
@@ -129,16 +141,22 @@ class Manager:
             if state not in ("ENABLED", "DISABLED"):
                 raise ProblemError(400, "operationState must be ENABLED or DISABLED")
             precondition(self.package_json(s, row))
+            changed = row.operational_state != state
             row.operational_state = state
-            return self.package_json(s, row)
+            package = self.package_json(s, row)
+        if changed:
+            self._notify_package(package, f"AppPackage{state.capitalize()}")
+        return package
 
     def delete_package(self, pkg_id: str, precondition: Precondition = unconditional) -> None:
         with self._writes, self.db.session() as s:
             row = self._package(s, pkg_id)
             precondition(self.package_json(s, row))
-            if self.package_json(s, row)["usageState"] == "IN_USE":
+            package = self.package_json(s, row)
+            if package["usageState"] == "IN_USE":
                 raise ProblemError(409, "the package has app instances; delete them first")
             s.delete(row)
+        self._notify_package(package, "AppPackageDeleted")
 
     # --- instances --------------------------------------------------------------------------
 
@@ -273,17 +291,19 @@ class Manager:
 
     # --- lifecycle subscriptions (MEC 010-2 AppLcmOpOccStateChangeSubscription) ----------
 
-    def _lcm_subscription_json(self, row: Subscription) -> dict[str, Any]:
-        href = f"{self.base_url}{LCM}/subscriptions/{row.id}"
+    def _subscription_json(self, row: Subscription) -> dict[str, Any]:
+        href = f"{self.base_url}{SUBSCRIPTION_APIS[row.api][0]}/subscriptions/{row.id}"
         return {"id": row.id, **row.body, "_links": {"self": {"href": href}}}
 
-    def lcm_subscribe(self, body: dict[str, Any]) -> dict[str, Any]:
-        for wrapper in ("AppLcmOpOccSubscriptionRequest", "AppInstSubscriptionRequest"):
+    def subscribe(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A MEC 010-2 subscription of ``api`` (app_lcm or app_pkgm)."""
+        _, kinds = SUBSCRIPTION_APIS[api]
+        for wrapper in ("AppLcmOpOccSubscriptionRequest", "AppInstSubscriptionRequest",
+                        "AppPkgSubscription"):  # fmt: skip
             body = body.get(wrapper, body)  # v3.1.1 wraps the request in its type's name
         kind = body.get("subscriptionType")
-        if kind not in (OP_OCC_SUBSCRIPTION, INSTANCE_SUBSCRIPTION):
-            raise ProblemError(400, f"subscriptionType must be {OP_OCC_SUBSCRIPTION} or "
-                               f"{INSTANCE_SUBSCRIPTION}")  # fmt: skip
+        if kind not in kinds:
+            raise ProblemError(400, f"subscriptionType must be one of {', '.join(kinds)}")
         state = body.get("appInstanceState")
         if kind == INSTANCE_SUBSCRIPTION and state not in (None, *INSTANCE_STATES):
             raise ProblemError(400, f"appInstanceState must be one of {', '.join(INSTANCE_STATES)}")
@@ -298,35 +318,50 @@ class Manager:
         if kind == INSTANCE_SUBSCRIPTION and state is not None:
             kept["appInstanceState"] = state
         with self.db.session() as s:
-            row = Subscription(id=uuid.uuid4().hex, api="app_lcm", app_instance_id="", body=kept)
+            row = Subscription(id=uuid.uuid4().hex, api=api, app_instance_id="", body=kept)
             s.add(row)
-            return self._lcm_subscription_json(row)
+            return self._subscription_json(row)
 
-    def lcm_subscriptions(self) -> dict[str, Any]:
+    def subscriptions(self, api: str) -> dict[str, Any]:
         with self.db.session() as s:
-            rows = s.scalars(select(Subscription).where(Subscription.api == "app_lcm")
+            rows = s.scalars(select(Subscription).where(Subscription.api == api)
                              .order_by(Subscription.created))  # fmt: skip
-            links = [{"href": self._lcm_subscription_json(r)["_links"]["self"]["href"],
+            links = [{"href": self._subscription_json(r)["_links"]["self"]["href"],
                       "subscriptionType": r.body["subscriptionType"]} for r in rows]  # fmt: skip
-        return {"_links": {"self": {"href": f"{self.base_url}{LCM}/subscriptions"},
+        base = SUBSCRIPTION_APIS[api][0]
+        return {"_links": {"self": {"href": f"{self.base_url}{base}/subscriptions"},
                            "subscriptions": links}}  # fmt: skip
 
-    def lcm_subscription(self, sub_id: str, delete: bool,
-                         precondition: Precondition = unconditional) -> dict[str, Any]:  # fmt: skip
+    def subscription(self, api: str, sub_id: str, delete: bool,
+                     precondition: Precondition = unconditional) -> dict[str, Any]:  # fmt: skip
         with self._writes, self.db.session() as s:
             row = s.get(Subscription, sub_id)
-            if row is None or row.api != "app_lcm":
+            if row is None or row.api != api:
                 raise ProblemError(404, f"subscription {sub_id} does not exist")
-            body = self._lcm_subscription_json(row)
+            body = self._subscription_json(row)
             if delete:
                 precondition(body)
                 s.delete(row)
             return body
 
-    def _lcm_subscribers(self, kind: str) -> list[Subscription]:
+    def _subscribers(self, api: str, kind: str) -> list[Subscription]:
         with self.db.session() as s:
-            rows = s.scalars(select(Subscription).where(Subscription.api == "app_lcm"))
+            rows = s.scalars(select(Subscription).where(Subscription.api == api))
             return [row for row in rows if row.body["subscriptionType"] == kind]
+
+    def _notify_package(self, package: dict[str, Any], notification_type: str) -> None:
+        """An AppPkgNotification (AppPackageOnBoarded/Enabled/Disabled/Deleted)."""
+        kind = PACKAGE_NOTIFICATIONS[notification_type]
+        notification_id = uuid.uuid4().hex
+        for sub in self._subscribers("app_pkgm", kind):
+            href = self._subscription_json(sub)["_links"]["self"]["href"]
+            notification = {"id": notification_id, "notificationType": notification_type,
+                            "subscriptionId": sub.id, "timeStamp": timestamp(time.time()),
+                            "appPkgId": package["id"], "appDId": package["appDId"],
+                            "operationalState": package["operationalState"],
+                            "_links": {"subscription": {"href": href}}}  # fmt: skip
+            self.registry.notifier.notify(sub.body["callbackUri"], notification, "app_package",
+                                          href)  # fmt: skip
 
     def _notify_instance(self, instance_id: str) -> None:
         """An AppInstNotification of the instance's state (NOT_INSTANTIATED, STARTED or
@@ -338,10 +373,10 @@ class Manager:
             state = row.operational_state or "NOT_INSTANTIATED"
             ids = {"appInstanceId": row.id, "appPkgId": row.app_pkg_id, "appDId": row.appd_id}
         notification_id = uuid.uuid4().hex
-        for sub in self._lcm_subscribers(INSTANCE_SUBSCRIPTION):
+        for sub in self._subscribers("app_lcm", INSTANCE_SUBSCRIPTION):
             if sub.body.get("appInstanceState", state) != state:
                 continue
-            href = self._lcm_subscription_json(sub)["_links"]["self"]["href"]
+            href = self._subscription_json(sub)["_links"]["self"]["href"]
             notification = {"id": notification_id, "notificationType": INSTANCE_SUBSCRIPTION,
                             "appInstanceState": state, "subscriptionId": sub.id,
                             "timeStamp": timestamp(time.time()), **ids,
@@ -352,8 +387,8 @@ class Manager:
     def _notify_op(self, op: LcmOpOcc) -> None:
         """An AppLcmOpOccNotification of the operation's new state to every subscriber."""
         notification_id = uuid.uuid4().hex  # the same for every subscriber (MEC 010-2)
-        for row in self._lcm_subscribers(OP_OCC_SUBSCRIPTION):
-            sub = self._lcm_subscription_json(row)
+        for row in self._subscribers("app_lcm", OP_OCC_SUBSCRIPTION):
+            sub = self._subscription_json(row)
             notification = {
                 "id": notification_id,
                 "notificationType": OP_OCC_SUBSCRIPTION,  # as MEC 010-2 v3.1.1 6.2.2.16 says

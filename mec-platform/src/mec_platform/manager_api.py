@@ -78,7 +78,36 @@ def pkgm_router() -> APIRouter:
     # app_packages/{appPkgId} stays. Either takes a package id or an appDId.
     for base in ("/app_packages", "/onboarded_app_packages"):
         _package_routes(r, base)
+    _subscription_routes(r, "app_pkgm")
     return r
+
+
+def _subscription_routes(r: APIRouter, api: str) -> None:
+    """MEC 010-2 subscriptions of ``api`` (app_lcm: operation occurrences and instance
+    states; app_pkgm: packages onboarded, changed, deleted)."""
+
+    @r.post("/subscriptions", status_code=201, summary="Subscribe (MEC 010-2)")
+    async def subscribe(request: Request, mgr: Mgr, who: Admin) -> Response:
+        created = mgr.subscribe(api, await _optional_json(request))
+        href = created["_links"]["self"]["href"]
+        return tagged(request, created, 201, headers={"Location": href})
+
+    @r.get("/subscriptions", summary="Subscriptions")
+    def subscriptions(mgr: Mgr, who: Admin) -> JSONResponse:
+        return json_response(mgr.subscriptions(api))
+
+    @r.get("/subscriptions/{subscriptionId}", summary="One subscription",
+           responses=CONDITIONAL_GET)  # fmt: skip
+    def subscription(request: Request, mgr: Mgr, who: Admin,
+                     subscriptionId: str) -> Response:  # noqa: N803  # fmt: skip
+        return tagged(request, mgr.subscription(api, subscriptionId, delete=False))
+
+    @r.delete("/subscriptions/{subscriptionId}", status_code=204, summary="Unsubscribe",
+              responses=CONDITIONAL)  # fmt: skip
+    def unsubscribe(request: Request, mgr: Mgr, who: Admin,
+                    subscriptionId: str) -> Response:  # noqa: N803  # fmt: skip
+        mgr.subscription(api, subscriptionId, delete=True, precondition=preconditions(request))
+        return Response(status_code=204)
 
 
 def _package_routes(r: APIRouter, base: str) -> None:
@@ -166,29 +195,7 @@ def lcm_router() -> APIRouter:
     def credentials(mgr: Mgr, who: Admin, appInstanceId: str) -> JSONResponse:  # noqa: N803
         return json_response(mgr.credentials(appInstanceId), 201)
 
-    @r.post("/subscriptions", status_code=201,
-            summary="Subscribe to operation occurrence state changes (MEC 010-2)")  # fmt: skip
-    async def subscribe(request: Request, mgr: Mgr, who: Admin) -> Response:
-        created = mgr.lcm_subscribe(await _optional_json(request))
-        href = created["_links"]["self"]["href"]
-        return tagged(request, created, 201, headers={"Location": href})
-
-    @r.get("/subscriptions", summary="Lifecycle subscriptions")
-    def subscriptions(mgr: Mgr, who: Admin) -> JSONResponse:
-        return json_response(mgr.lcm_subscriptions())
-
-    @r.get("/subscriptions/{subscriptionId}", summary="One lifecycle subscription",
-           responses=CONDITIONAL_GET)  # fmt: skip
-    def subscription(request: Request, mgr: Mgr, who: Admin,
-                     subscriptionId: str) -> Response:  # noqa: N803  # fmt: skip
-        return tagged(request, mgr.lcm_subscription(subscriptionId, delete=False))
-
-    @r.delete("/subscriptions/{subscriptionId}", status_code=204, summary="Unsubscribe",
-              responses=CONDITIONAL)  # fmt: skip
-    def unsubscribe(request: Request, mgr: Mgr, who: Admin,
-                    subscriptionId: str) -> Response:  # noqa: N803  # fmt: skip
-        mgr.lcm_subscription(subscriptionId, delete=True, precondition=preconditions(request))
-        return Response(status_code=204)
+    _subscription_routes(r, "app_lcm")
 
     @r.get("/app_lcm_op_occs", summary="Lifecycle operation occurrences")
     def ops(mgr: Mgr, who: Admin, appInstanceId: str | None = None) -> JSONResponse:  # noqa: N803
