@@ -238,6 +238,7 @@ def test_install_upgrade_uninstall(kube: Kube) -> None:
     before = kube.http.get(secret_path).raise_for_status().json()["data"]
     assert len(base64.b64decode(before["amqp-password"])) == 32
     assert kube.names(ns, "/apis/apps/v1/namespaces/{ns}/deployments") == [
+        "mts-dashboard",
         "mts-platform",
         "mts-rnis-adapter",
     ]
@@ -246,10 +247,11 @@ def test_install_upgrade_uninstall(kube: Kube) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         pods = kube.names(ns, "/api/v1/namespaces/{ns}/pods")
-        if len(pods) == 3:
+        if len(pods) == 4:
             break
         time.sleep(1)
     assert [p.rsplit("-", 2)[0] if "rabbitmq" not in p else p for p in pods] == [
+        "mts-dashboard",
         "mts-platform",
         "mts-rabbitmq-0",
         "mts-rnis-adapter",

@@ -128,7 +128,10 @@ class Backend:
             return
         if uri is None:
             self.state.url = None
-            self.state.record(None, f"service {self.ser_name!r} is not registered on Mp1")
+            if self.state.last_ok is None:
+                self.state.record(None, f"service {self.ser_name!r} is not registered on Mp1")
+            else:  # it answered before: leaving discovery (app stopped or died) is a loss
+                self.state.record(False, f"service {self.ser_name!r} left Mp1 discovery")
         elif uri != self.url:
             self.state.url = uri
 
