@@ -28,7 +28,11 @@ getsockopt, ioctl, or a BPF map update keyed by the fd must run there. From othe
 Attributes that are plain values (``id``, ``ue``, addresses, counters) can be read from
 any thread. Descriptors an extension opens in ``create_extension`` (before the relays
 start, e.g. BPF maps) are valid in the relay threads too (same numbers); descriptors
-opened later in other threads are not.
+opened later in other threads are not, and sockets and pipes never are (a relay closes its
+copies). A hook must not use another thread's socket even indirectly: pika's
+``add_callback_threadsafe`` writes a wake-up byte to its socket by number, which in a relay
+thread is one of the relay's connections or pipes (stray bytes at the start of a UE's first
+flow, issue 20). Hand work to other threads through locks and queues only.
 
 An extension is found by import: if the package ``mec_pep.ran_aware`` exists, the PEP
 calls its ``create_extension(context: PepContext) -> PepExtension`` at start and calls

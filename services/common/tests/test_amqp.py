@@ -1,9 +1,14 @@
 """AMQP helpers against the real RabbitMQ: routing, runtime bindings, reconnects, health."""
 
+import ctypes
+import os
+import socket
+import stat
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from mec_common.amqp import AmqpConsumer, AmqpPublisher
 from mec_common.health import Health
@@ -96,6 +101,77 @@ def test_publish_routes_by_topic_and_bindings_change_at_run_time(
         publisher.publish("rnis.v1.meas.10000-0.208950000000002.10_30_1_2", b'{"n":4}')
         assert inbox.wait_for(lambda items: len(items) >= 2, TIMEOUT)
         assert [b for _, b in inbox.items] == [b'{"n":2}', b'{"n":4}']
+    finally:
+        publisher.close()
+        consumer.close()
+
+
+def written_by(fn: Callable[[], None]) -> bytes:
+    """Run fn in a thread with a private descriptor table (unshare(CLONE_FILES), as the PEP's
+    relay threads), where every socket number copied from the process is re-pointed at one
+    socket of our own (in a relay thread those numbers belong to its connections and
+    pipes); return what fn wrote to it."""
+    written: list[bytes] = []
+
+    def run() -> None:
+        if ctypes.CDLL(None, use_errno=True).unshare(0x400) != 0:  # CLONE_FILES
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_FILES)")
+        ours, peer = socket.socketpair()
+        own = {ours.fileno(), peer.fileno()}
+        copied = []
+        for entry in Path("/proc/thread-self/fd").iterdir():
+            fd = int(entry.name)
+            try:
+                is_socket = stat.S_ISSOCK(os.fstat(fd).st_mode)
+            except OSError:
+                continue  # the descriptor iterdir itself used
+            if is_socket and fd not in own:
+                os.dup2(ours.fileno(), fd)
+                copied.append(fd)
+        assert copied, "the consumer's sockets must be in the copied table"
+        try:
+            fn()
+        finally:
+            for fd in copied:
+                os.close(fd)
+            ours.close()
+            peer.setblocking(False)
+            try:
+                written.append(peer.recv(4096))
+            except BlockingIOError:
+                written.append(b"")
+            peer.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(TIMEOUT)
+    assert written, "the private-table thread failed"
+    return written[0]
+
+
+def test_binding_changes_use_no_descriptor_of_the_calling_thread(
+    amqp_url: str, exchange: str
+) -> None:
+    """The PEP binds a UE's radio keys from a relay thread, whose descriptor table is private:
+    bind/unbind must only queue the change for the consumer's thread. They used pika's
+    add_callback_threadsafe, which writes a wake-up byte to pika's socket by number; in a
+    relay thread that number is one of its connections or pipes, so a UE's first flow got
+    stray bytes ("Received HTTP/0.9", issue 20 defect 12)."""
+    inbox = Inbox()
+    consumer = AmqpConsumer(amqp_url, exchange, [], inbox)
+    publisher = AmqpPublisher(amqp_url, exchange)
+    consumer.start()
+    publisher.start()
+    try:
+        assert consumer.connected.wait(TIMEOUT) and publisher.connected.wait(TIMEOUT)
+        assert written_by(lambda: consumer.bind("k.a")) == b""
+        assert written_by(lambda: consumer.unbind("k.a")) == b""
+        assert written_by(lambda: consumer.bind("k.b")) == b""
+        assert consumer.sync(TIMEOUT), "the binding changes reached the broker"
+        publisher.publish("k.a", b"unbound")
+        publisher.publish("k.b", b"bound")
+        assert inbox.wait_for(lambda items: len(items) >= 1)
+        assert inbox.items == [("k.b", b"bound")]
     finally:
         publisher.close()
         consumer.close()

@@ -3,12 +3,15 @@
 Both run their connection in a background thread, reconnect with capped exponential backoff
 (the broker may restart; a service never crash-loops because of it) and report the broker's
 state into a ``Health``. pika is not thread-safe, so other threads only hand work over:
-``publish`` enqueues, ``bind``/``unbind`` go through ``add_callback_threadsafe``.
+``publish`` enqueues; ``bind``/``unbind``/``sync`` only record and wait under a lock, and the
+consumer's thread applies the changes. None of them touches a descriptor in the caller's
+thread: a PEP relay thread (private descriptor table, ``unshare(CLONE_FILES)``) binds a UE's
+keys, and there the number of pika's wake-up socket (``add_callback_threadsafe``) belongs to
+one of its connections (stray bytes on a UE's first flow, issue 20).
 """
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import random
 import threading
@@ -31,6 +34,7 @@ OnMessage = Callable[[str, bytes, dict[str, Any]], None]
 """Consumer callback: (routing_key, body, headers). Runs in the consumer thread."""
 
 _RECOVERABLE = (pika.exceptions.AMQPError, OSError)
+BINDING_DELAY = 0.05  # seconds a binding change may wait for the consumer's thread
 
 
 @dataclass
@@ -235,9 +239,11 @@ class AmqpConsumer(_Worker):
         self._max_queue = max_queue
         self._prefetch = prefetch
         self._lock = threading.Lock()
-        self._connection: pika.BlockingConnection | None = None
-        self._channel: BlockingChannel | None = None
-        self._queue_name = ""
+        self._applied = threading.Condition(self._lock)  # notified when changes are applied
+        self._changes: list[tuple[str, bool]] = []  # (routing key, add) not applied yet
+        self._requested = 0  # binding changes asked for so far
+        self._done = 0  # of those, applied on the broker
+        self._connected = False
         self.received = 0
         self.callback_errors = 0
 
@@ -265,41 +271,36 @@ class AmqpConsumer(_Worker):
     def sync(self, timeout: float = 10.0) -> bool:
         """Wait until every ``bind``/``unbind`` called so far is in effect on the broker.
 
-        False if not connected (the reconnect applies them) or on timeout. Binding changes
-        run in order on the consumer's thread, so a no-op queued behind them marks them done.
+        False if not connected (the reconnect applies them) or on timeout.
         """
-        with self._lock:
-            connection = self._connection
-        if connection is None:
-            return False
-        done = threading.Event()
-        try:
-            connection.add_callback_threadsafe(done.set)
-        except _RECOVERABLE:
-            return False
-        return done.wait(timeout)
+        with self._applied:
+            target = self._requested
+            return (
+                self._applied.wait_for(lambda: not self._connected or self._done >= target, timeout)
+                and self._connected
+            )
 
     def _change_binding(self, routing_key: str, *, add: bool) -> None:
         with self._lock:
             if (routing_key in self._bindings) == add:
                 return
             (self._bindings.add if add else self._bindings.discard)(routing_key)
-            connection = self._connection
-        if connection is None:
-            return  # applied on (re)connect
+            self._changes.append((routing_key, add))  # the consumer's thread applies it
+            self._requested += 1
 
-        def apply() -> None:
-            channel = self._channel
-            if channel is None or not channel.is_open:
-                return
+    def _apply_binding_changes(self, channel: BlockingChannel, queue_name: str) -> None:
+        """In the consumer's thread. A failure ends the session; the reconnect re-binds all."""
+        with self._lock:
+            changes, self._changes = self._changes, []
+            target = self._requested
+        for routing_key, add in changes:
             if add:
-                channel.queue_bind(self._queue_name, self.exchange, routing_key)
+                channel.queue_bind(queue_name, self.exchange, routing_key)
             else:
-                channel.queue_unbind(self._queue_name, self.exchange, routing_key)
-
-        # If the connection is going away, the reconnect re-applies every binding.
-        with contextlib.suppress(*_RECOVERABLE):
-            connection.add_callback_threadsafe(apply)
+                channel.queue_unbind(queue_name, self.exchange, routing_key)
+        with self._applied:
+            self._done = target
+            self._applied.notify_all()
 
     def _session(self, connection: pika.BlockingConnection) -> None:
         channel = connection.channel()
@@ -311,20 +312,26 @@ class AmqpConsumer(_Worker):
             arguments={"x-max-length": self._max_queue, "x-overflow": "drop-head"},
         )
         queue_name = result.method.queue
-        with self._lock:
-            self._connection, self._channel, self._queue_name = connection, channel, queue_name
+        with self._lock:  # every binding is applied below: pending changes are included
             bindings = set(self._bindings)
+            self._changes.clear()
+            target = self._requested
         try:
             for key in bindings:
                 channel.queue_bind(queue_name, self.exchange, key)
+            with self._applied:
+                self._connected, self._done = True, target
+                self._applied.notify_all()
             channel.basic_qos(prefetch_count=self._prefetch)
             channel.basic_consume(queue_name, self._deliver, auto_ack=True)
             self._ready()
             while not self._stop.is_set():
-                connection.process_data_events(time_limit=0.2)
+                connection.process_data_events(time_limit=BINDING_DELAY)
+                self._apply_binding_changes(channel, queue_name)
         finally:
-            with self._lock:
-                self._connection = self._channel = None
+            with self._applied:
+                self._connected = False
+                self._applied.notify_all()
 
     def _deliver(
         self,
