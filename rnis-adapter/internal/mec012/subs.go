@@ -116,27 +116,43 @@ func parseSubscription(raw []byte) (*subscription, error) {
 
 func parseFilterCriteria(typ string, f map[string]any) (subFilter, error) {
 	out := subFilter{qci: -1, erab: -1}
-	for _, a := range list(f["associateId"]) {
+	if v, ok := f["appInstanceId"]; ok {
+		if _, isString := v.(string); !isString {
+			return out, errors.New("appInstanceId must be a string")
+		}
+	}
+	ids, err := arrayOf(f, "associateId")
+	if err != nil {
+		return out, err
+	}
+	for _, a := range ids {
 		m, _ := a.(map[string]any)
+		v, isString := m["value"].(string)
+		if m == nil || !isString {
+			return out, errors.New("associateId: each item is {type, value} with a string value")
+		}
 		if num(m["type"]) != 1 {
 			return out, errors.New("associateId: only type 1 (UE IPv4 address) is supported")
 		}
-		v, _ := m["value"].(string)
 		out.ips = append(out.ips, v)
 	}
-	for _, e := range list(f["ecgi"]) {
+	cells, err := arrayOf(f, "ecgi")
+	if err != nil {
+		return out, err
+	}
+	for _, e := range cells {
 		m, _ := e.(map[string]any)
 		c, _ := m["cellId"].(string)
-		if c == "" {
-			return out, errors.New("ecgi: cellId is required")
+		if c == "" || !isPlmn(m["plmn"]) {
+			return out, errors.New("ecgi: each item is {plmn: {mcc, mnc}, cellId}")
 		}
 		out.cells = append(out.cells, c)
 	}
-	for _, h := range list(f["hoStatus"]) {
-		out.hoStatus = append(out.hoStatus, num(h))
+	if out.hoStatus, err = integers(f, "hoStatus"); err != nil {
+		return out, err
 	}
-	for _, t := range list(f["trigger"]) {
-		out.triggers = append(out.triggers, num(t))
+	if out.triggers, err = integers(f, "trigger"); err != nil {
+		return out, err
 	}
 	if typ == "RabEstSubscription" || typ == "RabRelSubscription" {
 		if out.qci = num(f["qci"]); out.qci < 0 {
@@ -151,9 +167,42 @@ func parseFilterCriteria(typ string, f map[string]any) (subFilter, error) {
 	return out, nil
 }
 
-func list(v any) []any {
-	l, _ := v.([]any)
-	return l
+// arrayOf reads the optional array f[key]. A value of another type (null included) is an
+// error, not an empty filter: a filter silently dropped would widen the subscription.
+func arrayOf(f map[string]any, key string) ([]any, error) {
+	v, present := f[key]
+	if !present {
+		return nil, nil
+	}
+	l, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s must be an array", key)
+	}
+	return l, nil
+}
+
+// integers reads the optional array of non-negative integers f[key] (MEC 012 enumerations).
+func integers(f map[string]any, key string) ([]int64, error) {
+	items, err := arrayOf(f, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, 0, len(items))
+	for _, item := range items {
+		n := num(item)
+		if n < 0 {
+			return nil, fmt.Errorf("%s: each item must be a non-negative integer", key)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func isPlmn(v any) bool {
+	m, _ := v.(map[string]any)
+	_, hasMCC := m["mcc"].(string)
+	_, hasMNC := m["mnc"].(string)
+	return hasMCC && hasMNC
 }
 
 // num reads a JSON number (UseNumber) as an integer; -1 if it is none.
