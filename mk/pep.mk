@@ -1,6 +1,6 @@
 # pep: the split-TCP PEP (Python mec_pep), its C clients, benchmark and experiment.
 APT_PACKAGES += gcc libc6-dev haproxy iperf3
-BUILD_TARGETS += build/lib/libpep_preload.so
+BUILD_TARGETS += build/lib/libpep_preload.so build/bin/tcpload
 TEST_TARGETS += test-pep
 BENCH_TARGETS += bench-pep
 EXPERIMENT_TARGETS += experiment-pep-split
@@ -12,11 +12,18 @@ $(PEP_PRELOAD): pep/clients/c/pep_preload.c pep/clients/c/pep_tlv.h
 	@mkdir -p $(@D)
 	gcc -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl -lpthread
 
+# The benchmark's traffic (server, short-flow/connection-rate client, idle holder).
+build/bin/tcpload: testbed/tcpload/main.go go.mod
+	@mkdir -p $(@D)
+	go build -trimpath -o $@ ./testbed/tcpload
+
 .PHONY: test-pep bench-pep experiment-pep-split
-test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator ## PEP tests in network namespaces (root)
+test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)
+	@test -z "$$(gofmt -l testbed/tcpload)" || { gofmt -l testbed/tcpload; exit 1; }
+	go vet ./testbed/tcpload
 	uv run pytest -q pep/tests
 
-bench-pep: python $(PEP_PRELOAD) ## PEP vs direct vs HAProxy: throughput, CPU/Gbit, conn/s, memory -> docs/results/pep/
+bench-pep: python $(PEP_PRELOAD) build/bin/tcpload ## PEP vs direct vs HAProxy: throughput, CPU/Gbit, conn/s, short flows, 100,000 idle connections -> docs/results/pep/
 	uv run python -m mts_lab.pep.bench --out docs/results/pep
 
 experiment-pep-split: python build ## split-TCP benefit on the emulated RAN, E2E vs PEP, capacity step -> docs/results/pep-split/

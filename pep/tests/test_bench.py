@@ -22,4 +22,12 @@ def test_bench_small(tmp_path: Path) -> None:
         assert results["throughput"][case]["pep"]["cpu_s_per_gbit_median"] > 0
     for system in bench.SYSTEMS:
         assert results["connections_per_second"][system]["median"] > 10
-    assert 0 < results["idle_memory"]["pep"]["kib_per_connection"] < 10
+        assert results["connections_per_second"][system]["errors"] == 0
+        for size in bench.SHORT_FLOWS:
+            short = results["short_flows"][size][system]
+            assert short["median"] > 1 and short["errors"] == 0, (size, system)
+            assert 0 < short["p50_ms"] <= short["p99_ms"], (size, system)
+        idle = results["idle_connections"][system]
+        assert idle["connections"] == 300
+        assert idle["new_connection_ms_loaded"]["p99"] > 0
+    assert 0 < results["idle_connections"]["pep"]["kib_per_connection"] < 10

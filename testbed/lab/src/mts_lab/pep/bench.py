@@ -4,12 +4,17 @@
 
 For each system, interleaved round by round so that background load hits all alike:
 iperf3 throughput with 1 and 8 streams in both directions, the proxy process's CPU time
-per Gbit relayed, connections per second (connect, 1-byte echo, close), and the user-space
-memory (RSS) each idle connection adds to the proxy process. JSON and PNG go to ``--out``.
+per Gbit relayed, connections per second (connect, 1-byte exchange, close), short flows
+(a small request and a 10 kB or 100 kB response from 64 concurrent clients: completion
+p50/p99 and flows/s), and many concurrent idle connections (user-space memory (RSS) each
+adds to the proxy process, and the latency of a new connection while they are open).
+Every sample records the machine's load. JSON and PNG go to ``--out``.
+
+Traffic for the rate, short-flow and idle cases comes from ``build/bin/tcpload`` (Go,
+``testbed/tcpload``), so the client is not what limits a run on two cores.
 
 Also: ``python -m mts_lab.pep.bench echo HOST PORT`` (an epoll echo server holding any number of
-connections) and ``... connrate HOST PORT SECONDS`` (a connection-rate client); both are
-used by the benchmark and by the tests.
+connections; used by the tests).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import selectors
 import signal
 import socket
@@ -34,11 +40,21 @@ from mts_lab.line import Lab, in_netns
 from mts_lab.results import save_results
 
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
-ECHO_PEP, ECHO_DIRECT = 7001, 7002
-HAPROXY_IPERF, HAPROXY_ECHO = 5203, 7003
+HAPROXY_IPERF, HAPROXY_LOAD = 5203, 7003
 TPROXY_PORT = 5999
+# tcpload servers: one process per port, since one process holds at most RLIMIT_NOFILE
+# (20,000 here) connections; the idle case spreads its connections over all of them.
+LOAD_PORTS = 6
+LOAD_PEP = tuple(range(7100, 7100 + LOAD_PORTS))  # intercepted by the PEP
+LOAD_DIRECT = tuple(range(7200, 7200 + LOAD_PORTS))  # routed past it (and HAProxy's backend)
+PER_PROCESS = 16_000  # idle connections per client process (below the descriptor limit)
+HAPROXY_MAXCONN = 9000  # one process, 2 descriptors per connection, limit 20,000
 SYSTEMS = ("direct", "pep", "haproxy")
+SHORT_FLOWS = {"10kB": 10_000, "100kB": 100_000}  # response size; the request is 500 bytes
+SHORT_REQUEST = 500
+SHORT_CLIENTS = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+TCPLOAD = Path(__file__).resolve().parents[5] / "build" / "bin" / "tcpload"
 
 
 # ---- helper processes (echo server, connection-rate client) --------------------------------
@@ -81,19 +97,6 @@ def _accept_all(listener: socket.socket, sel: selectors.BaseSelector) -> None:
         sel.register(conn, selectors.EVENT_READ)
 
 
-def connection_rate(host: str, port: int, seconds: float) -> None:
-    """Connect, echo one byte, close, as fast as possible; prints connections completed."""
-    done = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        with socket.create_connection((host, port), timeout=5) as sock:
-            sock.sendall(b"x")
-            if sock.recv(1) != b"x":
-                raise RuntimeError("echo mismatch")
-        done += 1
-    print(done, flush=True)
-
-
 # ---- the systems under test -----------------------------------------------------------------
 
 
@@ -109,11 +112,13 @@ class Bench:
         lab = self.lab
         for port in (IPERF_PEP, IPERF_DIRECT):
             self._spawn(lab.server_ns, ["iperf3", "-s", "-p", str(port)])
-        for port in (ECHO_PEP, ECHO_DIRECT):
-            self._spawn_ready(lab.server_ns, [*_self_cmd(), "echo", lab.server_ip, str(port)])
+        if not TCPLOAD.exists():
+            raise RuntimeError(f"{TCPLOAD} is missing: make build")
+        for port in (*LOAD_PEP, *LOAD_DIRECT):
+            self._spawn_ready(lab.server_ns, [str(TCPLOAD), "serve", f"{lab.server_ip}:{port}"])
         self.pep = self._start_pep()
         self.haproxy = self._start_haproxy()
-        for port in (HAPROXY_IPERF, HAPROXY_ECHO):
+        for port in (HAPROXY_IPERF, HAPROXY_LOAD):
             _wait_listening(lab, lab.pep_ns, port)
         self.wait_pep_ready()
         for port in (IPERF_PEP, IPERF_DIRECT):
@@ -148,10 +153,11 @@ class Bench:
             "PEP_HTTP_HOST": "127.0.0.1",
             "PEP_STATE_DIR": str(self.workdir),
             "PEP_TRANSPARENT_PORT": str(TPROXY_PORT),
-            "PEP_TPROXY_PORTS": f"{IPERF_PEP},{ECHO_PEP}",
+            "PEP_TPROXY_PORTS": ",".join(map(str, (IPERF_PEP, *LOAD_PEP))),
             "PEP_ALLOWED_CLIENTS": f"{lab.client_ip}/32",
             "PEP_ALLOWED_DESTINATIONS": f"{lab.server_ip}/32",
-            "PEP_MAX_FLOWS_PER_CLIENT": "20000",
+            "PEP_MAX_FLOWS": "200000",
+            "PEP_MAX_FLOWS_PER_CLIENT": "200000",
             "PEP_BACKLOG_INTERVAL_MS": "0",
             "PEP_RAN_AWARE": "false",
             "PEP_LOG_LEVEL": "WARNING",
@@ -183,13 +189,13 @@ class Bench:
         lab = self.lab
         config = self.workdir / "haproxy.cfg"
         config.write_text(
-            "global\n  maxconn 9000\n"  # the descriptor limit (20000 here) caps it anyway
+            f"global\n  maxconn {HAPROXY_MAXCONN}\n"  # the descriptor limit caps it anyway
             "defaults\n  mode tcp\n  timeout connect 5s\n"
             "  timeout client 120s\n  timeout server 120s\n"
             f"listen iperf\n  bind {lab.pep_client_side_ip}:{HAPROXY_IPERF}\n"
             f"  server s {lab.server_ip}:{IPERF_DIRECT}\n"
-            f"listen echo\n  bind {lab.pep_client_side_ip}:{HAPROXY_ECHO}\n"
-            f"  server s {lab.server_ip}:{ECHO_DIRECT}\n"
+            f"listen load\n  bind {lab.pep_client_side_ip}:{HAPROXY_LOAD}\n"
+            f"  server s {lab.server_ip}:{LOAD_DIRECT[0]}\n"
         )
         return self._spawn(lab.pep_ns, ["haproxy", "-db", "-f", str(config)])
 
@@ -198,13 +204,22 @@ class Bench:
 
         stop_processes(self.procs)
 
-    def target(self, system: str, *, echo: bool = False) -> tuple[str, int]:
+    def target(self, system: str) -> tuple[str, int]:
+        """iperf3's server through ``system``."""
         lab = self.lab
         if system == "haproxy":
-            return lab.pep_client_side_ip, HAPROXY_ECHO if echo else HAPROXY_IPERF
+            return lab.pep_client_side_ip, HAPROXY_IPERF
         if system == "pep":
-            return lab.server_ip, ECHO_PEP if echo else IPERF_PEP
-        return lab.server_ip, ECHO_DIRECT if echo else IPERF_DIRECT
+            return lab.server_ip, IPERF_PEP
+        return lab.server_ip, IPERF_DIRECT
+
+    def load_targets(self, system: str) -> list[str]:
+        """tcpload's servers through ``system`` (HAProxy has one frontend for them)."""
+        lab = self.lab
+        if system == "haproxy":
+            return [f"{lab.pep_client_side_ip}:{HAPROXY_LOAD}"]
+        ports = LOAD_PEP if system == "pep" else LOAD_DIRECT
+        return [f"{lab.server_ip}:{port}" for port in ports]
 
     def process(self, system: str) -> subprocess.Popen[Any] | None:
         return {"pep": self.pep, "haproxy": self.haproxy}.get(system)
@@ -265,59 +280,88 @@ def iperf3(
     received = report["end"]["sum_received"]
     gbit = received["bytes"] * 8 / 1e9
     return {
+        "load": os.getloadavg()[0],
         "gbps": received["bits_per_second"] / 1e9,
         "cpu_s": cpu,
         "cpu_s_per_gbit": cpu / gbit if proc is not None and gbit else None,
     }
 
 
-def connections_per_second(bench: Bench, system: str, seconds: float, clients: int) -> float:
-    host, port = bench.target(system, echo=True)
-    cmd = [*_self_cmd(), "connrate", host, str(port), str(seconds)]
-    procs = [
-        bench.lab.popen(bench.lab.client_ns, cmd, stdout=subprocess.PIPE, text=True)
-        for _ in range(clients)
-    ]
-    total = 0
-    for proc in procs:
-        out, _ = proc.communicate(timeout=seconds + 60)
-        if proc.returncode != 0:
-            raise RuntimeError(f"connrate client failed for {system}")
-        total += int(out.strip())
-    return total / seconds
-
-
-def idle_memory(bench: Bench, system: str, count: int) -> dict[str, float]:
-    """RSS the proxy process gains per idle connection (after one warm-up connection)."""
-    target = bench.target(system, echo=True)
+def tcpload_flows(
+    bench: Bench, system: str, *, clients: int, request: int, response: int, seconds: float
+) -> dict[str, Any]:
+    """``tcpload flows``: connect, request, whole response, close, by ``clients`` at once."""
+    cmd = [str(TCPLOAD), "flows", "-targets", ",".join(bench.load_targets(system)),
+           "-clients", str(clients), "-request", str(request), "-response", str(response),
+           "-seconds", str(seconds)]  # fmt: skip
     proc = bench.process(system)
+    cpu_before = cpu_seconds(proc)
+    out = bench.lab.sh(bench.lab.client_ns, " ".join(cmd))
+    result: dict[str, Any] = json.loads(out)
+    result["cpu_s"] = cpu_seconds(proc) - cpu_before
+    result["load"] = os.getloadavg()[0]
+    if result["errors"]:
+        print(f"  {system}: {result['errors']} failed flows ({result['first_error']})")
+    return result
 
-    def echo_one() -> socket.socket:
-        sock = socket.create_connection(target, timeout=10)
-        sock.sendall(b"w")
-        sock.recv(1)
-        return sock
 
-    warm = in_netns(bench.lab.client_ns, echo_one)
+def connections_per_second(bench: Bench, system: str, seconds: float) -> dict[str, Any]:
+    """New connections per second: connect, 1-byte exchange, close (16 clients at once)."""
+    return tcpload_flows(bench, system, clients=16, request=1, response=1, seconds=seconds)
+
+
+def short_flows(bench: Bench, system: str, size: int, seconds: float) -> dict[str, Any]:
+    return tcpload_flows(
+        bench, system, clients=SHORT_CLIENTS, request=SHORT_REQUEST, response=size,
+        seconds=seconds,
+    )  # fmt: skip
+
+
+def idle_connections(bench: Bench, system: str, count: int) -> dict[str, Any]:
+    """``count`` idle connections through ``system``: RSS per connection, new-connection latency.
+
+    Each connection is checked end to end (a 1-byte exchange) when opened. The latency of a
+    new connection (connect, 1-byte exchange, close; one client) is measured before they are
+    opened and while they are open.
+    """
+    proc = bench.process(system)
+    targets = ",".join(bench.load_targets(system))
+    quiet = tcpload_flows(bench, system, clients=1, request=1, response=1, seconds=1.0)
     time.sleep(0.5)
-    before = rss_kib(proc)
-    socks = in_netns(
-        bench.lab.client_ns,
-        lambda: [socket.create_connection(target, timeout=30) for _ in range(count)],
-    )
+    before = rss_kib(proc) if proc is not None else 0
+    holders = []
+    started = time.monotonic()
     try:
-        for sock in socks[:: max(1, count // 50)]:  # make sure they are relayed end to end
-            sock.sendall(b"p")
-            if sock.recv(1) != b"p":
-                raise RuntimeError("idle connection does not echo")
+        for offset in range(0, count, PER_PROCESS):
+            n = min(PER_PROCESS, count - offset)
+            cmd = [str(TCPLOAD), "idle", "-targets", targets, "-count", str(n)]
+            holders.append(bench.lab.popen(bench.lab.client_ns, cmd, stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True))  # fmt: skip
+        for holder in holders:
+            assert holder.stdout is not None
+            line = holder.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{system}: an idle client failed ({holder.wait()})")
+        opened_s = time.monotonic() - started
         time.sleep(1.0)
-        after = rss_kib(proc)
+        after = rss_kib(proc) if proc is not None else 0
+        busy = tcpload_flows(bench, system, clients=1, request=1, response=1, seconds=2.0)
     finally:
-        for sock in socks:
-            sock.close()
-        warm.close()
-    return {"connections": count, "rss_kib_before": before, "rss_kib_after": after,
-            "kib_per_connection": (after - before) / count}  # fmt: skip
+        for holder in holders:
+            assert holder.stdin is not None
+            holder.stdin.close()
+        for holder in holders:
+            holder.wait(60)
+    return {
+        "connections": count,
+        "open_seconds": opened_s,
+        "rss_kib_before": before,
+        "rss_kib_after": after,
+        "kib_per_connection": (after - before) / count if proc is not None else None,
+        "new_connection_ms_quiet": {"p50": quiet["p50_ms"], "p99": quiet["p99_ms"]},
+        "new_connection_ms_loaded": {"p50": busy["p50_ms"], "p99": busy["p99_ms"]},
+        "load": os.getloadavg()[0],
+    }
 
 
 # ---- the run --------------------------------------------------------------------------------
@@ -349,20 +393,69 @@ def _measure(
                     sample = iperf3(bench, system, streams, download, seconds)
                     samples.setdefault(case, {}).setdefault(system, []).append(sample)
                     print(f"round {r + 1}/{rounds} {case:<11} {system:<8} "
-                          f"{sample['gbps']:6.2f} Gbit/s", flush=True)  # fmt: skip
-    rates: dict[str, list[float]] = {}
+                          f"{sample['gbps']:6.2f} Gbit/s  load {sample['load']:.1f}",
+                          flush=True)  # fmt: skip
+    flow_samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in range(rounds):
         for system in SYSTEMS:
-            rate = connections_per_second(bench, system, conn_seconds, clients=4)
-            rates.setdefault(system, []).append(rate)
-            print(f"round {r + 1}/{rounds} conn/s      {system:<8} {rate:8.0f}", flush=True)
-    memory = {}
-    for system in ("pep", "haproxy"):
-        memory[system] = idle_memory(bench, system, idle)
-        print(f"idle memory {system:<8} {memory[system]['kib_per_connection']:.2f} KiB/conn",
-              flush=True)  # fmt: skip
-    return {"throughput": _summarize(samples), "connections_per_second": _rates(rates),
-            "idle_memory": memory}  # fmt: skip
+            cases = {"connections": connections_per_second(bench, system, conn_seconds)}
+            for name, size in SHORT_FLOWS.items():
+                cases[name] = short_flows(bench, system, size, conn_seconds)
+            for name, x in cases.items():
+                flow_samples.setdefault(name, {}).setdefault(system, []).append(x)
+                print(f"round {r + 1}/{rounds} {name:<11} {system:<8} "
+                      f"{x['flows_per_s']:8.0f} flows/s  p50 {x['p50_ms']:.2f} ms  "
+                      f"p99 {x['p99_ms']:.2f} ms  load {x['load']:.1f}", flush=True)  # fmt: skip
+    return {"throughput": _summarize(samples), **_flow_summary(flow_samples),
+            "idle_connections": _idle_all(bench, idle)}  # fmt: skip
+
+
+def _idle_all(bench: Bench, count: int) -> dict[str, Any]:
+    """The idle case per system; HAProxy (one process) up to its descriptor limit.
+
+    The PEP gets enough relay threads for ``count`` flows: each thread's descriptor table
+    holds at most RLIMIT_NOFILE descriptors, two per flow.
+    """
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    threads = max(2, -(-2 * count // (limit - 2000)) + 1)  # headroom: REUSEPORT is uneven
+    bench.restart_pep({"PEP_RELAY_THREADS": str(threads)})
+    results: dict[str, Any] = {}
+    for system in SYSTEMS:
+        n = min(count, HAPROXY_MAXCONN - 100) if system == "haproxy" else count
+        results[system] = idle_connections(bench, system, n)
+        m = results[system]
+        per = m["kib_per_connection"]
+        print(f"idle {system:<8} {n} connections in {m['open_seconds']:.1f} s, "
+              f"{'-' if per is None else f'{per:.2f}'} KiB each, new connection p50/p99 "
+              f"{m['new_connection_ms_quiet']['p50']:.2f}/{m['new_connection_ms_quiet']['p99']:.2f}"
+              f" ms before, {m['new_connection_ms_loaded']['p50']:.2f}/"
+              f"{m['new_connection_ms_loaded']['p99']:.2f} ms while open", flush=True)  # fmt: skip
+    results["pep_relay_threads"] = threads
+    return results
+
+
+def _flow_summary(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Medians over rounds of flows/s and of the per-round completion p50/p99."""
+    summary: dict[str, Any] = {"connections_per_second": {}, "short_flows": {}}
+    for case, by_system in samples.items():
+        entry: dict[str, Any] = {}
+        for system, runs in by_system.items():
+            entry[system] = {
+                "median": statistics.median(x["flows_per_s"] for x in runs),
+                "p50_ms": statistics.median(x["p50_ms"] for x in runs),
+                "p99_ms": statistics.median(x["p99_ms"] for x in runs),
+                "errors": sum(x["errors"] for x in runs),
+                "samples": [round(x["flows_per_s"]) for x in runs],
+                "p99_samples": [x["p99_ms"] for x in runs],
+                "load": [round(x["load"], 1) for x in runs],
+            }
+        pep, haproxy = entry["pep"], entry["haproxy"]
+        entry["pep_vs_haproxy"] = pep["median"] / haproxy["median"] if haproxy["median"] else None
+        if case == "connections":
+            summary["connections_per_second"] = entry
+        else:
+            summary["short_flows"][case] = entry
+    return summary
 
 
 def _summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
@@ -375,6 +468,7 @@ def _summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str,
                 "gbps_median": statistics.median(s["gbps"] for s in runs),
                 "gbps_samples": [round(s["gbps"], 3) for s in runs],
                 "cpu_s_per_gbit_median": statistics.median(per_gbit) if per_gbit else None,
+                "load": [round(s["load"], 1) for s in runs],
             }
         direct = summary[case]["direct"]["gbps_median"]
         haproxy = summary[case]["haproxy"]["gbps_median"]
@@ -384,17 +478,13 @@ def _summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str,
     return summary
 
 
-def _rates(rates: dict[str, list[float]]) -> dict[str, Any]:
-    return {s: {"median": statistics.median(v), "samples": [round(x) for x in v]}
-            for s, v in rates.items()}  # fmt: skip
-
-
 def _environment(seconds: float, rounds: int) -> dict[str, Any]:
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
         "loadavg_at_end": os.getloadavg(),
+        "shared_machine": "6 developers' sessions shared these 2 cores (see the per-sample load)",
         "iperf_seconds": seconds,
         "rounds": rounds,
         "haproxy": subprocess.run(
@@ -416,12 +506,23 @@ def table(results: dict[str, Any]) -> str:
             f"{r['pep_vs_haproxy']:>12.2f} {cpu_pep:>15.3f} {cpu_hap:>8.3f}"
         )
     rates = results["connections_per_second"]
-    lines.append("connections/s: " + ", ".join(f"{s} {rates[s]['median']:.0f}" for s in SYSTEMS))
-    memory = results["idle_memory"]
-    lines.append(
-        "user-space memory per idle connection: "
-        + ", ".join(f"{s} {m['kib_per_connection']:.2f} KiB" for s, m in memory.items())
-    )
+    lines.append("connections/s (median): " + ", ".join(
+        f"{s} {rates[s]['median']:.0f}" for s in SYSTEMS) + f"; pep/haproxy "
+        f"{rates['pep_vs_haproxy']:.2f}")  # fmt: skip
+    for name, r in results["short_flows"].items():
+        lines.append(f"short flows {name}: " + ", ".join(
+            f"{s} {r[s]['median']:.0f}/s p50 {r[s]['p50_ms']:.2f} p99 {r[s]['p99_ms']:.2f} ms"
+            for s in SYSTEMS))  # fmt: skip
+    idle = results["idle_connections"]
+    for system in SYSTEMS:
+        m = idle[system]
+        per = m["kib_per_connection"]
+        lines.append(
+            f"idle {system}: {m['connections']} connections, "
+            f"{'-' if per is None else f'{per:.2f} KiB each'}, new connection p99 "
+            f"{m['new_connection_ms_quiet']['p99']:.2f} ms -> "
+            f"{m['new_connection_ms_loaded']['p99']:.2f} ms while open"
+        )
     return "\n".join(lines)
 
 
@@ -432,7 +533,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(
-        1, 4, figsize=(17, 4.2), gridspec_kw={"width_ratios": [3, 3, 1.4, 1.4]}
+        1, 5, figsize=(21, 4.2), gridspec_kw={"width_ratios": [3, 3, 1.4, 1.8, 1.4]}
     )
     cases = list(results["throughput"])
     colors = {"direct": "#888888", "pep": "#1f77b4", "haproxy": "#ff7f0e"}
@@ -456,10 +557,19 @@ def plot(results: dict[str, Any], path: Path) -> None:
     rates = results["connections_per_second"]
     axes[2].bar(SYSTEMS, [rates[s]["median"] for s in SYSTEMS], color=[colors[s] for s in SYSTEMS])
     axes[2].set_title("connections/s")
-    memory = results["idle_memory"]
-    axes[3].bar(list(memory), [m["kib_per_connection"] for m in memory.values()],
-                color=[colors[s] for s in memory])  # fmt: skip
-    axes[3].set_title("KiB per idle connection")
+    short = results["short_flows"]
+    for i, system in enumerate(SYSTEMS):
+        xs = [c + (i - 1) * width for c in range(len(short))]
+        axes[3].bar(xs, [short[c][system]["p99_ms"] for c in short], width, label=system,
+                    color=colors[system])  # fmt: skip
+    axes[3].set_xticks(range(len(short)), list(short))
+    axes[3].set_title(f"short flows, {SHORT_CLIENTS} clients: p99 ms")
+    idle = results["idle_connections"]
+    kinds = [s for s in ("pep", "haproxy") if idle[s]["kib_per_connection"] is not None]
+    axes[4].bar(kinds, [idle[s]["kib_per_connection"] for s in kinds],
+                color=[colors[s] for s in kinds])  # fmt: skip
+    axes[4].set_title("KiB per idle connection\n" + ", ".join(
+        f"{s} {idle[s]['connections']:,}" for s in kinds))  # fmt: skip
     fig.suptitle(f"PEP vs direct vs HAProxy — {results['environment']['date']}, "
                  f"{results['environment']['cpus']} CPUs, load at end "
                  f"{results['environment']['loadavg_at_end'][0]:.1f}")  # fmt: skip
@@ -532,10 +642,6 @@ def main(argv: list[str] | None = None) -> int:
     echo = sub.add_parser("echo", help="run an echo server (helper)")
     echo.add_argument("host")
     echo.add_argument("port", type=int)
-    rate = sub.add_parser("connrate", help="run a connection-rate client (helper)")
-    rate.add_argument("host")
-    rate.add_argument("port", type=int)
-    rate.add_argument("seconds", type=float)
     ab = sub.add_parser("compare", help="A/B of PEP settings against each other and HAProxy")
     ab.add_argument("variants", nargs="+", help="NAME[:PEP_SETTING=VALUE,...]")
     ab.add_argument("--cases", default="download_8,upload_8", help="DIRECTION_STREAMS,...")
@@ -545,13 +651,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep"), help="output dir")
     parser.add_argument("--seconds", type=float, default=4.0, help="per iperf3 run")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are reported)")
-    parser.add_argument("--idle", type=int, default=5000, help="idle connections for memory")
-    parser.add_argument("--conn-seconds", type=float, default=3.0, help="per conn/s run")
+    parser.add_argument("--idle", type=int, default=100_000, help="idle connections to hold")
+    parser.add_argument("--conn-seconds", type=float, default=3.0,
+                        help="per connections/s and short-flow run")  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "echo":
         echo_server(args.host, args.port)
-    elif args.command == "connrate":
-        connection_rate(args.host, args.port, args.seconds)
     elif args.command == "compare":
         variants = dict(_variant(v) for v in args.variants)
         compare(variants, args.cases.split(","), args.rounds, args.seconds, args.out)
