@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -102,3 +103,49 @@ def within(bounds: tuple[float, float], expected: float, tolerance: float) -> bo
     """Whether some rate between bounds is within tolerance (relative) of expected."""
     low, high = bounds
     return low <= expected * (1 + tolerance) and high >= expected * (1 - tolerance)
+
+
+@contextmanager
+def udp_upload(
+    topo: Topology, rate_bps: float, port: int, seconds: int = 5
+) -> Iterator[Callable[[], int]]:
+    """UDP from the first UE to the server at rate_bps for seconds (iperf3, 1000 B
+    datagrams); yields a reader of the bytes the server's wan0 received so far."""
+    server = topo.popen(
+        topo.server.ns,
+        "iperf3",
+        "-s",
+        "-1",
+        "-p",
+        str(port),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_listening(topo, topo.server.ns, port)
+    client = topo.popen(
+        topo.ues[0].ns,
+        "iperf3",
+        "-c",
+        topo.server.addresses["wan0"],
+        "-p",
+        str(port),
+        "-u",
+        "-b",
+        str(int(rate_bps)),
+        "-l",
+        "1000",
+        "-t",
+        str(seconds),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def rx() -> int:
+        out = topo.exec(topo.server.ns, "cat", "/sys/class/net/wan0/statistics/rx_bytes")
+        return int(out.stdout)
+
+    try:
+        yield rx
+    finally:
+        client.wait(seconds + 15)
+        server.wait(seconds + 15)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import statistics
-import subprocess
 
 import pytest
 
 from mts_testbed.topology import Topology
 
-from .conftest import counter_rate, wait_listening, within
+from .conftest import counter_rate, udp_upload, within
 
 pytestmark = pytest.mark.netns
 
@@ -56,45 +55,8 @@ def test_round_trip_is_the_sum_of_the_delays(topo: Topology) -> None:
 
 def test_uplink_rate(topo: Topology) -> None:
     """A UE sending 4 Mbit/s through a 2 Mbit/s uplink gets 2 Mbit/s to the server."""
-    server = topo.popen(
-        topo.server.ns,
-        "iperf3",
-        "-s",
-        "-1",
-        "-p",
-        "5600",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_listening(topo, topo.server.ns, 5600)
-    client = topo.popen(
-        topo.ues[0].ns,
-        "iperf3",
-        "-c",
-        topo.server.addresses["wan0"],
-        "-p",
-        "5600",
-        "-u",
-        "-b",
-        f"{2 * UL_MBPS}M",
-        "-l",
-        "1000",
-        "-t",
-        "5",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def rx() -> int:
-        return int(
-            topo.exec(topo.server.ns, "cat", "/sys/class/net/wan0/statistics/rx_bytes").stdout
-        )
-
-    try:
+    with udp_upload(topo, 2 * UL_MBPS * 1e6, 5600) as rx:
         rates = counter_rate(rx, 2, 2.5)
-    finally:
-        client.wait(15)
-        server.wait(15)
     low, high = (r * 8 / 1e6 for r in rates)
     print(f"uplink {low:.3f} to {high:.3f} Mbit/s (configured {UL_MBPS})")
     assert within((low, high), UL_MBPS, 0.03)

@@ -18,7 +18,7 @@ import httpx
 
 from mts_testbed import netns
 from mts_testbed.netns import ip
-from mts_testbed.scenario import Scenario
+from mts_testbed.scenario import Attachment, Scenario
 from mts_testbed.topology import (
     RUN_DIR,
     UE,
@@ -285,7 +285,7 @@ def _emulator_config(scenario: Scenario, names: dict[str, str], ues: list[UE]) -
         "stats_period_ms": scenario.stats_period_ms,
         "seed": scenario.seed,
         "dl_tun": {"netns": "", "name": DL_TUN},
-        "cells": [c.model_dump() for c in scenario.cells],
+        "cells": [c.model_dump(exclude_none=True) for c in scenario.cells],
         "ues": [],
         "wan": {
             "server_tun": {"netns": f"/run/netns/{names['server']}", "name": "wan0"},
@@ -310,6 +310,7 @@ def _emulator_config(scenario: Scenario, names: dict[str, str], ues: list[UE]) -
                     "phr": att.phr,
                     "queue": att.queue.model_dump(),
                     "channel": ch,
+                    **_uplink_fields(att),
                 }
             )
         cfg["ues"].append({"name": ue.name, "imsi": ue.imsi, "bearers": bearers})
@@ -317,6 +318,16 @@ def _emulator_config(scenario: Scenario, names: dict[str, str], ues: list[UE]) -
         if cell["harq"]["max_retx"] == 0:
             cell["harq"]["max_retx"] = -1  # the emulator reads 0 as "default"
     return cfg
+
+
+def _uplink_fields(att: Attachment) -> dict[str, Any]:
+    """A bearer's uplink-MAC settings (the emulator refuses them on a cell without one)."""
+    fields: dict[str, Any] = {"ul_buffer_bytes": att.ul_buffer_bytes}
+    if att.ul_channel is not None:
+        fields["ul_channel"] = att.ul_channel.model_dump(exclude={"trace_file"}, exclude_none=True)
+    if att.grant_feed:
+        fields["grant_feed"] = att.grant_feed
+    return fields
 
 
 def _start_emulator(ran: str, binary: Path, cfg: Path, log_path: Path, token: str) -> int:

@@ -32,6 +32,13 @@ class RlcConfig(Strict):
     am_retx_delay_ms: float = Field(20, gt=0)
 
 
+class Uplink(Strict):
+    """The cell's uplink MAC (per-TTI grants, HARQ, the UE's modem buffer): ran-emulator.md."""
+
+    prb: int = Field(0, ge=0, le=275, description="uplink PRBs; 0 = the cell's")
+    scheduler: Literal["", "rr", "pf"] = Field("", description="'' = the cell's")
+
+
 class Cell(Strict):
     bs_id: int = Field(
         ge=1000, description="FlexRAN base station id (>= 1000: below is an agent id)"
@@ -47,6 +54,7 @@ class Cell(Strict):
     band: int = 7
     dl_freq_mhz: float = 2680
     ul_freq_mhz: float = 2560
+    uplink: Uplink | None = Field(None, description="an uplink MAC; None: a rate per UE")
 
 
 class MarkovState(Strict):
@@ -109,6 +117,10 @@ class Attachment(Strict):
     phr: int = Field(40, ge=0, le=63)
     queue: Queue = Queue()
     channel: Channel = Channel()
+    # with the cell's uplink MAC
+    ul_buffer_bytes: int = Field(10 << 20, ge=1500, description="the UE's modem buffer")
+    ul_channel: Channel | None = Field(None, description="uplink channel; None = the downlink's")
+    grant_feed: str = Field("", description="pin dir of the UE's SIGMA maps ('' = none)")
 
 
 class UEGroup(Strict):
@@ -155,10 +167,10 @@ class Scenario(Strict):
     def _inline_traces(self, base: Path) -> None:
         for group in self.ues:
             for att in group.cells:
-                ch = att.channel
-                if ch.trace_file:
-                    ch.trace = read_trace(base / ch.trace_file)
-                    ch.trace_file = None
+                for ch in (att.channel, att.ul_channel):
+                    if ch is not None and ch.trace_file:
+                        ch.trace = read_trace(base / ch.trace_file)
+                        ch.trace_file = None
 
 
 def read_trace(path: Path) -> list[tuple[float, int]]:

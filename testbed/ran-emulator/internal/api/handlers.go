@@ -174,6 +174,37 @@ type BearerState struct {
 	QueueTTI   int64          `json:"queue_tti"`
 	InboxBytes int            `json:"inbox_bytes"` // read from the TUN, not yet in the RLC queue
 	Counters   map[string]any `json:"counters"`
+	UplinkMAC  *UplinkMAC     `json:"ul_mac,omitempty"` // with the cell's uplink MAC only
+}
+
+// UplinkMAC is a UE's uplink on a cell with an uplink MAC: its modem buffer (ground
+// truth), uplink channel, HARQ counters and grant feed.
+type UplinkMAC struct {
+	BufferBytes     int                `json:"buffer_bytes"` // the UE's modem buffer at the end of TTI buffer_tti
+	BufferTTI       int64              `json:"buffer_tti"`
+	BufferDropPkts  uint64             `json:"buffer_drop_pkts"` // the modem buffer was full
+	CQI             int                `json:"cqi"`              // uplink channel of the last TTI
+	BLER            float64            `json:"bler"`
+	HARQTx          uint64             `json:"harq_tx"`
+	HARQRetx        uint64             `json:"harq_retx"`
+	HARQFailures    uint64             `json:"harq_failures"`
+	TBBytes         uint64             `json:"tb_bytes"`
+	PRBs            uint64             `json:"prbs"`
+	ResidualLostPkt uint64             `json:"residual_lost_pkts"` // RLC UM: a TB failed every HARQ attempt
+	GrantFeed       ran.GrantFeedStats `json:"grant_feed"`
+}
+
+func uplinkMAC(b *ran.Bearer) *UplinkMAC {
+	up := b.Uplink()
+	if up == nil {
+		return nil
+	}
+	c, last := &up.C, up.Channel().Last()
+	return &UplinkMAC{BufferBytes: up.QueueBytes(), BufferTTI: up.QueueTTI(),
+		BufferDropPkts: c.DLQueueDropPkts.Load(), CQI: last.CQI, BLER: last.BLER,
+		HARQTx: c.TBs.Load(), HARQRetx: c.TBRetx.Load(), HARQFailures: c.TBFailures.Load(),
+		TBBytes: c.TBBytes.Load(), PRBs: c.PRBs.Load(), ResidualLostPkt: c.DLResidualLostPkts.Load(),
+		GrantFeed: up.GrantFeedStats()}
 }
 
 // ChannelState is the channel of the last TTI.
@@ -205,7 +236,8 @@ func bearerState(b *ran.Bearer) BearerState {
 			"ul_arrived_pkts": c.ULArrivedPkts.Load(), "ul_arrived_bytes": c.ULArrivedBytes.Load(),
 			"ul_drop_pkts": c.ULDropPkts.Load(), "ul_delivered_pkts": c.ULDeliveredPkts.Load(),
 			"ul_delivered_bytes": c.ULDeliveredBytes.Load(), "ul_spoofed_pkts": c.ULSpoofedPkts.Load(),
-		}}
+		},
+		UplinkMAC: uplinkMAC(b)}
 }
 
 func (s *Server) getBearers(w http.ResponseWriter, r *http.Request) {

@@ -83,6 +83,9 @@ type Bearer struct {
 	writer         *writer
 	truth          *Truth
 	now            int64 // start of the TTI being run (TTI thread), for drop labels
+
+	up   *Bearer                   // the UE's uplink bearer (cell uplink MAC), or nil
+	feed atomic.Pointer[grantFeed] // uplink bearer: the UE's grant feed, once opened
 }
 
 // macState is what the northbound reports about a bearer.
@@ -146,11 +149,21 @@ func (b *Bearer) enqueueUL(p *pkt.Packet, now int64) {
 	}
 	b.C.ULArrivedPkts.Add(1)
 	b.C.ULArrivedBytes.Add(uint64(p.N))
+	if b.up != nil { // the UE's modem buffer, served by the uplink MAC
+		b.up.enqueueDL(p, now, b.up.Cell.TTI.Load())
+		return
+	}
 	p.Born = now
 	if !b.ulInbox.Push(p) {
 		b.C.ULDropPkts.Add(1)
 		pkt.Put(p)
 	}
+}
+
+// countULDelivered counts an uplink packet handed to the RAN namespace.
+func (b *Bearer) countULDelivered(p *pkt.Packet) {
+	b.C.ULDeliveredPkts.Add(1)
+	b.C.ULDeliveredBytes.Add(uint64(p.N))
 }
 
 // drainULInbox moves uplink packets into the uplink queue, dropping beyond its limit.

@@ -24,6 +24,10 @@ type Cell struct {
 	PRBUsedLast atomic.Int64 // PRBs used in the last TTI
 	stats       statsConf
 	snap        snapPointer
+
+	ul        *Cell // the uplink MAC (uplink.go), nil: the uplink is a rate per bearer
+	isUplink  bool  // this Cell is another cell's uplink
+	lastGrant Grant // uplink: the cell-wide part of the last TTI's grants
 }
 
 func newCell(cfg CellConfig, index int) (*Cell, error) {
@@ -32,15 +36,7 @@ func newCell(cfg CellConfig, index int) (*Cell, error) {
 	for mcs := range c.tbs {
 		c.tbs[mcs] = make([]int, cfg.PRB+1)
 		for n := 1; n <= cfg.PRB; n++ {
-			var bytes int
-			var err error
-			if cfg.RAT == "lte" {
-				bytes, err = threegpp.LTETBSBytesForMCS(mcs, n)
-			} else {
-				var bits int
-				bits, err = threegpp.NRTBSBits(n, mcs, threegpp.DefaultNR)
-				bytes = bits / 8
-			}
+			bytes, err := tbsTableBytes(cfg.RAT == "nr", mcs, n)
 			if err != nil {
 				return nil, fmt.Errorf("cell %d: TBS(mcs %d, %d PRB): %w", cfg.BSID, mcs, n, err)
 			}
@@ -48,6 +44,16 @@ func newCell(cfg CellConfig, index int) (*Cell, error) {
 		}
 	}
 	return c, nil
+}
+
+// tbsTableBytes is the transport block (bytes) of MCS mcs on nprb PRBs: TS 36.213
+// Table 7.1.7.2.1-1 (LTE) or the TS 38.214 §5.1.3.2 procedure (NR, threegpp.DefaultNR).
+func tbsTableBytes(nr bool, mcs, nprb int) (int, error) {
+	if !nr {
+		return threegpp.LTETBSBytesForMCS(mcs, nprb)
+	}
+	bits, err := threegpp.NRTBSBits(nprb, mcs, threegpp.DefaultNR)
+	return bits / 8, err
 }
 
 // mcsFor maps a CQI to the DL MCS (OpenAirInterface's map; for NR it is applied to MCS
@@ -116,7 +122,20 @@ func (c *Cell) runTTI(start int64) {
 		b.publishHeld(start, tti)
 		b.release(start, int64(b.Cfg.DelayMS*1e6), b.mac.radio.Loss)
 	}
+	if c.isUplink {
+		c.grants(tti, start, used) // reported with the downlink cell's snapshot
+		return
+	}
 	c.maybeSnapshot(tti, start)
+}
+
+// runCellTTI runs one TTI of a cell: its uplink first, so that the downlink's snapshot
+// reports this TTI's uplink grants.
+func (c *Cell) runCellTTI(start int64) {
+	if c.ul != nil {
+		c.ul.runTTI(start)
+	}
+	c.runTTI(start)
 }
 
 // transmit sends (or resends) the TB of process h and settles it on success or when

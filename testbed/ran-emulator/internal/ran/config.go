@@ -55,6 +55,9 @@ type CellConfig struct {
 	ULFreq float64 `json:"ul_freq_mhz"`
 	MCC    int     `json:"mcc"`
 	MNC    int     `json:"mnc"`
+	// Uplink, when set, runs an uplink MAC for the cell (uplink.go); without it the
+	// uplink is a rate and a delay per bearer.
+	Uplink *UplinkConfig `json:"uplink,omitempty"`
 }
 
 // UEConfig is one UE; it has one bearer per cell it is attached to.
@@ -77,6 +80,11 @@ type BearerConfig struct {
 	PHR        int           `json:"phr"`
 	Queue      QueueConfig   `json:"queue"`
 	Channel    ChannelConfig `json:"channel"`
+	// With the cell's uplink MAC (uplink.go): the UE's modem buffer, the uplink channel
+	// (default: the downlink's) and where the UE's grant feed is pinned (grantfeed.go).
+	ULBufferBytes int            `json:"ul_buffer_bytes"`
+	ULChannel     *ChannelConfig `json:"ul_channel,omitempty"`
+	GrantFeed     string         `json:"grant_feed"`
 }
 
 // QueueConfig is the RLC buffer of a bearer.
@@ -157,6 +165,7 @@ func (c *Config) fillDefaults() {
 		}
 		defaultInt(&cell.MCC, 208)
 		defaultInt(&cell.MNC, 93)
+		cell.fillUplinkDefaults()
 	}
 	for i := range c.UEs {
 		for j := range c.UEs[i].Bearers {
@@ -168,6 +177,7 @@ func (c *Config) fillDefaults() {
 			if b.Channel.Model == "" {
 				b.Channel.Model = "fixed"
 			}
+			b.fillUplinkDefaults()
 		}
 	}
 	if c.WAN != nil {
@@ -235,7 +245,7 @@ func (cell *CellConfig) validate() error {
 	case cell.RLC.Mode != "um" && cell.RLC.Mode != "am":
 		return fmt.Errorf("rlc.mode %q: want um or am", cell.RLC.Mode)
 	}
-	return nil
+	return cell.validateUplink()
 }
 
 func (b *BearerConfig) validate(cells map[uint64]*CellConfig) error {
@@ -254,7 +264,10 @@ func (b *BearerConfig) validate(cells map[uint64]*CellConfig) error {
 	if _, err := aqm.New(b.Queue.params(), func(*pkt.Packet, bool) {}); err != nil {
 		return err
 	}
-	return b.Channel.validate()
+	if err := b.Channel.validate(); err != nil {
+		return err
+	}
+	return b.validateUplink(cells[b.BSID])
 }
 
 func (q QueueConfig) params() aqm.Params {

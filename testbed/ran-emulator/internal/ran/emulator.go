@@ -89,6 +89,11 @@ func New(cfg *Config, log *slog.Logger) (*Emulator, error) {
 		}
 		e.UEs = append(e.UEs, ue)
 	}
+	for _, c := range e.Cells {
+		if err := c.attachUplink(cfg.Seed); err != nil {
+			return nil, fmt.Errorf("cell %d: %w", c.Cfg.BSID, err)
+		}
+	}
 	return e, nil
 }
 
@@ -128,6 +133,7 @@ func (e *Emulator) Run() error {
 		e.closeDevices()
 		return err
 	}
+	e.runGrantFeeds()
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -245,7 +251,7 @@ func (e *Emulator) clock() {
 		}
 		for _, c := range e.Cells {
 			if (tick*e.tick)%c.ttiNs == 0 {
-				c.runTTI(next)
+				c.runCellTTI(next)
 			}
 		}
 		e.moveDue(now)
@@ -278,13 +284,11 @@ func (e *Emulator) moveDue(now int64) {
 	for _, ue := range e.UEs {
 		for _, b := range ue.Bearers {
 			b.dlDelay.popDue(now, b.writer, nil)
-			e.serveUplink(b, now)
-			// delay stages release at the tick nearest to the due time: releasing at the
-			// next tick would add a whole tick to every stage chained on the same clock
-			b.ulDelay.popDue(now+e.tick/2, e.ulOut, func(p *pkt.Packet) {
-				b.C.ULDeliveredPkts.Add(1)
-				b.C.ULDeliveredBytes.Add(uint64(p.N))
-			})
+			if b.up != nil {
+				e.deliverUplink(b, now)
+			} else {
+				e.serveUplink(b, now)
+			}
 			b.writer.kick()
 		}
 	}
@@ -294,7 +298,13 @@ func (e *Emulator) moveDue(now int64) {
 	e.ulOut.kick()
 }
 
-// serveUplink grants the uplink its rate for this tick and starts the uplink delay.
+// deliverUplink hands what the uplink MAC delivered (due by now) to the RAN namespace.
+func (e *Emulator) deliverUplink(b *Bearer, now int64) {
+	b.up.dlDelay.popDue(now, e.ulOut, b.countULDelivered)
+}
+
+// serveUplink grants the uplink its rate for this tick and starts the uplink delay
+// (a bearer without an uplink MAC).
 func (e *Emulator) serveUplink(b *Bearer, now int64) {
 	perTick := b.Cfg.ULRateMbps * 1e6 / 8 * float64(e.tick) / 1e9
 	delay := int64(b.Cfg.ULDelayMS * 1e6)
@@ -304,6 +314,9 @@ func (e *Emulator) serveUplink(b *Bearer, now int64) {
 		b.ulDelay.push(p)
 		b.mac.ulTBS += p.N
 	})
+	// delay stages release at the tick nearest to the due time: releasing at the
+	// next tick would add a whole tick to every stage chained on the same clock
+	b.ulDelay.popDue(now+e.tick/2, e.ulOut, b.countULDelivered)
 }
 
 // Bearers lists every bearer in configuration order.
@@ -352,7 +365,7 @@ func (e *Emulator) Inject(p *pkt.Packet, now int64) bool {
 // Step runs one TTI of every cell starting at now (ns).
 func (e *Emulator) Step(now int64) {
 	for _, c := range e.Cells {
-		c.runTTI(now)
+		c.runCellTTI(now)
 	}
 }
 
@@ -388,3 +401,6 @@ func RealtimeRuntime() error {
 	}
 	return nil
 }
+
+// InjectUL hands an uplink packet to UE bearer b as its interface reader would (offline use).
+func (e *Emulator) InjectUL(b *Bearer, p *pkt.Packet, now int64) { b.enqueueUL(p, now) }

@@ -125,6 +125,10 @@ type BearerSnapshot struct {
 	ULPktsW, ULBytesW       uint64
 	DeliveredBytes, ULDeliv uint64
 	LoS                     bool
+	// uplink MAC (zero without one): this TTI's grant, running sums, power headroom
+	ULPRB, ULPRBRetx, ULMCS int
+	ULCQI, PHR              int
+	ULTotalPRB, ULTotalTBS  uint64
 }
 
 // CellSnapshot is what the northbound serves for one cell until the next one.
@@ -173,6 +177,7 @@ func (b *Bearer) snapshot(s *BearerSnapshot, now int64) {
 		s.HOLms = int((now - born) / 1e6)
 	}
 	s.ULQueueBytes = b.ul.Bytes() + b.ulInbox.Bytes()
+	s.PHR = b.Cfg.PHR
 	s.DLLastArrival = b.lastArrivalTTI.Load()
 	s.B = b
 	s.CQI, s.MCS, s.TBS, s.PRB = m.radio.CQI, m.mcs, m.tbs, m.prb
@@ -186,4 +191,21 @@ func (b *Bearer) snapshot(s *BearerSnapshot, now int64) {
 	s.DLPkts, s.DLBytes = b.C.DLArrivedPkts.Load(), b.C.DLArrivedBytes.Load()
 	s.ULPkts, s.ULBytes = b.C.ULArrivedPkts.Load(), b.C.ULArrivedBytes.Load()
 	s.DeliveredBytes, s.ULDeliv = b.C.DLDeliveredBytes.Load(), b.C.ULDeliveredBytes.Load()
+	s.ULTotalTBS = s.ULDeliv // a rate uplink: its bytes are its transport blocks
+	if b.up != nil {
+		b.up.snapshotUplink(s, now)
+	}
+}
+
+// snapshotUplink reports the uplink MAC's TTI: the UE's buffer for the BSR, the grant
+// (tbsUl is this TTI's transport block, 0 without a grant, as tbsDl), its PHR.
+func (up *Bearer) snapshotUplink(s *BearerSnapshot, now int64) {
+	m := &up.mac
+	s.ULQueueBytes = up.backlog(now) + up.inbox.Bytes()
+	s.TBSUl, s.ULPRB, s.ULPRBRetx, s.ULMCS, s.ULCQI = m.tbs, 0, m.prbRetx, m.mcs, m.radio.CQI
+	if m.tbs > 0 {
+		s.ULPRB = m.prb
+	}
+	s.PHR = phrFor(up.Cfg.PHR, s.ULPRB)
+	s.ULTotalPRB, s.ULTotalTBS = m.totalPRB, m.totalTBS
 }
