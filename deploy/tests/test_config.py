@@ -22,7 +22,7 @@ from mec_dashboard.config import DashboardSettings
 from mec_pep.config import PepSettings
 from mec_pep.ran_aware.settings import RanAwareSettings
 from mec_platform.config import PlatformSettings
-from path_manager.service import PmSettings
+from path_manager.settings import PmSettings
 
 PREFIXES = ("PLATFORM_", "RNIS_", "PEP_", "PM_", "DASHBOARD_")
 

@@ -169,6 +169,9 @@ def test_app_support_rules_ready_timing(platform: Running) -> None:
     assert app.get(f"{base}/dns_rules/dns1").json()["domainName"] == "app.mec.local"
     assert app.post(f"{base}/confirm_ready", json={"indication": "READY"}).status_code == 204
     assert app.post(f"{base}/confirm_ready", json={"indication": "NO"}).status_code == 400
+    assert app.post(f"{base}/confirm_ready", json=None).status_code == 400  # no body
+    assert app.post(f"{base}/confirm_ready", content=b"null",
+                    headers={"Content-Type": "application/json"}).status_code == 400  # fmt: skip
     r = app.post(f"{base}/confirm_termination", json={"operationAction": "TERMINATING"})
     assert r.status_code == 409  # nothing is being terminated
     now = app.get(f"{AS}/timing/current_time").json()

@@ -235,8 +235,13 @@ def app_support_router() -> APIRouter:
     _subscription_routes(r, APP_SUPPORT, AppTerminationSubscription)
 
     @r.post(app_path + "/confirm_ready", status_code=204, summary="The app is ready")
-    def confirm_ready(reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
-                      body: AppReadyConfirmation | None = None) -> Response:  # fmt: skip
+    def confirm_ready(
+        reg: Reg,
+        who: Caller,
+        appInstanceId: str,  # noqa: N803
+        body: AppReadyConfirmation,
+    ) -> Response:  # required: a null body is a 400
+
         reg.confirm_ready(who, appInstanceId)
         return Response(status_code=204)
 

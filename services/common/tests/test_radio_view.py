@@ -18,7 +18,7 @@ from mec_common.radio_view import (
 )
 from mec_pep.ran_aware.radio import UNKNOWN_U32, notify_cca, radio_state
 from mec_pep.ran_aware.settings import RanAwareSettings
-from path_manager.radio import PathRadio, RadioSettings
+from path_manager.path_radio import PathRadio, RadioSettings
 
 UE = "10.30.1.1"
 PEP_STALE_S = RanAwareSettings().meld_stale_ms / 1e3

@@ -7,8 +7,8 @@ import pytest
 from mts_lab.pathmgr.simulate import EventLoop
 from path_manager.control import (
     Action,
+    ControlMode,
     ControlSettings,
-    Mode,
     Observation,
     PathControl,
     PathView,
@@ -69,7 +69,7 @@ class ScriptedPredictor:
 QUIET = prediction(0.999, 0.5)  # neither ADD nor REMOVE
 
 
-def make(mode=Mode.FPT_R, default=QUIET, **settings):
+def make(mode=ControlMode.FPT_R, default=QUIET, **settings):
     loop = EventLoop()
     plant = FakePlant(loop)
     predictor = ScriptedPredictor(loop, default)
@@ -129,7 +129,7 @@ def test_reactive_ignored_without_a_path_to_add():
 
 
 def test_pure_predictive_ignores_the_queue():
-    _, plant, _, control = make(mode=Mode.CDF)
+    _, plant, _, control = make(mode=ControlMode.CDF)
     control.on_queue(10_000.0)
     assert plant.changes == []
 
@@ -149,7 +149,7 @@ def test_prediction_discarded_when_a_reactive_change_happens_meanwhile():
 
 
 def test_add_and_remove_rules():
-    loop, plant, predictor, _ = make(mode=Mode.CDF, default=prediction(0.98, 0.0))
+    loop, plant, predictor, _ = make(mode=ControlMode.CDF, default=prediction(0.98, 0.0))
     run(loop, 0.16)
     assert plant.changes == [(0.15, Action.ADD, "p3")]
     predictor.default = prediction(1.0, 0.995)
@@ -160,7 +160,7 @@ def test_add_and_remove_rules():
 
 
 def test_remove_safety_veto():
-    loop, plant, predictor, control = make(mode=Mode.FPT, default=prediction(1.0, 0.999))
+    loop, plant, predictor, control = make(mode=ControlMode.FPT, default=prediction(1.0, 0.999))
     plant.active = [True, True, False, False]
     predictor.script = [prediction(1.0, 0.999), prediction(0.5, 0.0)]  # without it: ADD
     run(loop, 0.16)
@@ -171,7 +171,7 @@ def test_remove_safety_veto():
 
 def test_no_safety_check_above_its_bound():
     loop, plant, predictor, _ = make(
-        mode=Mode.FPT, default=prediction(1.0, 0.999), safety_max_paths=1
+        mode=ControlMode.FPT, default=prediction(1.0, 0.999), safety_max_paths=1
     )
     plant.active = [True, True, False, False]
     run(loop, 0.16)
@@ -180,14 +180,14 @@ def test_no_safety_check_above_its_bound():
 
 
 def test_never_removes_the_last_path():
-    loop, plant, _, control = make(mode=Mode.FPT, default=prediction(1.0, 1.0))
+    loop, plant, _, control = make(mode=ControlMode.FPT, default=prediction(1.0, 1.0))
     run(loop, 0.5)
     assert plant.changes == []
     assert "last path" in control.log[-1].reason
 
 
 def test_pure_reactive_with_pending_change_guard():
-    loop, plant, _, control = make(mode=Mode.REACTIVE, q_low=1.0)
+    loop, plant, _, control = make(mode=ControlMode.REACTIVE, q_low=1.0)
     control.on_queue(600.0)
     control.on_queue(700.0)  # change pending: no second ADD
     assert len(plant.changes) == 1
@@ -202,7 +202,7 @@ def test_pure_reactive_with_pending_change_guard():
 
 def test_settings_change_at_run_time_and_bad_values_change_nothing():
     loop, _, predictor, control = make()
-    control.update(period=0.1, mode=Mode.CDF_R)
+    control.update(period=0.1, mode=ControlMode.CDF_R)
     with pytest.raises(ValueError, match="T_R"):
         control.update(reactive_guard=0.2)
     with pytest.raises(ValueError, match="q_low"):

@@ -199,7 +199,8 @@ def test_kernel_errors_are_reported_clearly(namespaces):
 
 NO_ADMIN_SCRIPT = """
 import json, sys
-from path_manager.service import PmSettings, build_app
+from path_manager.app import build_app
+from path_manager.settings import PmSettings
 settings = PmSettings(api_tokens=["t"], actuation="mptcp", state_dir=sys.argv[1])
 app, manager = build_app(settings)
 print(json.dumps({"actuator": manager.actuator is not None,

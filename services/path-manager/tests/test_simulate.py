@@ -14,7 +14,7 @@ from mts_lab.pathmgr.simulate import (
     settings_for,
 )
 from mts_lab.pathmgr.study import run_study, table_lines
-from path_manager.control import ControlSettings, Mode
+from path_manager.control import ControlMode, ControlSettings
 
 SMALL = SimSetup(duration=12.0)
 
@@ -32,9 +32,13 @@ def test_schemes_on_the_same_channel():
     base = ControlSettings()
     results = {
         mode: run_once(SMALL, settings_for(mode, 0.025, base), seed=5)
-        for mode in (Mode.REACTIVE, Mode.FPT, Mode.FPT_R)
+        for mode in (ControlMode.REACTIVE, ControlMode.FPT, ControlMode.FPT_R)
     }
-    reactive, fpt, hybrid = results[Mode.REACTIVE], results[Mode.FPT], results[Mode.FPT_R]
+    reactive, fpt, hybrid = (
+        results[ControlMode.REACTIVE],
+        results[ControlMode.FPT],
+        results[ControlMode.FPT_R],
+    )
     # Reactive flaps: far more path changes than the predictive schemes.
     assert reactive.reactive_changes > 10 * (fpt.predictive_changes + 1)
     assert fpt.reactive_changes == 0 and fpt.predictive_controls >= 75  # 12 s / 150 ms
@@ -49,7 +53,7 @@ def test_reactive_guard_limits_reactive_changes():
     base = ControlSettings()
 
     def reactive_changes(guard: float) -> int:
-        settings = settings_for(Mode.CDF_R, guard, base)
+        settings = settings_for(ControlMode.CDF_R, guard, base)
         return sum(run_once(SMALL, settings, seed=s).reactive_changes for s in (1, 2))
 
     short, long_ = reactive_changes(0.025), reactive_changes(0.100)

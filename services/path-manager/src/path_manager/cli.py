@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from path_manager.service import run_service
+    from path_manager.app import run_service
 
     run_service()
 

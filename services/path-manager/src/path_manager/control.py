@@ -38,7 +38,7 @@ from path_manager.predictor import (
 )
 
 
-class Mode(StrEnum):
+class ControlMode(StrEnum):
     REACTIVE = "reactive"
     CDF = "cdf"
     FPT = "fpt"
@@ -47,27 +47,29 @@ class Mode(StrEnum):
 
     @property
     def predictive(self) -> bool:
-        return self is not Mode.REACTIVE
+        return self is not ControlMode.REACTIVE
 
     @property
     def reactive_backup(self) -> bool:
-        return self in (Mode.CDF_R, Mode.FPT_R)
+        return self in (ControlMode.CDF_R, ControlMode.FPT_R)
 
     @property
-    def pure(self) -> Mode:
+    def pure(self) -> ControlMode:
         """The scheme without its reactive backup."""
-        return {Mode.CDF_R: Mode.CDF, Mode.FPT_R: Mode.FPT}.get(self, self)
+        return {ControlMode.CDF_R: ControlMode.CDF, ControlMode.FPT_R: ControlMode.FPT}.get(
+            self, self
+        )
 
     @property
     def variant(self) -> Variant:
-        return Variant.CDF if self in (Mode.CDF, Mode.CDF_R) else Variant.FPT
+        return Variant.CDF if self in (ControlMode.CDF, ControlMode.CDF_R) else Variant.FPT
 
 
 @dataclass(frozen=True)
 class ControlSettings:
     """Everything tunable at run time (``PUT /pm/v1/control``). Times in seconds."""
 
-    mode: Mode = Mode.FPT_R
+    mode: ControlMode = ControlMode.FPT_R
     period: float = 0.150  # PC_min_T
     horizon: float = 0.200  # H
     q_high: float = 500.0  # Q_HT, packets
@@ -247,7 +249,7 @@ class PathControl:
         if not self._running or (s.mode.predictive and not s.mode.reactive_backup):
             return
         with self._lock:
-            if s.mode is Mode.REACTIVE:
+            if s.mode is ControlMode.REACTIVE:
                 self._reactive_pure(queue)
             elif queue > s.q_high:
                 self._reactive_add(queue)

@@ -39,8 +39,9 @@ import numpy as np
 from mec_common.health import Health
 from mts_lab import REPO
 from mts_testbed.topology import Topology
-from path_manager.control import Mode
-from path_manager.service import PathManager, PmSettings
+from path_manager.control import ControlMode
+from path_manager.manager import PathManager
+from path_manager.settings import PmSettings
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 RECORD = 1500
@@ -170,7 +171,7 @@ def delete_exchange(name: str) -> None:
 
 def run_scheme(
     tb: Testbed,
-    mode: Mode,
+    mode: ControlMode,
     seconds: float,
     rate: float,
     rnis: str,
@@ -179,7 +180,7 @@ def run_scheme(
     queue_measure: str,
 ) -> dict[str, Any]:
     q_high = 500.0 / scale  # thresholds scale with the rate: same crossing times
-    q_low = 250.0 / scale if mode in (Mode.CDF, Mode.CDF_R) else 1.0
+    q_low = 250.0 / scale if mode in (ControlMode.CDF, ControlMode.CDF_R) else 1.0
     settings = PmSettings(
         amqp_url=AMQP_URL, rnis_exchange=rnis, pep_exchange=pep_exchange, actuation="mptcp",
         mptcp_netns=tb.mec, mode=mode, q_high=q_high, q_low=q_low, reactive_guard=0.050,
@@ -397,7 +398,7 @@ def main() -> None:
             try:
                 pep_amqp = f"amqp://{user}:{password}@{tb.topology.mgmt['mec_host']}:5672/%2F"
                 pep = Pep(tb, pep_exchange, pep_amqp, args.ran_sndbuf)
-                run = run_scheme(tb, Mode(mode), args.seconds, args.rate, rnis, pep_exchange,
+                run = run_scheme(tb, ControlMode(mode), args.seconds, args.rate, rnis, pep_exchange,
                                  args.scale, args.queue_measure)  # fmt: skip
                 results.append(run)
             finally:

@@ -28,8 +28,8 @@ from numpy.typing import NDArray
 
 from path_manager.control import (
     Action,
+    ControlMode,
     ControlSettings,
-    Mode,
     Observation,
     PathControl,
     PathView,
@@ -266,13 +266,15 @@ class FluidProxy:
     def _next_trigger_time(self, s: ControlSettings) -> float | None:
         drift = self.arrival - self.service()
         now = self.loop.now
-        guard = now if s.mode is Mode.REACTIVE else self.control_t_ic() + s.reactive_guard + 1e-9
+        guard = (
+            now if s.mode is ControlMode.REACTIVE else self.control_t_ic() + s.reactive_guard + 1e-9
+        )
         candidates = []
         above = _time_to_exceed(self.level, drift, s.q_high)
         if above is not None and not all(self.active):
             candidates.append(max(now + above, guard))
         below = _time_to_fall_below(self.level, drift, s.q_low)
-        if s.mode is Mode.REACTIVE and below is not None and sum(self.active) > 1:
+        if s.mode is ControlMode.REACTIVE and below is not None and sum(self.active) > 1:
             candidates.append(now + below)
         return min(candidates) if candidates else None
 
@@ -468,9 +470,11 @@ def _fill(values: Array) -> list[float]:
     return filled
 
 
-def settings_for(mode: Mode, reactive_guard: float, base: ControlSettings) -> ControlSettings:
+def settings_for(
+    mode: ControlMode, reactive_guard: float, base: ControlSettings
+) -> ControlSettings:
     """The study's per-scheme Q_LT: 250 for CDF variants, 1 for FPT variants and reactive."""
-    q_low = base.q_low if mode in (Mode.CDF, Mode.CDF_R) else 1.0
+    q_low = base.q_low if mode in (ControlMode.CDF, ControlMode.CDF_R) else 1.0
     return ControlSettings(
         mode=mode,
         period=base.period,

@@ -21,7 +21,7 @@ import numpy as np
 
 from mts_lab import REPO
 from mts_lab.pathmgr.simulate import DELAY_BINS, RunResult, SimSetup, run_once, settings_for
-from path_manager.control import ControlSettings, Mode
+from path_manager.control import ControlMode, ControlSettings
 
 # Table 4.1: average reactive-triggered path changes per run (100 runs).
 PUBLISHED_TABLE_4_1 = {
@@ -32,7 +32,7 @@ PUBLISHED_TABLE_4_1 = {
 
 @dataclass(frozen=True)
 class Task:
-    mode: Mode
+    mode: ControlMode
     reactive_guard: float
     seed: int
     keep_series: bool
@@ -42,7 +42,7 @@ class Task:
         return config_key(self.mode, self.reactive_guard)
 
 
-def config_key(mode: Mode, guard: float) -> str:
+def config_key(mode: ControlMode, guard: float) -> str:
     return f"{mode.value}@{guard * 1e3:.0f}ms" if mode.reactive_backup else mode.value
 
 
@@ -50,10 +50,10 @@ def tasks(runs: int, guards: list[float], first_seed: int = 1) -> list[Task]:
     out = []
     for seed in range(first_seed, first_seed + runs):
         keep = seed == first_seed
-        for mode in (Mode.REACTIVE, Mode.CDF, Mode.FPT):
+        for mode in (ControlMode.REACTIVE, ControlMode.CDF, ControlMode.FPT):
             out.append(Task(mode, guards[0], seed, keep))
         for guard in guards:
-            for mode in (Mode.CDF_R, Mode.FPT_R):
+            for mode in (ControlMode.CDF_R, ControlMode.FPT_R):
                 out.append(Task(mode, guard, seed, keep and guard == guards[0]))
     return out
 
@@ -182,7 +182,7 @@ def table_lines(summary: dict[str, Any]) -> list[str]:
         f"{'scheme':<8}"
         + "".join(f"{f'T_R={g * 1e3:.0f} ms':>24}" for g in summary["reactive_guards_s"])
     )
-    for mode in (Mode.CDF_R, Mode.FPT_R):
+    for mode in (ControlMode.CDF_R, ControlMode.FPT_R):
         row = f"{mode.value:<8}"
         for g in summary["reactive_guards_s"]:
             c = configs.get(config_key(mode, g))
@@ -228,7 +228,7 @@ def plot_study(summary: dict[str, Any], out_dir: Path) -> list[Path]:
 
     fig, (full, top) = plt.subplots(1, 2, figsize=(12, 4.5))
     first = guards[0]
-    for mode in Mode:
+    for mode in ControlMode:
         c = configs.get(config_key(mode, first))
         if c is None:
             continue
@@ -248,7 +248,7 @@ def plot_study(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     written.append(_save(fig, out_dir / "delay_cdf.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for mode in (Mode.CDF_R, Mode.FPT_R):
+    for mode in (ControlMode.CDF_R, ControlMode.FPT_R):
         for g in guards:
             c = configs.get(config_key(mode, g))
             if c is not None:
@@ -271,7 +271,7 @@ def plot_study(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     width = 0.2
     x = np.arange(len(guards))
-    for i, mode in enumerate((Mode.CDF_R, Mode.FPT_R)):
+    for i, mode in enumerate((ControlMode.CDF_R, ControlMode.FPT_R)):
         ours = [
             configs.get(config_key(mode, g), {}).get("reactive_changes_mean", 0) for g in guards
         ]
@@ -294,7 +294,7 @@ def plot_example_runs(
 ) -> Path:
     import matplotlib.pyplot as plt
 
-    modes = [m for m in Mode if configs.get(config_key(m, guard), {}).get("example_run")]
+    modes = [m for m in ControlMode if configs.get(config_key(m, guard), {}).get("example_run")]
     fig, axes = plt.subplots(4, len(modes), figsize=(4 * len(modes), 9), sharex=True, squeeze=False)
     for col, mode in enumerate(modes):
         run = configs[config_key(mode, guard)]["example_run"]

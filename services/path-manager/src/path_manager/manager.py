@@ -1,4 +1,4 @@
-"""The path manager service: RNIS + PEP backlog in, control per UE, MPTCP out, REST /pm/v1.
+"""The path manager: RNIS + PEP backlog in, one control per UE, paths switched out.
 
 Inputs (AMQP, ``mec_common.amqp.AmqpConsumer``):
 - the RNIS feed (exchange from Mp1 discovery when a platform is configured, else
@@ -14,51 +14,38 @@ Output: ``MptcpActuator`` in the PEP's namespace (``PM_MPTCP_NETNS``), ``TunnelA
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Address
-from typing import Any, Literal
+from typing import Any
 
-from fastapi import Depends, FastAPI
 from prometheus_client import Counter, Gauge, Histogram
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
 
 from mec_common.amqp import AmqpConsumer
-from mec_common.api import create_app, serve, service_access
-from mec_common.auth import TokenVerifier
-from mec_common.bus.backlog import EXCHANGE as PEP_EXCHANGE
 from mec_common.bus.backlog import PepBacklog, backlog_routing_key
-from mec_common.bus.rnis import EXCHANGE as RNIS_EXCHANGE
 from mec_common.bus.rnis import RnisMeasurement, bind_all, bind_ue_ip
-from mec_common.config import Port, ServiceSettings
 from mec_common.health import Health
-from mec_common.logging import configure_logging, get_logger
+from mec_common.logging import get_logger
 from mec_common.mp1 import AmqpFeed, Mp1Client, resolve_amqp_feed
 from mec_common.radio_view import RadioView, measured_ns, monotonic_ns_from_wall
 from path_manager.control import (
     Action,
     ControlSettings,
     Decision,
-    Mode,
     Observation,
     PathControl,
     PathView,
 )
-from path_manager.radio import PathRadio, RadioSettings
+from path_manager.path_radio import PathRadio
+from path_manager.settings import PmSettings
+from path_manager.timers import RealTimeScheduler
 
 log = get_logger(__name__)
-SER_NAME = "path-manager"
 
 ARRIVAL_WINDOW = 0.1  # seconds of received_bytes the arrival rate is measured over
-QueueMeasure = Literal["pep+rlc", "pep_unsent", "pep_backlog"]
 
 DECISIONS = Counter("pm_decisions_total", "Control decisions", ["ue", "trigger", "action"])
 PREDICTION = Histogram(
@@ -68,107 +55,6 @@ PREDICTION = Histogram(
 )
 ACTIVE = Gauge("pm_active_paths", "Active paths per UE", ["ue"])
 QUEUE = Gauge("pm_queue_packets", "The queue the control sees (PM_QUEUE_MEASURE), packets", ["ue"])
-
-
-class PmSettings(ServiceSettings):
-    model_config = SettingsConfigDict(env_prefix="PM_", extra="ignore")
-
-    http_port: Port = Field(8103, description="port of the REST API")
-    rnis_exchange: str = Field(RNIS_EXCHANGE, description="RNIS AMQP exchange (if no Mp1)")
-    rnis_feed: Literal["ue", "cell"] = Field(
-        "ue",
-        description="RNIS messages to consume: one per UE (the adapter's RNIS_AMQP_PUBLISH=ue "
-        "or both) or one per cell (cell or both; cheaper for the broker at high poll rates)",
-    )
-    pep_exchange: str = Field(PEP_EXCHANGE, description="exchange of the PEP's per-UE backlog")
-    ues: str = Field(
-        "",
-        description='UEs at start, JSON: {"<ue ip>": ["<path ip>", ...]} (REST can add more)',
-    )
-    actuation: Literal["mptcp", "tunnel", "none"] = Field(
-        "mptcp",
-        description="mptcp: switch subflows; tunnel: enable/disable the multipath tunnel's "
-        "paths (PM_TUNNEL_PATHS, docs/tunnel.md); none: decide and log only",
-    )
-    tunnel_paths: str = Field(
-        "",
-        description='with actuation=tunnel, JSON: {"<UE path ip>": {"api": '
-        '"http://<tunnel end>:8105/tunnel/v1", "path": <id>}}',
-    )
-    tunnel_token: str | None = Field(None, description="bearer token of the tunnel's API")
-    mptcp_netns: str | None = Field(None, description="network namespace of the PEP (MPTCP)")
-    mode: Mode = Field(Mode.FPT_R, description="reactive, cdf, fpt, cdf+r or fpt+r")
-    period: float = Field(0.150, description="predictive control period (s)")
-    horizon: float = Field(0.200, description="prediction horizon (s)")
-    q_high: float = Field(500.0, description="Q_HT (packets)")
-    q_low: float = Field(250.0, description="Q_LT (packets)")
-    p_high_bound: float = Field(0.99, description="ADD if P_H is below")
-    p_low_bound: float = Field(0.99, description="REMOVE if P_L is above")
-    reactive_guard: float = Field(0.050, description="T_R (s)")
-    safety_max_paths: int = Field(5, description="remove-safety re-prediction up to this many")
-    packet_bytes: int = Field(1500, description="bytes per packet (queue unit)")
-    queue_measure: QueueMeasure = Field(
-        "pep+rlc",
-        description="the queue the control sees: pep+rlc = the PEP's unsent bytes + the UE's "
-        "RLC queues in its cells (RNIS); pep_unsent = the PEP's unsent bytes only; "
-        "pep_backlog = everything the PEP holds, in-flight bytes included",
-    )
-    los_cqi: int = Field(10, description="CQI at or above: LoS")
-    nlos_cqi: int = Field(6, description="CQI at or below: NLoS")
-    stale_after: float = Field(0.5, description="s without RNIS data: priors, last state")
-
-    def control(self) -> ControlSettings:
-        return ControlSettings(
-            mode=self.mode, period=self.period, horizon=self.horizon, q_high=self.q_high,
-            q_low=self.q_low, p_high_bound=self.p_high_bound, p_low_bound=self.p_low_bound,
-            reactive_guard=self.reactive_guard, safety_max_paths=self.safety_max_paths,
-        )  # fmt: skip
-
-    def radio(self) -> RadioSettings:
-        return RadioSettings(
-            los_cqi=self.los_cqi, nlos_cqi=self.nlos_cqi, stale_after=self.stale_after,
-            packet_bytes=self.packet_bytes,
-        )  # fmt: skip
-
-
-class RealTimeScheduler:
-    """``call_at`` on the monotonic clock, run by one thread; never early."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = itertools.count()
-        self._cond = threading.Condition()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="pm-timers", daemon=True)
-        self._thread.start()
-
-    def __call__(self) -> float:
-        return time.monotonic()
-
-    def call_at(self, when: float, callback: Callable[[], None]) -> None:
-        with self._cond:
-            heapq.heappush(self._heap, (when, next(self._seq), callback))
-            self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-        self._thread.join(2.0)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stop and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(timeout)
-                if self._stop:
-                    return
-                _, _, callback = heapq.heappop(self._heap)
-            try:
-                callback()
-            except Exception:
-                log.exception("timer callback failed")
 
 
 @dataclass
@@ -300,8 +186,6 @@ class PathManager:
 
     def update_control(self, **changes: Any) -> ControlSettings:
         """Validate once, then apply to every UE (ValueError changes nothing)."""
-        from dataclasses import replace
-
         new = replace(self.control_settings, **changes)
         new.validate()
         self.control_settings = new
@@ -441,72 +325,3 @@ def _start_actuator(netns: str | None, health: Health) -> Any:
     log.error("no MPTCP actuation", detail=detail)
     health.set("mptcp", False, detail)
     return None
-
-
-def build_app(settings: PmSettings) -> tuple[FastAPI, PathManager]:
-    from path_manager.api import router
-
-    health = Health()
-    # Its static tokens and, with a platform, the platform's JWTs (docs/api.md)
-    verifier = TokenVerifier.for_service(
-        settings.api_tokens, settings.platform_url, settings.state_dir, "path-manager"
-    )
-    manager = PathManager(settings, health)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        manager.start()
-        registration = _register(settings, health)
-        try:
-            yield
-        finally:
-            if registration is not None:
-                registration.stop()
-            manager.close()
-
-    app = create_app(
-        title="Path manager",
-        version="1.0.0",
-        description="Predictive multipath control over Linux MPTCP (reactive, CDF, FPT and "
-        "hybrids), fed by RNIS. See docs/path-manager.md.",
-        settings=settings,
-        health=health,
-        token_verifier=verifier,
-        lifespan=lifespan,
-    )
-    app.state.manager = manager
-    # apps with path-manager in their AppD read; only the platform or the admin change
-    app.include_router(router, dependencies=[Depends(service_access(SER_NAME))])
-    return app, manager
-
-
-def _register(settings: PmSettings, health: Health) -> Any:
-    """Register /pm/v1 as a MEC service when a platform is configured."""
-    from mec_common.mp1 import MecAppRegistration, Mp1Client
-
-    client = Mp1Client.from_settings(settings)
-    if client is None:
-        return None
-    host = settings.http_host if settings.http_host != "0.0.0.0" else "127.0.0.1"
-    service = {
-        "serName": SER_NAME,
-        "version": "v1",
-        "state": "ACTIVE",
-        "serializer": "JSON",
-        "transportInfo": {
-            "id": "pm-rest", "name": "REST", "type": "REST_HTTP", "protocol": "HTTP",
-            "version": "1.1",
-            "endpoint": {"uris": [f"http://{host}:{settings.http_port}/pm/v1"]},
-            "security": {},
-        },
-    }  # fmt: skip
-    registration = MecAppRegistration(client, [service], health=health)
-    registration.start()
-    return registration
-
-
-def run_service() -> None:
-    settings = PmSettings()
-    configure_logging(settings.log_level, settings.log_format)
-    app, _ = build_app(settings)
-    serve(app, settings)

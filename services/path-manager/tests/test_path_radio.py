@@ -3,7 +3,7 @@
 import pytest
 
 from mec_common.bus.rnis import RnisMeasurement
-from path_manager.radio import PathRadio, RadioSettings
+from path_manager.path_radio import PathRadio, RadioSettings
 
 S = RadioSettings()
 

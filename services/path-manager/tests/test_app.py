@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 from mec_common.amqp import AmqpPublisher
 from mec_common.bus.backlog import PepBacklog
 from mec_common.bus.rnis import RnisCellMeasurements, RnisCellUe, RnisMeasurement
-from path_manager.service import PmSettings, build_app
+from path_manager.app import build_app
+from path_manager.settings import PmSettings
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 TOKEN = "test-token"
@@ -217,3 +218,16 @@ def test_cell_messages_feed_the_paths(cell_service):
     by_ip = {p["path"]: p for p in client.get(f"/pm/v1/ues/{UE}/paths", headers=AUTH).json()}
     assert by_ip[PATHS[0]]["in_los"] is False and by_ip[PATHS[1]]["in_los"] is True
     assert by_ip[PATHS[1]]["capacity_los_bps"] == pytest.approx(900e6)
+
+
+def test_the_control_resource_shows_every_control_setting():
+    """``ControlView`` is the REST shape of ``ControlSettings``: a setting added to one and
+    not the other would vanish from GET /pm/v1/control (or fail validation there)."""
+    from dataclasses import fields
+
+    from path_manager.api import ControlUpdate, ControlView
+    from path_manager.control import ControlSettings
+
+    settings = {f.name for f in fields(ControlSettings)}
+    assert set(ControlView.model_fields) == settings
+    assert set(ControlUpdate.model_fields) == settings
