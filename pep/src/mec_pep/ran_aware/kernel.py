@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mec_common.bpf import BpfMap, BpfProgram
 from mec_common.logging import get_logger
-from mec_pep.ran_aware.bpf import BpfMap, BpfProgram
 
 log = get_logger(__name__)
 

@@ -8,52 +8,23 @@ The middle namespace routes (so traffic can go "direct") and is where a PEP or H
 runs. Names carry a random suffix so parallel runs never collide; ``down()`` removes
 everything (deleting a namespace deletes its veth ends).
 
-``in_netns(ns, fn)`` runs ``fn`` in a thread that joined namespace ``ns``: sockets it
-creates stay in that namespace and can be used from any thread afterwards, and threads it
-starts inherit the namespace (this is how tests run a relay inside the PEP namespace).
+``in_netns(ns, fn)`` (``mec_common.netns``) runs ``fn`` in a thread that joined namespace
+``ns``: sockets it creates stay in that namespace and can be used from any thread
+afterwards, and threads it starts inherit the namespace (this is how tests run a relay
+inside the PEP namespace).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import secrets
 import subprocess
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from mec_common.netns import in_netns
 
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def in_netns(netns: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` in a thread inside network namespace ``netns`` and return its result."""
-    result: list[Any] = []
-
-    def target() -> None:
-        try:
-            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns({netns}): {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            result.append((True, fn()))
-        except BaseException as exc:
-            result.append((False, exc))
-
-    thread = threading.Thread(target=target, name=f"netns-{netns}")
-    thread.start()
-    thread.join()
-    ok, value = result[0]
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
+__all__ = ["Lab", "in_netns", "run"]
 
 
 def run(cmd: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:

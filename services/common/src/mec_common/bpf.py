@@ -1,9 +1,9 @@
-"""The few bpf(2) commands the PEP needs, through ctypes: pinned maps and test runs.
+"""The few bpf(2) commands the services need, through ctypes: pinned maps, test runs, links.
 
-Loading the object and registering the congestion controls is the job of the small C
-loader (``pep/bpf/loader.c``, libbpf); everything afterwards — map reads and writes on
-every RNIS message, unregistering — is a handful of syscalls that need no library.
-One map update costs a few microseconds (``make bench-meld``).
+Loading an object is the job of libbpf (the PEP's C loader ``pep/bpf/loader.c``, or
+``bpftool prog loadall`` for the L4S programs); everything afterwards — map reads and
+writes on every RNIS message, attaching a tc program, unregistering — is a handful of
+syscalls that need no library. One map update costs a few microseconds (``make bench-meld``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TypeVar
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -25,6 +26,10 @@ BPF_MAP_GET_NEXT_KEY = 4
 BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
 BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_LINK_CREATE = 28
+
+BPF_TCX_INGRESS = 46
+BPF_TCX_EGRESS = 47
 
 BPF_ANY = 0
 BPF_NOEXIST = 1
@@ -72,6 +77,19 @@ class _TestRunAttr(ctypes.Structure):
     )
 
 
+class _LinkCreateAttr(ctypes.Structure):
+    _fields_ = (
+        ("prog_fd", ctypes.c_uint32),
+        ("target_ifindex", ctypes.c_uint32),
+        ("attach_type", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("relative_fd", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("expected_revision", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 4),
+    )
+
+
 class _InfoAttr(ctypes.Structure):
     _fields_ = (
         ("bpf_fd", ctypes.c_uint32),
@@ -109,6 +127,24 @@ def obj_get(path: str) -> int:
         return _bpf(BPF_OBJ_GET, attr)
     except OSError as exc:
         raise OSError(exc.errno, f"{path}: {os.strerror(exc.errno or 0)}") from None
+
+
+def tcx_attach(prog_fd: int, ifindex: int, attach_type: int) -> int:
+    """Attach a tc program to interface ``ifindex`` of the calling thread's namespace (tcx).
+
+    Returns the link's fd: the program stays attached while it (or a pin of it) is open,
+    so a process that dies takes its programs along. ``attach_type`` is
+    ``BPF_TCX_INGRESS`` or ``BPF_TCX_EGRESS``; other tcx programs on the interface stay.
+    """
+    attr = _LinkCreateAttr(prog_fd=prog_fd, target_ifindex=ifindex, attach_type=attach_type)
+    return _bpf(BPF_LINK_CREATE, attr)
+
+
+def possible_cpus() -> int:
+    """The number of values a per-CPU map holds per key (the kernel's possible CPUs)."""
+    spans = Path("/sys/devices/system/cpu/possible").read_text().strip().split(",")
+    last = max(int(span.split("-")[-1]) for span in spans)
+    return last + 1
 
 
 S = TypeVar("S", bound="ctypes._CData")
@@ -150,6 +186,15 @@ class BpfMap:
         except FileNotFoundError:
             return None
         return value
+
+    def lookup_percpu_sum(self, key: ctypes._CData) -> int:
+        """The sum over CPUs of a per-CPU map's u64 value (0 if the key is absent)."""
+        values = (ctypes.c_uint64 * possible_cpus())()
+        try:
+            self._elem(BPF_MAP_LOOKUP_ELEM, key, values, 0)
+        except FileNotFoundError:
+            return 0
+        return sum(values)
 
     def delete(self, key: ctypes._CData) -> bool:
         try:

@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Spin bit and delay bit over TCP at an endpoint, without a kernel patch (research 001
+ * patched __tcp_transmit_skb and tcp_rcv_established; here two tc programs do it).
+ *
+ *   efm_out  tc egress:  writes the time bit into byte 12 of each outgoing segment of a
+ *                        managed socket (and the handshake code into SYN / SYN-ACK),
+ *                        fixing the TCP checksum
+ *   efm_in   tc ingress: reads the time bit of each incoming segment into the state of
+ *                        the socket it belongs to (found with bpf_sk_lookup_tcp)
+ *
+ * State lives in the socket (socket storage), so it goes away with the socket.
+ *
+ * Roles, from the handshake as in the research's tcp_set_state() rule: a socket that
+ * sends a SYN (SYN_SENT) is the client; a socket met before it sent anything but a
+ * first segment that is not a SYN came out of SYN_RECV (accept) and is the server. A
+ * socket already running when the program was attached (neither) is never marked.
+ *
+ * The rules are the research's, in its order (§2.1, §3.2):
+ *   spin:  receive: spin = time bit of every segment (no ordering guard, as TCP has no
+ *          packet number); send: the server echoes it, the client inverts it.
+ *   delay: receive: a marked segment makes a sample pending; send: SYN -> handshake
+ *          code; a segment carrying SACK is never marked (the sample stays pending);
+ *          a pending sample marks the next segment (the client stamps ds_time); the
+ *          client injects a new sample when nothing came back for T_max (100 ms, or
+ *          max(100 ms, 2 SRTT) with dynamic_t_max).
+ *
+ * GSO/TSO: tc egress sees a GSO skb before segmentation, and every segment inherits
+ * its header: right for the spin bit, wrong for the delay bit (one sample would become
+ * many). The marking interfaces run with GSO off (mec_l4s.efm does it, as the research
+ * did with ethtool), and EFM_C_GSO_MARKED counts any sample that still met a GSO skb.
+ *
+ * IPv4 only. The interface's link-layer header length comes from `efm_l3_ifaces`
+ * (absent: Ethernet, 14 bytes; present: a TUN, 0 bytes).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "efm.h"
+
+char _license[] SEC("license") = "GPL";
+
+#define TC_ACT_OK 0
+#define ETH_HLEN 14
+#define ETH_P_IP 0x0800
+#define IPPROTO_TCP 6
+#define TCP_LISTEN 10
+#define TCPOPT_EOL 0
+#define TCPOPT_NOP 1
+#define TCPOPT_SACK 5
+#define TCP_OPTIONS_MAX 40
+#define NSEC_PER_USEC 1000ULL
+#define TCP_BYTE12 12		/* offset of data offset + reserved bits in the TCP header */
+#define TCP_CHECK 16		/* offset of the checksum in the TCP header */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct efm_sock);
+} efm_sock SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct efm_config);
+} efm_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EFM_C_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} efm_counters SEC(".maps");
+
+/* ifindex -> 1 for interfaces without a link-layer header (TUN). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} efm_l3_ifaces SEC(".maps");
+
+static __always_inline void count(__u32 counter)
+{
+	__u64 *c = bpf_map_lookup_elem(&efm_counters, &counter);
+
+	if (c)
+		*c += 1;	/* per-CPU: no atomic needed */
+}
+
+/* The parts of one IPv4/TCP packet the programs need; offsets from skb->data. */
+struct tcp_seg {
+	__u32 tcp_off;		/* TCP header, bytes from skb->data */
+	__u32 options_len;	/* bytes of TCP options */
+	__u8 byte12;		/* data offset and reserved bits */
+	__u8 flags;		/* byte 13: CWR ECE URG ACK PSH RST SYN FIN */
+	struct iphdr ip;
+	__be16 sport, dport;
+};
+
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_ACK 0x10
+
+/* Reads the headers; false for anything but an unfragmented IPv4 TCP packet. */
+static __always_inline bool parse(struct __sk_buff *skb, __u32 ifindex, struct tcp_seg *seg)
+{
+	__u32 l2 = bpf_map_lookup_elem(&efm_l3_ifaces, &ifindex) ? 0 : ETH_HLEN;
+	__u8 tcp[14];
+
+	if (skb->protocol != bpf_htons(ETH_P_IP))
+		return false;
+	if (bpf_skb_load_bytes(skb, l2, &seg->ip, sizeof(seg->ip)))
+		goto unparsed;
+	if (seg->ip.version != 4 || seg->ip.protocol != IPPROTO_TCP)
+		return false;
+	if (seg->ip.ihl < 5)
+		goto unparsed;
+	/* a non-first fragment has no TCP header; a first one is measured as it is */
+	if (seg->ip.frag_off & bpf_htons(0x1fff))
+		return false;
+	seg->tcp_off = l2 + seg->ip.ihl * 4;
+	if (bpf_skb_load_bytes(skb, seg->tcp_off, tcp, sizeof(tcp)))
+		goto unparsed;
+	seg->sport = *(__be16 *)&tcp[0];
+	seg->dport = *(__be16 *)&tcp[2];
+	seg->byte12 = tcp[12];
+	seg->flags = tcp[13];
+	if ((seg->byte12 >> 4) < 5)
+		goto unparsed;
+	seg->options_len = (seg->byte12 >> 4) * 4 - 20;
+	return true;
+unparsed:
+	count(EFM_C_UNPARSED);
+	return false;
+}
+
+/* True if the segment carries a SACK option (the research never marks those). */
+static __always_inline bool has_sack(struct __sk_buff *skb, const struct tcp_seg *seg)
+{
+	__u8 opt[TCP_OPTIONS_MAX] = {};
+	__u32 len = seg->options_len;
+	__u32 i = 0;
+
+	if (len == 0)
+		return false;
+	if (len > TCP_OPTIONS_MAX)
+		len = TCP_OPTIONS_MAX;
+	if (bpf_skb_load_bytes(skb, seg->tcp_off + 20, opt, len))
+		return false;
+	for (int n = 0; n < TCP_OPTIONS_MAX; n++) {
+		__u8 kind;
+
+		if (i >= len || i + 1 >= TCP_OPTIONS_MAX)
+			return false;
+		kind = opt[i];
+		if (kind == TCPOPT_EOL)
+			return false;
+		if (kind == TCPOPT_NOP) {
+			i++;
+			continue;
+		}
+		if (kind == TCPOPT_SACK)
+			return true;
+		if (opt[i + 1] < 2)
+			return false;	/* malformed length: stop */
+		i += opt[i + 1];
+	}
+	return false;
+}
+
+static __always_inline struct efm_config *get_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&efm_config, &zero);
+}
+
+/* The handshake code of the technique, as (loss, time) bits. */
+static __always_inline __u8 handshake_code(__u32 technique)
+{
+	return technique == EFM_SPIN ? EFM_LOSS_BIT : EFM_TIME_BIT;
+}
+
+/*
+ * The socket's state, created the first time one of our programs meets the socket:
+ * a SYN out makes a client; a socket that has sent nothing but this segment (or, at
+ * ingress, nothing at all) came out of SYN_RECV by accept and is the server; any other
+ * socket was running before the program was attached and stays unmanaged.
+ */
+static __always_inline struct efm_sock *state_of(struct bpf_sock *sk, bool syn_out,
+						 __u32 segs_sent_now)
+{
+	struct bpf_tcp_sock *tp;
+	struct efm_sock *s;
+
+	s = bpf_sk_storage_get(&efm_sock, sk, NULL, 0);
+	if (s)
+		return s;
+	tp = bpf_tcp_sock(sk);
+	if (!tp)
+		return NULL;
+	s = bpf_sk_storage_get(&efm_sock, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!s)
+		return NULL;
+	if (syn_out)
+		s->role = EFM_ROLE_CLIENT;
+	else if (tp->segs_out <= segs_sent_now)
+		s->role = EFM_ROLE_SERVER;
+	return s;
+}
+
+/* The state of the socket sending this skb (NULL: a request or time-wait socket). */
+static __always_inline struct efm_sock *egress_state(struct __sk_buff *skb,
+						     const struct tcp_seg *seg)
+{
+	struct bpf_sock *sk = skb->sk;
+
+	if (!sk)
+		return NULL;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return NULL;
+	/* tcp_transmit_skb counted this skb's segments in segs_out before tc runs */
+	return state_of(sk, (seg->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN,
+			skb->gso_segs ? skb->gso_segs : 1);
+}
+
+static __always_inline __u64 t_max_ns(struct __sk_buff *skb, const struct efm_config *cfg)
+{
+	__u64 t_max = (__u64)cfg->t_max_us * NSEC_PER_USEC;
+	struct bpf_sock *sk = skb->sk;
+	struct bpf_tcp_sock *tp;
+
+	if (!cfg->dynamic_t_max || !sk)
+		return t_max;
+	sk = bpf_sk_fullsock(sk);
+	tp = sk ? bpf_tcp_sock(sk) : NULL;
+	/* srtt_us is 8 x the smoothed RTT in µs: 2 SRTT = srtt_us / 4 */
+	if (tp && (__u64)tp->srtt_us / 4 * NSEC_PER_USEC > t_max)
+		t_max = (__u64)tp->srtt_us / 4 * NSEC_PER_USEC;
+	return t_max;
+}
+
+/* The delay bit of one non-SYN segment (research §3.2, in its order). */
+static __always_inline bool delay_out(struct __sk_buff *skb, const struct tcp_seg *seg,
+				      struct efm_sock *s, const struct efm_config *cfg)
+{
+	bool client = s->role == EFM_ROLE_CLIENT;
+	__u64 now = bpf_ktime_get_ns();
+	bool due = s->sample_pending ||
+		   (client && now - s->ds_time_ns > t_max_ns(skb, cfg));
+
+	if (!due)
+		return false;
+	if (has_sack(skb, seg)) {
+		count(EFM_C_SACK_HELD);
+		return false;
+	}
+	/* the ingress program may set it meanwhile on another CPU: take it atomically */
+	if (__sync_val_compare_and_swap(&s->sample_pending, 1, 0) == 1)
+		count(EFM_C_SAMPLES_REFLECTED);
+	else if (client && now - s->ds_time_ns > t_max_ns(skb, cfg))
+		count(EFM_C_SAMPLES_GENERATED);
+	else
+		return false;
+	if (client)
+		s->ds_time_ns = now;
+	if (skb->gso_segs > 1)
+		count(EFM_C_GSO_MARKED);
+	return true;
+}
+
+/* Rewrites byte 12 (and the checksum: the 16-bit word at 12 changed). */
+static __always_inline void write_byte12(struct __sk_buff *skb, const struct tcp_seg *seg,
+					 __u8 byte12)
+{
+	__u16 old_word = ((__u16)seg->byte12 << 8) | seg->flags;
+	__u16 new_word = ((__u16)byte12 << 8) | seg->flags;
+
+	bpf_l4_csum_replace(skb, seg->tcp_off + TCP_CHECK, bpf_htons(old_word),
+			    bpf_htons(new_word), sizeof(__u16));
+	bpf_skb_store_bytes(skb, seg->tcp_off + TCP_BYTE12, &byte12, 1, 0);
+}
+
+SEC("tc")
+int efm_out(struct __sk_buff *skb)
+{
+	struct efm_config *cfg = get_config();
+	struct tcp_seg seg;
+	struct efm_sock *s;
+	__u8 byte12;
+	bool time;
+
+	if (!cfg || !cfg->technique || cfg->technique >= EFM_TECHNIQUE_COUNT)
+		return TC_ACT_OK;
+	if (!parse(skb, skb->ifindex, &seg))
+		return TC_ACT_OK;
+	count(EFM_C_SEGMENTS_OUT);
+	byte12 = seg.byte12 & ~EFM_BITS;
+	if (seg.flags & TCP_FLAG_SYN) {
+		egress_state(skb, &seg);	/* a SYN names the client */
+		byte12 |= handshake_code(cfg->technique);
+		count(EFM_C_HANDSHAKE);
+	} else {
+		s = egress_state(skb, &seg);
+		if (!s || s->role == EFM_ROLE_UNMANAGED)
+			return TC_ACT_OK;
+		if (cfg->technique == EFM_SPIN)
+			time = s->spin ^ (s->role == EFM_ROLE_CLIENT);
+		else
+			time = delay_out(skb, &seg, s, cfg);
+		if (time)
+			byte12 |= EFM_TIME_BIT;
+		if (time && cfg->technique == EFM_SPIN)
+			count(EFM_C_SPIN_SET);
+	}
+	if (byte12 != seg.byte12)
+		write_byte12(skb, &seg, byte12);
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int efm_in(struct __sk_buff *skb)
+{
+	struct efm_config *cfg = get_config();
+	struct bpf_sock_tuple tuple = {};
+	struct efm_sock *s;
+	struct bpf_sock *sk;
+	struct tcp_seg seg;
+	bool time;
+
+	if (!cfg || !cfg->technique || cfg->technique >= EFM_TECHNIQUE_COUNT)
+		return TC_ACT_OK;
+	if (!parse(skb, skb->ifindex, &seg) || (seg.flags & TCP_FLAG_SYN))
+		return TC_ACT_OK;
+	tuple.ipv4.saddr = seg.ip.saddr;
+	tuple.ipv4.daddr = seg.ip.daddr;
+	tuple.ipv4.sport = seg.sport;
+	tuple.ipv4.dport = seg.dport;
+	sk = bpf_sk_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return TC_ACT_OK;
+	if (sk->state == TCP_LISTEN)
+		goto out;
+	s = state_of(sk, false, 0);
+	if (!s || s->role == EFM_ROLE_UNMANAGED)
+		goto out;
+	time = seg.byte12 & EFM_TIME_BIT;
+	if (cfg->technique == EFM_SPIN) {
+		s->spin = time;
+	} else if (time) {
+		s->sample_pending = 1;
+		count(EFM_C_SAMPLES_IN);
+	}
+out:
+	bpf_sk_release(sk);
+	return TC_ACT_OK;
+}

@@ -1,0 +1,195 @@
+"""Load the EFM BPF objects (``l4s/bpf/``), attach them to interfaces, read their maps.
+
+``bpftool prog loadall`` loads an object and pins its programs and maps under a fresh
+directory of the BPF filesystem; programs are attached with tcx links whose fds this
+process holds, so they go away with it (no tc filter left behind by a crash). One
+loaded object serves the interfaces of one network namespace (its map of L3
+interfaces is keyed by ifindex, which is per namespace).
+
+The ctypes structures mirror ``l4s/bpf/efm.h``; ``test_efm_layouts`` checks them
+against the built objects' BTF.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import fcntl
+import os
+import shutil
+import socket
+import struct
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from mec_common.bpf import BPF_TCX_EGRESS, BPF_TCX_INGRESS, BpfMap, obj_get, tcx_attach
+from mec_common.netns import in_netns
+
+T = TypeVar("T")
+
+BPFFS = Path("/sys/fs/bpf")
+SIOCGIFHWADDR = 0x8927
+ARPHRD_ETHER = 1
+
+
+class Technique(enum.IntEnum):
+    """``enum efm_technique``: what the endpoints put in the time bit."""
+
+    OFF = 0
+    SPIN = 1
+    DELAY = 2
+
+
+class Role(enum.IntEnum):
+    UNMANAGED = 0
+    CLIENT = 1
+    SERVER = 2
+
+
+class MarkerCounter(enum.IntEnum):
+    """``enum efm_counter``: the marker's per-CPU counters (segments)."""
+
+    SEGMENTS_OUT = 0
+    HANDSHAKE = 1
+    SPIN_SET = 2
+    SAMPLES_REFLECTED = 3
+    SAMPLES_GENERATED = 4
+    SACK_HELD = 5
+    GSO_MARKED = 6
+    SAMPLES_IN = 7
+    UNPARSED = 8
+
+
+class EfmConfig(ctypes.Structure):
+    _fields_ = (
+        ("technique", ctypes.c_uint32),
+        ("t_max_us", ctypes.c_uint32),
+        ("dynamic_t_max", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
+class EfmSock(ctypes.Structure):
+    _fields_ = (
+        ("ds_time_ns", ctypes.c_uint64),
+        ("role", ctypes.c_uint32),
+        ("spin", ctypes.c_uint32),
+        ("sample_pending", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
+T_MAX_MS = 100  # research 001 §3.2: "the developers' suggested specifics"
+
+
+def maybe_in_netns(netns: str | None, fn: Callable[[], T]) -> T:
+    """``fn()`` in namespace ``netns``, or right here if None."""
+    return fn() if netns is None else in_netns(netns, fn)
+
+
+def link_is_ethernet(ifname: str) -> bool:
+    """True for an Ethernet device (veth), False for one without a link layer (TUN)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16s16x", ifname.encode())
+        family = struct.unpack_from("16xH", fcntl.ioctl(s.fileno(), SIOCGIFHWADDR, req))[0]
+    return bool(family == ARPHRD_ETHER)
+
+
+class EfmObject:
+    """One loaded BPF object: its pinned maps and programs and the links this process holds."""
+
+    def __init__(self, pin_dir: Path) -> None:
+        self.pin_dir = pin_dir
+        self._links: list[int] = []
+        self.maps = {p.name: BpfMap(str(p)) for p in sorted((pin_dir / "maps").iterdir())}
+
+    @classmethod
+    def load(cls, obj: Path, name: str) -> EfmObject:
+        """Load ``obj`` and pin it under ``/sys/fs/bpf/<name>`` (which must not exist)."""
+        pin_dir = BPFFS / name
+        if pin_dir.exists():
+            raise FileExistsError(f"{pin_dir} exists: another instance uses this name")
+        maps = pin_dir / "maps"
+        done = subprocess.run(
+            ["bpftool", "prog", "loadall", str(obj), str(pin_dir), "pinmaps", str(maps)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if done.returncode != 0:
+            shutil.rmtree(pin_dir, ignore_errors=True)
+            lines = [ln for ln in done.stderr.splitlines() if ln.strip()][-5:]
+            raise RuntimeError(f"bpftool loadall {obj}: " + " | ".join(lines))
+        return cls(pin_dir)
+
+    def attach(self, prog: str, attach_type: int, ifname: str, netns: str | None = None) -> None:
+        """Attach pinned program ``prog`` to ``ifname`` (tcx ingress or egress) in ``netns``."""
+        prog_fd = obj_get(str(self.pin_dir / prog))
+        try:
+
+            def link() -> tuple[int, int, bool]:
+                ifindex = socket.if_nametoindex(ifname)
+                return ifindex, tcx_attach(prog_fd, ifindex, attach_type), link_is_ethernet(ifname)
+
+            ifindex, link_fd, ethernet = maybe_in_netns(netns, link)
+        finally:
+            os.close(prog_fd)
+        self._links.append(link_fd)
+        l3 = self.maps.get("efm_l3_ifaces") or self.maps.get("obs_l3_ifaces")
+        if l3 is not None and not ethernet:
+            l3.update(ctypes.c_uint32(ifindex), ctypes.c_uint32(1))
+
+    def close(self) -> None:
+        """Detach every program this process attached and remove the pins."""
+        for fd in self._links:
+            os.close(fd)
+        self._links.clear()
+        for m in self.maps.values():
+            m.close()
+        shutil.rmtree(self.pin_dir, ignore_errors=True)
+
+
+class Marker:
+    """The endpoint marker (``efm_marker.bpf.o``) on one namespace's interfaces."""
+
+    def __init__(self, obj: EfmObject) -> None:
+        self.obj = obj
+
+    @classmethod
+    def load(cls, obj: Path, name: str) -> Marker:
+        return cls(EfmObject.load(obj, name))
+
+    def configure(
+        self, technique: Technique, t_max_ms: float = T_MAX_MS, *, dynamic_t_max: bool = False
+    ) -> None:
+        if t_max_ms <= 0:
+            raise ValueError(f"t_max_ms must be > 0, got {t_max_ms}")
+        cfg = EfmConfig(
+            technique=int(technique),
+            t_max_us=round(t_max_ms * 1000),
+            dynamic_t_max=int(dynamic_t_max),
+        )
+        self.obj.maps["efm_config"].update(ctypes.c_uint32(0), cfg)
+
+    def attach(self, ifname: str, netns: str | None = None, *, gso_off: bool = True) -> None:
+        """Mark the segments leaving ``ifname`` and read those arriving on it.
+
+        ``gso_off``: one segment per skb on the interface (gso_max_segs 1), so a delay
+        sample stays on one segment (GSO would copy it to each; see efm_marker.bpf.c).
+        """
+        if gso_off:
+            cmd = ["ip", "link", "set", "dev", ifname, "gso_max_segs", "1"]
+            if netns is not None:
+                cmd[1:1] = ["-n", netns]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+        self.obj.attach("efm_out", BPF_TCX_EGRESS, ifname, netns)
+        self.obj.attach("efm_in", BPF_TCX_INGRESS, ifname, netns)
+
+    def counters(self) -> dict[str, int]:
+        m = self.obj.maps["efm_counters"]
+        return {c.name.lower(): m.lookup_percpu_sum(ctypes.c_uint32(c)) for c in MarkerCounter}
+
+    def close(self) -> None:
+        self.obj.close()

@@ -1,0 +1,8 @@
+"""The test support module sits beside the tests (pytest runs with --import-mode=importlib)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,0 +1,133 @@
+"""Test support: a packet capture independent of the BPF programs, and TCP workloads.
+
+The capture is an AF_PACKET socket on an interface of the middle namespace of a
+``mts_lab.line.Lab``: it records the TCP headers as they cross the wire, so the marks
+are checked by code that shares nothing with the programs that wrote them.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mec_common.netns import in_netns
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+REPO = Path(__file__).resolve().parents[2]
+MARKER_OBJ = REPO / "build/bpf/efm_marker.bpf.o"
+
+TIME_BIT = 0x02
+LOSS_BIT = 0x04
+SYN, ACK = 0x02, 0x10
+
+
+@dataclass(frozen=True)
+class Seg:
+    t: float
+    src: str
+    dst: str
+    sport: int
+    dport: int
+    seq: int
+    ack: int
+    byte12: int
+    flags: int
+    payload: int
+    sack: bool
+
+    @property
+    def time_bit(self) -> int:
+        return 1 if self.byte12 & TIME_BIT else 0
+
+
+def _has_sack(options: bytes) -> bool:
+    i = 0
+    while i < len(options):
+        kind = options[i]
+        if kind == 0:
+            return False
+        if kind == 1:
+            i += 1
+            continue
+        if kind == 5:
+            return True
+        if i + 1 >= len(options) or options[i + 1] < 2:
+            return False
+        i += options[i + 1]
+    return False
+
+
+def parse_frame(frame: bytes, t: float) -> Seg | None:
+    if len(frame) < 14 + 20 or frame[12:14] != b"\x08\x00":
+        return None
+    ip = frame[14:]
+    ihl = (ip[0] & 0x0F) * 4
+    if ip[9] != 6 or len(ip) < ihl + 20:
+        return None
+    total = struct.unpack_from("!H", ip, 2)[0]
+    tcp = ip[ihl:]
+    doff = (tcp[12] >> 4) * 4
+    sport, dport, seq, ack = struct.unpack_from("!HHII", tcp)
+    return Seg(
+        t=t,
+        src=socket.inet_ntoa(ip[12:16]),
+        dst=socket.inet_ntoa(ip[16:20]),
+        sport=sport,
+        dport=dport,
+        seq=seq,
+        ack=ack,
+        byte12=tcp[12],
+        flags=tcp[13],
+        payload=total - ihl - doff,
+        sack=_has_sack(tcp[20:doff]),
+    )
+
+
+class Capture:
+    """Every TCP segment crossing ``ifname`` in ``netns`` (both directions) until stop()."""
+
+    def __init__(self, netns: str, ifname: str) -> None:
+        def open_socket() -> socket.socket:
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
+            s.bind((ifname, 0))
+            s.settimeout(0.2)
+            return s
+
+        self.sock = in_netns(netns, open_socket)
+        self.segs: list[Seg] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                frame = self.sock.recv(256)
+            except TimeoutError:
+                continue
+            seg = parse_frame(frame, time.monotonic())
+            if seg is not None:
+                self.segs.append(seg)
+
+    def stop(self) -> list[Seg]:
+        """The segments seen; fails if the kernel dropped any (the checks need them all)."""
+        time.sleep(0.3)
+        self._stop.set()
+        self._thread.join(timeout=5)
+        stats = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        self.sock.close()
+        _, drops = struct.unpack("II", stats)
+        assert drops == 0, f"the capture lost {drops} packets: the checks need every one"
+        return self.segs
+
+
+def flow(segs: list[Seg], port: int) -> list[Seg]:
+    """The segments of the connection to server ``port``."""
+    return [s for s in segs if port in (s.sport, s.dport)]

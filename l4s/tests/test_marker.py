@@ -1,0 +1,225 @@
+"""The endpoint marker on real TCP connections in namespaces (root, BPF).
+
+client ns ─ router ns ─ server ns (``mts_lab.line.Lab``): the marker runs on the
+client's and the server's interface; an AF_PACKET capture on the router checks the
+marks on the wire against the research's rules (001 §2.1, §3.2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from l4s_support import MARKER_OBJ, SYN, Capture, Seg, flow
+
+from mec_common.netns import in_netns
+from mec_l4s.efm import Marker, Technique
+from mts_lab.line import Lab
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, BPF)"),
+    pytest.mark.timeout(180),
+]
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    assert MARKER_OBJ.exists(), f"{MARKER_OBJ} missing: make build/bpf/efm_marker.bpf.o"
+    lab = Lab.create("efm")
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+T_MAX_MS = 400
+
+
+def markers(lab: Lab, technique: Technique, **kw: Any) -> tuple[Marker, Marker]:
+    client = Marker.load(MARKER_OBJ, f"mts-efm-{lab.name}-c")
+    server = Marker.load(MARKER_OBJ, f"mts-efm-{lab.name}-s")
+    for m, ns, ifname in ((client, lab.client_ns, "c0"), (server, lab.server_ns, "s0")):
+        m.configure(technique, **kw)
+        m.attach(ifname, ns)
+    return client, server
+
+
+def serve(lab: Lab, handler: Callable[[socket.socket], None]) -> int:
+    """A one-connection server in the server namespace; returns its port."""
+
+    def listen() -> socket.socket:
+        s = socket.socket()
+        s.bind((lab.server_ip, 0))
+        s.listen(1)
+        return s
+
+    ls = in_netns(lab.server_ns, listen)
+
+    def run() -> None:
+        conn, _ = ls.accept()
+        with conn:
+            handler(conn)
+        ls.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return int(ls.getsockname()[1])
+
+
+def connect(lab: Lab, port: int) -> socket.socket:
+    return in_netns(lab.client_ns, lambda: socket.create_connection((lab.server_ip, port), 10))
+
+
+def echo(conn: socket.socket) -> None:
+    while data := conn.recv(100):
+        conn.sendall(data)
+
+
+def upload_sink(conn: socket.socket) -> None:
+    while conn.recv(1 << 16):
+        pass
+
+
+def paced_send(sock: socket.socket, total: int, chunk: int = 16384, gap_s: float = 0.002) -> None:
+    sent = 0
+    while sent < total:
+        sock.sendall(b"x" * chunk)
+        sent += chunk
+        time.sleep(gap_s)
+
+
+def download(conn: socket.socket) -> None:
+    paced_send(conn, 3 << 20)
+
+
+def drop_on_the_way(lab: Lab, match: str) -> None:
+    """The router drops the packets it forwards that match the nftables expression."""
+    lab.sh(
+        lab.pep_ns,
+        "nft add table inet efmt && "
+        "nft add chain inet efmt drops '{ type filter hook forward priority 0; }' && "
+        f"nft add rule inet efmt drops '{match} drop'",
+    )
+
+
+def marks(segs: list[Seg], lab: Lab) -> list[tuple[float, str]]:
+    """(time, 'c' or 's') of every non-SYN segment that carries the time bit."""
+    return [
+        (s.t, "c" if s.src == lab.client_ip else "s")
+        for s in segs
+        if not s.flags & SYN and s.time_bit
+    ]
+
+
+def test_spin_bit_is_a_square_wave_with_one_edge_per_round_trip(lab: Lab) -> None:
+    client, server = markers(lab, Technique.SPIN)
+    try:
+        cap = Capture(lab.pep_ns, lab.pep_client_if)
+        port = serve(lab, echo)
+        with connect(lab, port) as sock:
+            for _ in range(30):
+                sock.sendall(b"r" * 100)
+                got = b""
+                while len(got) < 100:
+                    got += sock.recv(100 - len(got))
+        segs = flow(cap.stop(), port)
+        c = client.counters()
+    finally:
+        client.close()
+        server.close()
+    syns = [s for s in segs if s.flags & SYN]
+    assert len(syns) == 2 and all(s.byte12 & 0x06 == 0x04 for s in syns), "handshake code 10"
+    data = [s for s in segs if s.payload > 0]
+    requests = [s.time_bit for s in data if s.src == lab.client_ip]
+    # each request is one round trip after the previous one: the client inverts what the
+    # server echoed, so its value flips once per round trip
+    assert len(requests) == 30
+    assert requests == [1, 0] * 15, requests
+    # the server echoes the value of the request it answers
+    for prev, seg in itertools.pairwise(data):
+        if seg.src == lab.server_ip:
+            assert prev.src == lab.client_ip and seg.time_bit == prev.time_bit
+    assert c["unparsed"] == 0 and c["spin_set"] >= 15
+
+
+def test_delay_bit_keeps_one_sample_in_flight(lab: Lab) -> None:
+    # T_max 400 ms so that a stall of a loaded machine cannot inject a second sample
+    client, server = markers(lab, Technique.DELAY, t_max_ms=T_MAX_MS)
+    try:
+        cap = Capture(lab.pep_ns, lab.pep_client_if)
+        # about 1.5 s: the first sample (in the handshake ACK) finds no socket at the
+        # server yet, as in the research's kernel; the next one comes T_max later
+        port = serve(lab, lambda conn: paced_send(conn, 3 << 20, gap_s=0.008))
+        with connect(lab, port) as sock:
+            while sock.recv(1 << 16):
+                pass
+        segs = flow(cap.stop(), port)
+        c, s = client.counters(), server.counters()
+    finally:
+        client.close()
+        server.close()
+    syns = [x for x in segs if x.flags & SYN]
+    assert len(syns) == 2 and all(x.byte12 & 0x06 == 0x02 for x in syns), "handshake code 01"
+    seq = marks(segs, lab)
+    assert len(seq) > 20, f"only {len(seq)} samples"
+    # the server only reflects: one server mark per client mark before it
+    for (t, who), (t_prev, who_prev) in zip(seq[1:], seq, strict=False):
+        if who == "s":
+            assert who_prev == "c", f"two server samples in a row at {t:.3f}"
+        elif who_prev == "c":
+            # a new client sample without a reflection: only after T_max (the first one,
+            # sent in the handshake ACK, meets no socket at the server yet)
+            assert t - t_prev >= T_MAX_MS / 1000 * 0.95, f"two in flight at {t - t_prev:.3f} s"
+    assert c["samples_generated"] >= 1 and c["samples_reflected"] > 10
+    assert s["samples_reflected"] > 10 and s["samples_generated"] == 0
+    assert c["gso_marked"] == 0 and s["gso_marked"] == 0
+
+
+def test_delay_sample_is_generated_after_t_max_when_none_comes_back(lab: Lab) -> None:
+    # the router drops every server segment carrying a sample: the client must inject a
+    # new one each T_max (100 ms), and never earlier
+    drop_on_the_way(lab, f"ip saddr {lab.server_ip} tcp flags & syn == 0 @th,102,1 1")
+    client, server = markers(lab, Technique.DELAY)
+    try:
+        cap = Capture(lab.pep_ns, lab.pep_client_if)
+        port = serve(lab, upload_sink)
+        with connect(lab, port) as sock:
+            paced_send(sock, 1 << 20, chunk=2048, gap_s=0.002)
+        segs = flow(cap.stop(), port)
+    finally:
+        client.close()
+        server.close()
+    times = [t for t, who in marks(segs, lab) if who == "c"]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(gaps) >= 3, f"{len(times)} client samples"
+    assert min(gaps) >= 0.095, f"a sample {min(gaps) * 1000:.1f} ms after the previous one"
+    assert statistics.median(gaps) < 0.2, gaps
+
+
+def test_no_delay_sample_on_sack_segments(lab: Lab) -> None:
+    # 2.5 % of the server's full segments are dropped on the way: the client SACKs
+    drop_on_the_way(lab, f"ip saddr {lab.server_ip} meta length > 1000 numgen random mod 40 == 0")
+    client, server = markers(lab, Technique.DELAY)
+    try:
+        cap = Capture(lab.pep_ns, lab.pep_client_if)
+        port = serve(lab, download)
+        with connect(lab, port) as sock:
+            while sock.recv(1 << 16):
+                pass
+        segs = flow(cap.stop(), port)
+        c = client.counters()
+    finally:
+        client.close()
+        server.close()
+    sacks = [x for x in segs if x.src == lab.client_ip and x.sack]
+    assert len(sacks) > 5, f"only {len(sacks)} SACK segments: no loss happened"
+    assert not [x for x in sacks if x.time_bit], "a SACK segment carried a delay sample"
+    assert c["sack_held"] >= 1, "no sample was ever due on a SACK segment"
+    assert c["samples_reflected"] > 0
