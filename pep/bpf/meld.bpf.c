@@ -35,6 +35,7 @@ char _license[] SEC("license") = "GPL";
 #define USEC_PER_SEC 1000000ULL
 #define NSEC_PER_USEC 1000ULL
 #define IPV4_HEADER 20
+#define TCP_INFINITE_SSTHRESH 0x7fffffffU
 
 extern void cubictcp_init(struct sock *sk) __ksym;
 extern __u32 cubictcp_recalc_ssthresh(struct sock *sk) __ksym;
@@ -291,6 +292,38 @@ static __always_inline void track_rtt_min(struct sock *sk, __s32 rtt_us,
 	p->period_end_ns = now + period;
 }
 
+/*
+ * cwnd = gain% x rate x (RTT_min + extra) / MSS, in segments, within [min, clamp].
+ * Computed in 64 bits and clamped before it is narrowed to the u32 of snd_cwnd: a bare
+ * cast of a large quotient wraps to an arbitrary window. The inputs are capped so that
+ * no intermediate overflows 64 bits: rate x RTT < 2^36 x 2^26 = 2^62, bytes per RTT
+ * (divided by 10^6) < 2^43, times the gain < 2^63.
+ */
+#define RAPID_MAX_RATE_BPS (1ULL << 36)	/* 550 Gbit/s, far above any cell */
+#define RAPID_MAX_RTT_US (1ULL << 26)	/* 67 s */
+#define RAPID_MAX_GAIN_PCT (1U << 20)
+
+static __always_inline __u32 rapid_cwnd(__u64 rate_Bps, __u32 rtt_us, __u32 extra_us,
+					__u32 gain_pct, __u32 mss, __u32 floor_cwnd,
+					__u32 clamp)
+{
+	__u64 rtt = (__u64)rtt_us + extra_us;
+	__u64 segs;
+
+	if (rate_Bps > RAPID_MAX_RATE_BPS)
+		rate_Bps = RAPID_MAX_RATE_BPS;
+	if (rtt > RAPID_MAX_RTT_US)
+		rtt = RAPID_MAX_RTT_US;
+	if (gain_pct > RAPID_MAX_GAIN_PCT)
+		gain_pct = RAPID_MAX_GAIN_PCT;
+	segs = rate_Bps * rtt / USEC_PER_SEC * gain_pct / 100 / (mss ? mss : 1);
+	if (segs < floor_cwnd)
+		segs = floor_cwnd;
+	if (segs > clamp)
+		segs = clamp;
+	return segs;
+}
+
 /* The flow's RAN BDP in segments, or 0 when RAPID has no rate for it. */
 static __always_inline __u32 rapid_target(struct sock *sk, const struct ue_radio *r,
 					  const struct meld_config *cfg)
@@ -298,8 +331,8 @@ static __always_inline __u32 rapid_target(struct sock *sk, const struct ue_radio
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct flow_ctl *ctl;
 	struct flow_priv *p;
-	__u64 rate, rtt_us, bytes;
-	__u32 cwnd, mss = tp->mss_cache ? tp->mss_cache : 1;
+	__u64 rate;
+	__u32 rtt_us, floor, cwnd;
 
 	ctl = bpf_sk_storage_get(&flow_ctl, sk, NULL, 0);
 	rate = ctl && ctl->rate_Bps ? ctl->rate_Bps : r->capacity_Bps;
@@ -312,15 +345,12 @@ static __always_inline __u32 rapid_target(struct sock *sk, const struct ue_radio
 	rtt_us = p->rtt_min_us ? p->rtt_min_us : p->period_min_us;
 	if (!rtt_us)
 		return cfg->rapid_init_cwnd;
-	rtt_us += cfg->rapid_rtt_extra_us;
-	bytes = rate * rtt_us * cfg->rapid_gain_pct / (USEC_PER_SEC * 100);
-	cwnd = bytes / mss;
-	if (!p->rtt_min_us && cwnd < cfg->rapid_init_cwnd)
-		cwnd = cfg->rapid_init_cwnd;
-	if (cwnd < cfg->rapid_min_cwnd)
-		cwnd = cfg->rapid_min_cwnd;
-	if (cwnd > tp->snd_cwnd_clamp)
-		cwnd = tp->snd_cwnd_clamp;
+	/* the floor: the minimum, or the (higher) initial cwnd before the first period */
+	floor = cfg->rapid_min_cwnd;
+	if (!p->rtt_min_us && cfg->rapid_init_cwnd > floor)
+		floor = cfg->rapid_init_cwnd;
+	cwnd = rapid_cwnd(rate, rtt_us, cfg->rapid_rtt_extra_us, cfg->rapid_gain_pct,
+			  tp->mss_cache, floor, tp->snd_cwnd_clamp);
 	p->target_cwnd = cwnd;
 	return cwnd;
 }
@@ -356,8 +386,35 @@ static __always_inline void rapid_init(struct sock *sk)
 		tp->snd_cwnd = cfg->rapid_init_cwnd;
 }
 
+/*
+ * A defect we measured but could not prevent (docs/meld-rapid.md, "Impossible
+ * ssthresh"): rarely, on this kernel, a socket enters Recovery with snd_ssthresh =
+ * 0x822034e5 (the low half of srso_return_thunk+5, a return address) while neither our
+ * ssthresh nor our set_state program ran. PRR then divides by a window above 2^31
+ * (tcp_cwnd_reduction: delta < 0, sndcnt = ssthresh x delivered / prior_cwnd) and
+ * cwnd jumps to ~2e9 segments: the 1,990,261,064 one RAPID test read. No legitimate
+ * ssthresh exceeds TCP_INFINITE_SSTHRESH, so the first ACK after such an entry puts
+ * back what our ssthresh returns for a loss it keeps: the cwnd the episode began with.
+ */
+static __always_inline void repair_ssthresh(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct ue_counters *c;
+	__u32 kept = tp->prior_cwnd > 2 ? tp->prior_cwnd : 2;
+
+	if (tp->snd_ssthresh <= TCP_INFINITE_SSTHRESH)
+		return;
+	tp->snd_ssthresh = kept;
+	if (tp->snd_cwnd > kept)
+		tp->snd_cwnd = kept;
+	c = counters_of(ue_key(sk));
+	if (c)
+		__sync_fetch_and_add(&c->repaired, 1);
+}
+
 static __always_inline void on_ack_sample(struct sock *sk, const struct ack_sample *sample)
 {
+	repair_ssthresh(sk);
 	track_rtt_min(sk, sample->rtt_us, get_config());
 }
 
@@ -493,5 +550,13 @@ int meld_decide(struct decide_args *args)
 {
 	args->verdict = decide(args->mode, args->has_radio ? &args->radio : NULL,
 			       args->now_ns, args->stale_ns, args->t_pdu);
+	return 0;
+}
+
+SEC("syscall")
+int meld_rapid_cwnd(struct rapid_cwnd_args *args)
+{
+	args->cwnd = rapid_cwnd(args->rate_Bps, args->rtt_us, args->rtt_extra_us,
+				args->gain_pct, args->mss, args->floor_cwnd, args->clamp);
 	return 0;
 }

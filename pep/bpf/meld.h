@@ -47,6 +47,8 @@ struct ue_counters {
 	__u64 stale;		/* ... notified because the radio state was too old */
 	__u64 no_data;		/* ... notified because there was no radio state at all */
 	__u64 timeouts;		/* RTOs among the loss events (CA_EVENT_LOSS) */
+	__u64 repaired;		/* loss events whose ssthresh was impossible (> 0x7fffffff, set
+				 * while no hook of ours ran) and that this program reset */
 };
 
 /* Global knobs: one entry in the `config` array map. */
@@ -74,6 +76,19 @@ struct flow_priv {
 	__u32 target_cwnd;	/* last RAPID cwnd (segments); 0 = never set */
 	__u32 loss_cwnd;	/* cwnd when the last loss event began (segments) */
 	__u32 loss_ssthresh;	/* ssthresh this program chose for it */
+	__u32 pad;
+};
+
+/* Input of the `rapid_cwnd` test program: RAPID's cwnd arithmetic alone. */
+struct rapid_cwnd_args {
+	__u64 rate_Bps;		/* the flow's rate, bytes per second */
+	__u32 rtt_us;		/* smoothed RAN RTT_min, µs (0 = none yet) */
+	__u32 rtt_extra_us;	/* added to RTT_min, µs */
+	__u32 gain_pct;		/* percent of one BDP */
+	__u32 mss;		/* bytes per segment */
+	__u32 floor_cwnd;	/* segments: the minimum (or the initial cwnd, higher) */
+	__u32 clamp;		/* segments: the socket's snd_cwnd_clamp */
+	__u32 cwnd;		/* out: segments */
 	__u32 pad;
 };
 

@@ -19,6 +19,7 @@ from mec_pep.ran_aware.kernel import (
     KernelUnavailableError,
     MeldKernel,
     Mode,
+    RapidCwndArgs,
     Tuning,
     UeRadio,
     Verdict,
@@ -213,3 +214,63 @@ def test_kernel_agrees_with_algorithm_2(
     verdict = decide(kernel, Mode.parse(mode), fresh(d_tbs, txq, q_th, n_harq), t_pdu)
     expected = notify_cca(mode, d_tbs, n_harq, t_pdu, txq, q_th)
     assert verdict is (Verdict.NOTIFY if expected else Verdict.SUPPRESS)
+
+
+# --- RAPID's cwnd arithmetic alone (meld_rapid_cwnd, BPF_PROG_TEST_RUN) --------------------
+
+U32_MAX = 2**32 - 1
+
+
+def rapid_cwnd(kernel: MeldKernel, **kw: int) -> int:
+    args = {"rate_Bps": 1_000_000, "rtt_us": 50_000, "rtt_extra_us": 0, "gain_pct": 100,
+            "mss": 1448, "floor_cwnd": 4, "clamp": U32_MAX, **kw}  # fmt: skip
+    return kernel.rapid_cwnd(RapidCwndArgs(**args))
+
+
+def test_rapid_cwnd_is_one_bdp_in_segments(kernel: MeldKernel) -> None:
+    assert rapid_cwnd(kernel) == 1_000_000 * 50_000 // 10**6 // 1448  # 34
+    assert rapid_cwnd(kernel, gain_pct=150) == 1_000_000 * 50_000 * 150 // 10**8 // 1448
+    assert rapid_cwnd(kernel, rtt_extra_us=50_000) == 69
+    assert rapid_cwnd(kernel, rate_Bps=1000) == 4  # the floor
+    assert rapid_cwnd(kernel, clamp=20) == 20
+
+
+@pytest.mark.parametrize(
+    ("edge", "want"),
+    [
+        # A quotient above 2^32 segments must clamp, not wrap to an arbitrary u32.
+        ({"rate_Bps": 2**36, "rtt_us": 2**26, "mss": 1}, U32_MAX),
+        (
+            {
+                "rate_Bps": 2**64 - 1,
+                "rtt_us": U32_MAX,
+                "rtt_extra_us": U32_MAX,
+                "gain_pct": U32_MAX,
+                "mss": 1,
+            },
+            U32_MAX,
+        ),
+        ({"rate_Bps": 2**64 - 1, "rtt_us": U32_MAX, "mss": 1448, "clamp": 10_000}, 10_000),
+        ({"rate_Bps": 10**9, "rtt_us": 10**7, "mss": 0}, U32_MAX),  # no MSS yet: no division by 0
+        ({"rate_Bps": 0, "rtt_us": 0}, 4),
+    ],
+)
+def test_rapid_cwnd_edges_clamp_instead_of_wrapping(
+    kernel: MeldKernel, edge: dict[str, int], want: int
+) -> None:
+    assert rapid_cwnd(kernel, **edge) == want
+
+
+@given(
+    rate=st.integers(0, 2**36), rtt=st.integers(0, 2**25), gain=st.integers(0, 1000),
+    mss=st.integers(1, 9000),
+)  # fmt: skip
+@settings(max_examples=300, deadline=None)
+def test_rapid_cwnd_matches_the_formula(
+    kernel: MeldKernel, rate: int, rtt: int, gain: int, mss: int
+) -> None:
+    """Within the caps, exactly floor(floor(rate·RTT/10^6)·gain/100 / MSS), floored and
+    clamped: never a wrapped value."""
+    exact = rate * rtt // 10**6 * gain // 100 // mss
+    want = min(max(exact, 4), U32_MAX)
+    assert rapid_cwnd(kernel, rate_Bps=rate, rtt_us=rtt, gain_pct=gain, mss=mss) == want

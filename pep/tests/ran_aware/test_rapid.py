@@ -157,7 +157,8 @@ def test_rapid_cwnd_follows_the_rate(netns_pair, kernel: MeldKernel, tuning: Tun
         while time.monotonic() < end:
             with contextlib.suppress(TimeoutError):
                 sock.send(b"\0" * 65536)
-            cwnds.append((time.monotonic(), tcp_info(sock)["snd_cwnd"]))
+            info = tcp_info(sock)
+            cwnds.append((time.monotonic(), info["ca_state"], info["snd_cwnd"]))
         priv = kernel.flow_priv(sock)
         sock.close()
     finally:
@@ -172,15 +173,16 @@ def test_rapid_cwnd_follows_the_rate(netns_pair, kernel: MeldKernel, tuning: Tun
     c = kernel.counters(ue)
     assert c is not None and c.suppressed >= 1 and c.notified == 0, c.as_dict() if c else None
     assert priv.loss_ssthresh >= priv.loss_cwnd, (priv.loss_cwnd, priv.loss_ssthresh)
-    # After the first RTT_min period, cwnd is RAPID's, never more; during a recovery
-    # episode the kernel's PRR sets it (no congestion control hook runs), a little lower
-    # for an RTT, so the typical value is the check, not the lowest.
-    late = [cwnd for t, cwnd in cwnds if t > end - 0.75]
-    # The median, not the max: on a clean clone (2026-11-25 17:00) one sample of 150 read
-    # snd_cwnd 1,990,261,064 once, between samples of 34. Not explained yet; an open defect
-    # (see the session's closing note), kept visible here rather than hidden by a retry.
-    assert statistics.median(late) <= expected + 2, (expected, sorted(late)[-5:])
-    assert statistics.median(late) == pytest.approx(expected, abs=2), (expected, sorted(late))
+    # After the first RTT_min period, cwnd is RAPID's whenever a congestion control hook
+    # sets it (open/disorder). During a recovery episode the kernel's PRR sets it, a little
+    # lower for an RTT, or at the in-flight count after the rare impossible-ssthresh entry
+    # that the program repairs (meld.bpf.c, repair_ssthresh; docs/meld-rapid.md): that
+    # entry sends one burst first, and its cwnd follows the burst while it drains. So the
+    # check is on open-state samples, the typical value, not the lowest.
+    late = [cwnd for t, state, cwnd in cwnds if t > end - 0.75 and state in ("open", "disorder")]
+    assert late, sorted({state for _, state, _ in cwnds})
+    assert statistics.median(late) == pytest.approx(expected, abs=2), (expected, sorted(late),
+                                                                       c.as_dict())  # fmt: skip
 
 
 @pytest.mark.netns

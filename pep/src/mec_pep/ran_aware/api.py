@@ -35,6 +35,9 @@ class Counters(BaseModel):
     stale: int = Field(..., description="notified because the radio state was stale")
     no_data: int = Field(..., description="notified because there was no radio state")
     timeouts: int = Field(..., description="RTOs among the loss events")
+    repaired: int = Field(
+        ..., description="loss events whose impossible ssthresh (> 2^31 - 1) the kernel reset"
+    )
 
 
 class Radio(BaseModel):

@@ -314,6 +314,7 @@ class _Collector(Collector):
             ("stale", "loss events notified because the radio state was stale"),
             ("no_data", "loss events notified because there was no radio state"),
             ("timeouts", "retransmission timeouts among the loss events"),
+            ("repaired", "loss events whose impossible ssthresh (> 2^31 - 1) was reset"),
         ):
             family = CounterMetricFamily(f"pep_meld_{field}", doc, labels=["ue"])
             for ue, c in per_ue.items():

@@ -81,6 +81,7 @@ class UeCounters(ctypes.Structure):
         ("stale", ctypes.c_uint64),
         ("no_data", ctypes.c_uint64),
         ("timeouts", ctypes.c_uint64),
+        ("repaired", ctypes.c_uint64),
     )
 
     def as_dict(self) -> dict[str, int]:
@@ -128,6 +129,20 @@ class DecideArgs(ctypes.Structure):
     )
 
 
+class RapidCwndArgs(ctypes.Structure):
+    _fields_ = (
+        ("rate_Bps", ctypes.c_uint64),
+        ("rtt_us", ctypes.c_uint32),
+        ("rtt_extra_us", ctypes.c_uint32),
+        ("gain_pct", ctypes.c_uint32),
+        ("mss", ctypes.c_uint32),
+        ("floor_cwnd", ctypes.c_uint32),
+        ("clamp", ctypes.c_uint32),
+        ("cwnd", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
 LAYOUTS: dict[str, type[ctypes.Structure]] = {
     "ue_radio": UeRadio,
     "ue_counters": UeCounters,
@@ -135,6 +150,7 @@ LAYOUTS: dict[str, type[ctypes.Structure]] = {
     "flow_ctl": FlowCtl,
     "flow_priv": FlowPriv,
     "decide_args": DecideArgs,
+    "rapid_cwnd_args": RapidCwndArgs,
 }
 
 
@@ -189,6 +205,7 @@ class MeldKernel:
             ):
                 self._maps[name] = BpfMap(str(pin_dir / name))
             self._decide = BpfProgram(str(pin_dir / "prog_meld_decide"))
+            self._rapid_cwnd = BpfProgram(str(pin_dir / "prog_meld_rapid_cwnd"))
         except OSError:
             self._close_fds()
             raise
@@ -247,8 +264,9 @@ class MeldKernel:
     def _close_fds(self) -> None:
         for m in self._maps.values():
             m.close()
-        if hasattr(self, "_decide"):
-            self._decide.close()
+        for prog in ("_decide", "_rapid_cwnd"):
+            if hasattr(self, prog):
+                getattr(self, prog).close()
 
     # --- configuration ------------------------------------------------------------------------
 
@@ -334,6 +352,11 @@ class MeldKernel:
     def decide(self, args: DecideArgs) -> Verdict:
         self._decide.run(args)
         return Verdict(args.verdict)
+
+    def rapid_cwnd(self, args: RapidCwndArgs) -> int:
+        """RAPID's cwnd arithmetic alone, in segments."""
+        self._rapid_cwnd.run(args)
+        return int(args.cwnd)
 
 
 _U32 = ctypes.c_uint32
