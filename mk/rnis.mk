@@ -21,6 +21,7 @@ test-rnis: python rabbitmq $(RNIS_BINS) build/bin/ran-emulator ## RNIS adapter: 
 	@# A count, not a duration: Go < 1.27 can fail a duration-bound run at its deadline with
 	@# "context deadline exceeded" and no crasher (go.dev/issue/75804), on a loaded machine.
 	nice -n 10 go test -run '^$$' -fuzz FuzzParse -fuzztime 200000x ./rnis-adapter/internal/flexran
+	nice -n 10 go test -run '^$$' -fuzz FuzzDecode -fuzztime 50000x ./rnis-adapter/internal/e2
 	uv run pytest -q rnis-adapter/tests
 
 fuzz-rnis: ## fuzz the FlexRAN parser for 5 minutes
@@ -35,8 +36,10 @@ bench-rnis: python rabbitmq $(RNIS_BINS) ## RNIS benchmark: 64 UEs at 1 kHz → 
 	uv run python rnis-adapter/bench/bench_rnis.py --out docs/results/rnis
 
 .PHONY: emulator-captures experiment-meld-replay
-emulator-captures: ## rewrite the OAI-like emulator timelines MELD is replayed on (rnis-adapter/testdata/flexran/emulator-oai-like)
-	EMU_WRITE_CAPTURES=$(CURDIR)/rnis-adapter/testdata/flexran/emulator-oai-like go test -count=1 -run WriteOAILikeCaptures ./testbed/ran-emulator/internal/api
+emulator-captures: ## rewrite the OAI-like emulator timelines MELD is replayed on (rnis-adapter/testdata/flexran/emulator-oai-like) and the FlexRAN/E2 report pairs (rnis-adapter/testdata/e2/emulator)
+	EMU_WRITE_CAPTURES=$(CURDIR)/rnis-adapter/testdata/flexran/emulator-oai-like \
+	EMU_WRITE_E2_PAIRS=$(CURDIR)/rnis-adapter/testdata/e2/emulator/pairs.jsonl \
+		go test -count=1 -run 'WriteOAILikeCaptures|WriteE2Pairs' ./testbed/ran-emulator/internal/api
 
 experiment-meld-replay: ## MELD's D_TBS inputs replayed on the live OAI timelines and the OAI-like emulator (table in docs/meld-rapid.md)
 	go test -count=1 -run MELDReplay -v ./rnis-adapter/internal/meas

@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+import pika
 import pytest
 import yaml
 from rnis_helpers import Adapter, Consumer, wait_for
@@ -88,3 +89,66 @@ def test_feed_matches_the_testbed(
     assert by_path[(first.paths[1].cell, first.imsi)]["wb_cqi"] == 9
     assert by_path[(second.paths[0].cell, second.imsi)]["wb_cqi"] == 7
     assert {u["associateId"]["value"] for u in l2["cellUEInfo"]} == {p for _, _, p, _ in expected}
+
+
+# What depends on when a source was read, not on the RAN: left out of the comparison.
+_TIMING = {"source_time_ns", "source_time_uncertainty_ns", "observed_ns", "tti_us"}
+_TIMING |= {"sfn_sf", "frame", "subframe"}
+
+
+def _truth(m: rnis.RnisMeasurement) -> dict[str, object]:
+    """A measurement without its timing; of the RLC list the data bearers (FlexRAN also
+    lists the signalling bearers, OAI's RLC service model only the DRBs)."""
+    body = m.model_dump(mode="json", exclude=_TIMING)
+    body["rlc"] = [lc for lc in body["rlc"] or [] if lc["lcid"] >= 3]
+    return body
+
+
+def test_e2_and_flexran_sources_report_the_same_truth(
+    topo: Topology, tmp_path: Path, shared_amqp: str, exchange: str
+) -> None:
+    """The same emulated cells read through FlexRAN's API and through the mts-e2 stream
+    (what our FlexRIC xApp forwards) give the same per-UE measurements."""
+    assert topo.emulator.e2_addr, "the testbed's emulator serves no E2 stream"
+    e2_exchange = exchange + "-e2"
+    for d in ("flexran", "e2"):
+        (tmp_path / d).mkdir()
+    flexran = Adapter(
+        tmp_path / "flexran",
+        topo.emulator.url,
+        exchange,
+        env={"RNIS_FLEXRAN_TOKEN": topo.emulator.token},
+    )
+    e2 = Adapter(
+        tmp_path / "e2",
+        "http://unused.invalid",
+        e2_exchange,
+        env={
+            "RNIS_SOURCE": "e2",
+            "RNIS_E2_ADDR": topo.emulator.e2_addr,
+            "RNIS_E2_TOKEN": topo.emulator.token,
+        },
+    )
+    try:
+        flexran.start()
+        e2.start()
+        for a in (flexran, e2):
+            wait_for(lambda a=a: a.health()["status"] == "ok", 15, "adapter reading the emulator")
+        latest: dict[str, dict[tuple[str, int], dict[str, object]]] = {}
+        for name, ex in (("flexran", exchange), ("e2", e2_exchange)):
+            consumer = Consumer(shared_amqp, ex, [rnis.bind_all("meas")])
+            for _, body, _ in consumer.collect(1.5):
+                m = rnis.RnisMeasurement.model_validate(body)
+                latest.setdefault(name, {})[(m.cell, m.rnti)] = _truth(m)
+            consumer.close()
+    finally:
+        for a in (flexran, e2):
+            if a.proc is not None:
+                a.stop()
+        conn = pika.BlockingConnection(pika.URLParameters(shared_amqp))
+        conn.channel().exchange_delete(e2_exchange)
+        conn.close()
+    expected = {(p.cell, p.rnti) for ue in topo.ues for p in ue.paths}
+    assert set(latest["flexran"]) == expected == set(latest["e2"])
+    for key in expected:
+        assert latest["e2"][key] == latest["flexran"][key], key

@@ -44,6 +44,7 @@ func main() {
 	config := fs.String("config", env("EMU_CONFIG", ""), "emulator configuration (JSON) [EMU_CONFIG]")
 	host := fs.String("http-host", env("EMU_HTTP_HOST", "0.0.0.0"), "API listen address [EMU_HTTP_HOST]")
 	port := fs.String("http-port", env("EMU_HTTP_PORT", "9999"), "API port (FlexRAN's) [EMU_HTTP_PORT]")
+	e2Port := fs.String("e2-port", env("EMU_E2_PORT", ""), "if set, serve the mts-e2 stream (docs/e2.md) on this port of http-host, to clients with an API token [EMU_E2_PORT]")
 	tokens := fs.String("api-tokens", env("EMU_API_TOKENS", ""), "comma-separated bearer tokens; none: generate one [EMU_API_TOKENS]")
 	stateDir := fs.String("state-dir", env("EMU_STATE_DIR", "/var/lib/mts"), "where a generated token is written [EMU_STATE_DIR]")
 	level := fs.String("log-level", env("EMU_LOG_LEVEL", "info"), "debug, info, warn or error [EMU_LOG_LEVEL]")
@@ -68,13 +69,17 @@ func main() {
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(int64(*memLimit) << 20)
 	runtime.GOMAXPROCS(runtime.NumCPU() + 1) // the TTI clock keeps one P for itself
-	if err := run(*config, net.JoinHostPort(*host, *port), *tokens, *stateDir, *rtRuntime, log); err != nil {
+	e2Listen := ""
+	if *e2Port != "" {
+		e2Listen = net.JoinHostPort(*host, *e2Port)
+	}
+	if err := run(*config, net.JoinHostPort(*host, *port), e2Listen, *tokens, *stateDir, *rtRuntime, log); err != nil {
 		log.Error("ran-emulator failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(configPath, listen, tokenList, stateDir string, rtRuntime bool, log *slog.Logger) error {
+func run(configPath, listen, e2Listen, tokenList, stateDir string, rtRuntime bool, log *slog.Logger) error {
 	cfg, err := ran.LoadConfig(configPath)
 	if err != nil {
 		return err
@@ -100,9 +105,25 @@ func run(configPath, listen, tokenList, stateDir string, rtRuntime bool, log *sl
 	if err != nil {
 		return err
 	}
+	var e2ln net.Listener
+	if e2Listen != "" {
+		if e2ln, err = net.Listen("tcp", e2Listen); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	if err := emu.Run(); err != nil {
 		ln.Close()
+		if e2ln != nil {
+			e2ln.Close()
+		}
 		return err
+	}
+	ctx, cancelE2 := context.WithCancel(context.Background())
+	defer cancelE2()
+	if e2ln != nil {
+		go api.NewE2Stream(emu, tokens, log).Serve(ctx, e2ln)
+		log.Info("mts-e2 stream served", "listen", e2ln.Addr().String())
 	}
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -117,9 +138,10 @@ func run(configPath, listen, tokenList, stateDir string, rtRuntime bool, log *sl
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
 	log.Info("stopping")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	cancelE2()
+	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	httpSrv.Shutdown(ctx)
+	httpSrv.Shutdown(shutdown)
 	emu.Stop()
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"mts.invalid/suite/rnis-adapter/internal/config"
+	"mts.invalid/suite/rnis-adapter/internal/e2"
 	"mts.invalid/suite/rnis-adapter/internal/feed"
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
 	"mts.invalid/suite/rnis-adapter/internal/identity"
@@ -47,6 +48,9 @@ Usage:
                                     print the normalized measurements of one FlexRAN JSON
                                     document (FILE or - for stdin) as a JSON array; exit 2 if
                                     the document is not usable
+  rnis-adapter e2-record [--addr A] [--token-file F] [--lines N] [--seconds S]
+                                    copy an mts-e2 stream (docs/e2.md) to stdout as received,
+                                    its hello first: how testdata/e2 is recorded
   rnis-adapter env                  print the settings table (Markdown)
   rnis-adapter version
 
@@ -66,6 +70,8 @@ func main() {
 		code = serve(args)
 	case "parse":
 		code = parse(args, os.Stdin, os.Stdout, os.Stderr)
+	case "e2-record":
+		code = e2Record(args, os.Stdout, os.Stderr)
 	case "env":
 		fmt.Print(config.Markdown())
 	case "version", "--version":
@@ -141,6 +147,40 @@ func parse(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// e2Record copies an mts-e2 stream to stdout; exit 1 when it cannot be read.
+func e2Record(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("e2-record", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:36430", "host:port of the stream")
+	tokenFile := fs.String("token-file", "", "file holding the stream's token")
+	lines := fs.Int("lines", 1000, "stop after this many lines (the hello included)")
+	seconds := fs.Float64("seconds", 10, "stop after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := e2.Config{Addr: *addr}
+	if *tokenFile != "" {
+		raw, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "rnis-adapter:", err)
+			return 2
+		}
+		cfg.Token = strings.TrimSpace(string(raw))
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "rnis-adapter:", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(*seconds*float64(time.Second)))
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := e2.New(cfg, e2.Discard{}, log).Record(ctx, stdout, *lines); err != nil {
+		fmt.Fprintln(stderr, "rnis-adapter: e2-record:", err)
+		return 1
+	}
+	return 0
+}
+
 func serve(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfg, err := config.Load(fs, args)
@@ -173,7 +213,13 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	pcfg := poller.Config{BaseURL: strings.TrimSuffix(cfg.FlexRANURL, "/"), Path: cfg.FlexRANPath, Token: cfg.FlexRANToken, Split: cfg.Split,
 		Period: cfg.PollPeriod, Timeout: cfg.PollTimeout, ConfigPeriod: cfg.ConfigPeriod, ReportSF: cfg.ReportSF,
 		Clock: clock, StaleBound: cfg.StaleBound}
-	if err := pcfg.Validate(); err != nil {
+	ecfg := e2.Config{Addr: cfg.E2Addr, Token: cfg.E2Token}
+	if cfg.Source == "e2" {
+		err = ecfg.Validate()
+	} else {
+		err = pcfg.Validate()
+	}
+	if err != nil {
 		return err
 	}
 	var static identity.Static // what the IP map says; the book learns the rest
@@ -232,7 +278,11 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	server := &http.Server{Handler: svc.PublicBase(cfg.PublicURL, trusted, mux), ReadHeaderTimeout: 5 * time.Second}
-	log.Info("rnis-adapter started", "version", version, "listen", listener.Addr().String(), "flexran", pcfg.BaseURL+pcfg.Path,
+	ranSource := pcfg.BaseURL + pcfg.Path
+	if cfg.Source == "e2" {
+		ranSource = "e2 stream " + ecfg.Addr
+	}
+	log.Info("rnis-adapter started", "version", version, "listen", listener.Addr().String(), "ran_source", ranSource,
 		"poll_period", cfg.PollPeriod.String(), "exchange", cfg.Exchange, "publish", cfg.Publish)
 
 	if cfg.DebugAddr != "" {
@@ -248,14 +298,17 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	start(func() { pub.Run(ctx) })
 	start(func() { api.Run(ctx) })
-	start(func() {
-		poller.New(pcfg, metrics, log).Run(ctx, func(s *flexran.Snapshot, t time.Time) {
-			if ipm != nil {
-				_ = ipm.Reload() // cheap stat; a bad edit keeps the last good mapping
-			}
-			pipeline.Handle(s, t)
-		})
-	})
+	handle := func(s *flexran.Snapshot, t time.Time) {
+		if ipm != nil {
+			_ = ipm.Reload() // cheap stat; a bad edit keeps the last good mapping
+		}
+		pipeline.Handle(s, t)
+	}
+	if cfg.Source == "e2" {
+		start(func() { e2.New(ecfg, metrics, log).Run(ctx, handle) })
+	} else {
+		start(func() { poller.New(pcfg, metrics, log).Run(ctx, handle) })
+	}
 	if cfg.PlatformURL != "" {
 		reg := mp1.Attach(mux, mp1.Config{PlatformURL: cfg.PlatformURL, AppInstanceID: cfg.AppInstanceID,
 			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, PublicURL: cfg.PublicURL,

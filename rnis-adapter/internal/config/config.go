@@ -21,6 +21,9 @@ type Config struct {
 	MaxLag            time.Duration
 	Publish           string // ue, cell or both
 
+	Source                  string // flexran or e2
+	E2Addr, E2Token         string
+	E2TokenFile             string
 	FlexRANURL, FlexRANPath string
 	FlexRANToken            string
 	FlexRANTokenFile        string
@@ -48,6 +51,10 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("AMQP_PUBLISH", "ue", "measurement messages: ue (one per UE per poll, rnis.v1.meas.*), cell (one per cell per poll with every UE, rnis.v1.cell.*; for 1 ms polling) or both", svc.OneOf(&c.Publish, "ue", "cell", "both")),
 		svc.Var("AMQP_MAX_IN_FLIGHT", "4096", "unconfirmed messages before new ones are dropped (bounds the delay when the broker is slow)", svc.Int(&c.MaxInFlight)),
 		svc.Var("AMQP_MAX_LAG", "200ms", "when the oldest unconfirmed message is older, new ones are dropped (they would arrive stale)", svc.Duration(&c.MaxLag)),
+		svc.Var("SOURCE", "flexran", "RAN source: flexran (poll a FlexRAN controller or the RAN emulator) or e2 (read the mts-e2 stream of our FlexRIC xApp or the RAN emulator, docs/e2.md)", svc.OneOf(&c.Source, "flexran", "e2")),
+		svc.Var("E2_ADDR", "127.0.0.1:36430", "with SOURCE=e2: host:port of the mts-e2 stream (testbed/e2-xapp, or the RAN emulator's EMU_E2_PORT)", svc.Str(&c.E2Addr)),
+		svc.Var("E2_TOKEN", "", "with SOURCE=e2: token the stream requires (the xApp's --token-file, the emulator's API token)", svc.Str(&c.E2Token)),
+		svc.Var("E2_TOKEN_FILE", "", "file holding that token, read at start when E2_TOKEN is unset", svc.Str(&c.E2TokenFile)),
 		svc.Var("FLEXRAN_URL", "http://127.0.0.1:9999", "FlexRAN controller (or RAN emulator) northbound base URL", svc.Str(&c.FlexRANURL)),
 		svc.Var("FLEXRAN_TOKEN", "", "bearer token sent to the RAN source: the RAN emulator's (testbed up gives it TESTBED_EMULATOR_TOKEN when set); a FlexRAN controller needs none", svc.Str(&c.FlexRANToken)),
 		svc.Var("FLEXRAN_PATH", "/stats", "statistics path: /stats, or /stats_manager/json/all for 2017 builds", svc.Str(&c.FlexRANPath)),
@@ -83,6 +90,13 @@ func Load(fs *flag.FlagSet, args []string) (*Config, error) {
 			return nil, fmt.Errorf("%sFLEXRAN_TOKEN_FILE: %w", Prefix, err)
 		}
 		c.FlexRANToken = strings.TrimSpace(string(raw))
+	}
+	if c.E2Token == "" && c.E2TokenFile != "" {
+		raw, err := os.ReadFile(c.E2TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("%sE2_TOKEN_FILE: %w", Prefix, err)
+		}
+		c.E2Token = strings.TrimSpace(string(raw))
 	}
 	return c, nil
 }

@@ -38,6 +38,7 @@ SERVER_IP, MEC_WAN_IP = "10.10.0.2", "10.10.0.1"
 MEC_BH_IP, RAN_BH_IP = "10.20.0.1", "10.20.0.2"
 UE_NET = "10.30.0.0/16"
 API_PORT = 9999
+E2_PORT = 36430  # the emulator's mts-e2 stream (docs/e2.md), same token as its API
 DL_TUN = "emu-dl"
 
 
@@ -155,6 +156,7 @@ def _build(
             url=url,
             url_from_mec=f"http://{RAN_BH_IP}:{API_PORT}",
             token=token,
+            e2_addr=f"{mgmt['ran_peer']}:{E2_PORT}",
             pid=pid,
             log=str(log_path),
             config=str(cfg_path),
@@ -336,6 +338,7 @@ def _start_emulator(ran: str, binary: Path, cfg: Path, log_path: Path, token: st
         EMU_API_TOKENS=token,
         EMU_HTTP_HOST="0.0.0.0",
         EMU_HTTP_PORT=str(API_PORT),
+        EMU_E2_PORT=str(E2_PORT),
         EMU_LOG_FORMAT="json",
         EMU_STATE_DIR=str(RUN_DIR),
     )

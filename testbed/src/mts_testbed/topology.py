@@ -31,6 +31,7 @@ class Emulator(BaseModel):
     url: str  # from the root namespace (management link)
     url_from_mec: str  # from the MEC namespace (RAN backhaul)
     token: str
+    e2_addr: str = ""  # host:port of its mts-e2 stream from the root namespace (docs/e2.md)
     pid: int
     log: str
     config: str

@@ -209,3 +209,13 @@ func (up *Bearer) snapshotUplink(s *BearerSnapshot, now int64) {
 	s.PHR = phrFor(up.Cfg.PHR, s.ULPRB)
 	s.ULTotalPRB, s.ULTotalTBS = m.totalPRB, m.totalTBS
 }
+
+// SlotsPerFrame is the number of TTIs in a 10 ms radio frame (10 in LTE, 10·2^µ in NR).
+func (c *Cell) SlotsPerFrame() int64 { return 10 * c.ttisPerMs() }
+
+// FrameSlot is the snapshot's radio frame (0..1023) and slot within it, as an E2 MAC
+// service model reports them.
+func (s *CellSnapshot) FrameSlot() (frame, slot int64) {
+	per := s.Cell.SlotsPerFrame()
+	return (s.TTI / per) % 1024, s.TTI % per
+}

@@ -1,0 +1,186 @@
+package e2
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"mts.invalid/suite/rnis-adapter/internal/flexran"
+)
+
+// Skip reasons (rnis_parse_errors_total{reason}).
+const (
+	SkipBadUE     = "bad_ue"      // a UE or bearer entry with a missing or out-of-range value
+	SkipUnknownUE = "unknown_ue"  // an RLC bearer of a UE the node's next MAC indication does not list
+	SkipBadLine   = "bad_message" // a line that is not an mts-e2 v1 indication
+)
+
+// FirstDRBLCID is the logical channel id the pipeline gives RLC bearer 1 (DRB 1): FlexRAN's
+// numbering, where the data bearers are lcid ≥ 3 (meas sums their queues).
+const FirstDRBLCID = 3
+
+// NodeGone is how long a node's last MAC report stays in the snapshots after its last
+// indication: then its UEs are missing and detach (state.Tracker).
+const NodeGone = time.Second
+
+// Assembler keeps each node's latest RLC and MAC reports and turns each MAC indication into
+// a snapshot of every node that reported within NodeGone (one station per node, bs_id = its
+// nb_id): the pipeline takes a snapshot as the whole RAN, so one node's report must not
+// make the other nodes' UEs look gone. Use it from one goroutine.
+type Assembler struct {
+	nodes map[string]*nodeState
+}
+
+type nodeState struct {
+	rlc     map[int64][]flexran.RLCReport // by RNTI, from the latest RLC indication
+	macs    map[int64]bool                // RNTIs of the MAC indication being read
+	station flexran.Station               // from the latest MAC indication
+	seen    time.Time                     // when it arrived (zero: none yet)
+}
+
+// Dropped is an entry left out of an indication, and why.
+type Dropped struct {
+	Reason string // SkipBadUE or SkipUnknownUE
+	Detail string
+}
+
+// Add takes one indication that arrived at now. A MAC indication returns the snapshot, its
+// UEs joined with the node's latest RLC indication (a source sends a report's RLC line
+// before its MAC line); an RLC one only updates the node's bearers (nil snapshot). Entries
+// that cannot be used are returned as dropped: bearers of UEs the next MAC indication does
+// not list among them.
+func (a *Assembler) Add(ind *Indication, now time.Time) (*flexran.Snapshot, []Dropped) {
+	if a.nodes == nil {
+		a.nodes = map[string]*nodeState{}
+	}
+	key := ind.Node.Key()
+	ns := a.nodes[key]
+	if ns == nil {
+		if len(a.nodes) >= 4096 { // a source inventing node ids must not grow this forever
+			clear(a.nodes)
+		}
+		ns = &nodeState{rlc: map[int64][]flexran.RLCReport{}, macs: map[int64]bool{}}
+		a.nodes[key] = ns
+	}
+	switch ind.Type {
+	case KindMAC:
+		snap, dropped := ns.mac(ind)
+		ns.seen = now
+		a.addOthers(snap, key, now)
+		return snap, dropped
+	case KindRLC:
+		return nil, ns.rlcReport(ind)
+	}
+	return nil, nil
+}
+
+// addOthers adds the latest station of every other node that reported within NodeGone, in
+// a fixed order (by node key).
+func (a *Assembler) addOthers(snap *flexran.Snapshot, self string, now time.Time) {
+	if len(a.nodes) == 1 {
+		return
+	}
+	keys := make([]string, 0, len(a.nodes))
+	for k, ns := range a.nodes {
+		if k != self && !ns.seen.IsZero() && now.Sub(ns.seen) < NodeGone {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		snap.Stations = append(snap.Stations, a.nodes[k].station)
+	}
+}
+
+func (ns *nodeState) rlcReport(ind *Indication) []Dropped {
+	var dropped []Dropped
+	clear(ns.rlc)
+	for i := range ind.Bearers {
+		b := &ind.Bearers[i]
+		if why := checkBearer(b); why != "" {
+			dropped = append(dropped, Dropped{SkipBadUE, fmt.Sprintf("rb %d: %s", i, why)})
+			continue
+		}
+		r := flexran.RLCReport{LCID: flexran.Some(*b.RBID + FirstDRBLCID - 1), TxQueue: opt(b.TxBufOccBytes)}
+		if b.TxSDUWaitUs != nil {
+			r.TxHOL = flexran.Some(*b.TxSDUWaitUs / 1000) // the pipeline's unit is ms
+		}
+		ns.rlc[*b.RNTI] = append(ns.rlc[*b.RNTI], r)
+	}
+	return dropped
+}
+
+func (ns *nodeState) mac(ind *Indication) (*flexran.Snapshot, []Dropped) {
+	n := ind.Node
+	st := flexran.Station{BSID: int64(n.NBID), Cells: []flexran.Cell{cellOf(n, ind.Cell)}}
+	slots := int64(10)
+	if c := ind.Cell; c != nil && c.SlotsPerFrame != nil && *c.SlotsPerFrame >= 10 {
+		slots = *c.SlotsPerFrame
+	}
+	var harq flexran.Int
+	if ind.Cell != nil {
+		harq = opt(ind.Cell.HARQProcesses)
+	}
+	snap := &flexran.Snapshot{}
+	var dropped []Dropped
+	clear(ns.macs)
+	for i := range ind.UEs {
+		u := &ind.UEs[i]
+		if why := checkUE(u); why != "" {
+			snap.Skipped = append(snap.Skipped, flexran.Skip{BSID: st.BSID, Index: i, Reason: why})
+			dropped = append(dropped, Dropped{SkipBadUE, fmt.Sprintf("ue %d: %s", i, why)})
+			continue
+		}
+		rnti := *u.RNTI
+		if ns.macs[rnti] {
+			snap.Skipped = append(snap.Skipped, flexran.Skip{BSID: st.BSID, Index: i, Reason: "rnti listed twice"})
+			dropped = append(dropped, Dropped{SkipBadUE, fmt.Sprintf("ue %d: rnti %d listed twice", i, rnti)})
+			continue
+		}
+		ns.macs[rnti] = true
+		ue := flexran.UEStats{RNTI: rnti, WBCQI: opt(u.WBCQI), PHR: opt(u.PHR), TBSDL: opt(u.DLCurrTBS),
+			PRBDL: opt(u.DLSchedRB), MCS1DL: opt(u.DLMCS1), HARQProcesses: harq, RLC: ns.rlc[rnti]}
+		if u.Frame != nil && u.Slot != nil {
+			// the pipeline dates reports by frame·10 + subframe (ranclock, decimal)
+			ue.SFNSF = flexran.Some(*u.Frame*10 + min(*u.Slot, slots-1)*10/slots)
+		}
+		conf := flexran.UEConfig{RNTI: rnti, IMSI: u.IMSI}
+		if u.UEIPv4 != "" {
+			conf.IPv4 = netip.MustParseAddr(u.UEIPv4) // checked by checkUE
+		}
+		var channels []flexran.LogicalChannel
+		for _, r := range ue.RLC {
+			channels = append(channels, flexran.LogicalChannel{LCID: r.LCID})
+		}
+		st.UEs = append(st.UEs, ue)
+		st.UEConfig = append(st.UEConfig, conf)
+		st.LCConfig = append(st.LCConfig, flexran.LCConfig{RNTI: rnti, Channels: channels})
+	}
+	ns.station = st
+	for rnti := range ns.rlc {
+		if !ns.macs[rnti] { // counted once: its entry goes
+			dropped = append(dropped, Dropped{SkipUnknownUE, fmt.Sprintf("rlc of rnti %d, which the node's MAC report does not list", rnti)})
+			delete(ns.rlc, rnti)
+		}
+	}
+	snap.Stations = []flexran.Station{st}
+	return snap, dropped
+}
+
+// cellOf is the node's one cell: the PLMN of its E2 id, PCI and bandwidth as the source
+// knows them (unset when it does not).
+func cellOf(n *Node, c *Cell) flexran.Cell {
+	cell := flexran.Cell{PLMNs: []flexran.PLMN{{MCC: int64(n.MCC), MNC: int64(n.MNC), MNCLength: int64(n.MNCDigits)}}}
+	if c != nil {
+		cell.PhyCellID, cell.DLBandwidth = opt(c.PCI), opt(c.DLPRBs)
+	}
+	return cell
+}
+
+func opt(v *int64) flexran.Int {
+	if v == nil {
+		return flexran.Int{}
+	}
+	return flexran.Some(*v)
+}
