@@ -67,4 +67,95 @@ enum efm_counter {
 	EFM_C_COUNT = 9,
 };
 
+
+/* ---- the observer (efm_observer.bpf.c) ------------------------------------------- */
+
+/* A flow, both directions under one key: endpoint a is the lower (address, port). */
+struct obs_key {
+	__be32 addr_a;
+	__be32 addr_b;
+	__be16 port_a;
+	__be16 port_b;
+};
+
+enum obs_mode {
+	OBS_RAW = 0,		/* Spindump's rules, no filter (the research's observer) */
+	OBS_FILTERED = 1,	/* + reordering guard (spin) and minimum-gap rule (both) */
+	OBS_MODES = 2,
+};
+
+/* One direction of a flow as one mode sees it. */
+struct obs_track {
+	__u64 last_ns;		/* last accepted spin edge / delay sample in this direction */
+	__u32 value;		/* spin: the value of the last accepted packet (0/1) */
+	__u32 seen;		/* spin: a first value was seen (it only initialises) */
+};
+
+/* Per-direction reordering state: the highest sequence and ack numbers seen. */
+struct obs_order {
+	__u32 max_seq;		/* highest seq + payload seen (serial arithmetic) */
+	__u32 max_ack;		/* highest ack seen */
+	__u32 seen;
+	__u32 pad;
+};
+
+struct obs_flow {
+	__u64 created_ns;
+	__u64 last_ns;			/* last packet, CLOCK_MONOTONIC ns */
+	__u64 srtt_ns[OBS_MODES];	/* EWMA 7/8 of the accepted e2e samples (gap rule) */
+	struct obs_track track[OBS_MODES][2];
+	struct obs_order order[2];
+	__u64 packets[2];		/* packets per direction (index: 0 = from a) */
+	__u8 technique;			/* enum efm_technique from the SYN, 0 until agreed */
+	__u8 syn_code;			/* (loss, time) bits of the SYN */
+	__u8 client_dir;		/* direction of the SYN (0: a is the client) */
+	__u8 state;			/* enum obs_flow_state */
+	__u32 pad;
+};
+
+enum obs_flow_state {
+	OBS_SYN_SEEN = 0,	/* waiting for the SYN-ACK to agree on the technique */
+	OBS_AGREED = 1,		/* SYN and SYN-ACK carry the same code: measuring */
+	OBS_DISABLED = 2,	/* they disagreed (or no code): no EFM for this flow */
+};
+
+/* Observer knobs: one entry in `obs_config`. */
+struct obs_config {
+	__u64 delay_cutoff_ns;	/* Spindump: delay samples further apart are discarded (225 ms) */
+	__u32 min_gap_pct;	/* filtered: reject an edge sooner than this % of the RTT (50) */
+	__u32 pad;
+};
+
+enum obs_kind {
+	OBS_SPIN_E2E = 0,	/* spin: flip to flip in the same direction */
+	OBS_SPIN_HALF = 1,	/* spin: the other direction's flip to this one */
+	OBS_DELAY_E2E = 2,	/* delay: sample to sample in the same direction */
+	OBS_DELAY_HALF = 3,	/* delay: the other direction's sample to this one */
+};
+
+/* One RTT sample, to user space through the `obs_samples` ring buffer. */
+struct obs_sample {
+	__u64 t_ns;		/* when the packet passed, CLOCK_MONOTONIC ns */
+	struct obs_key key;
+	__u32 rtt_ns;		/* the sample (< 4.29 s) */
+	__u8 kind;		/* enum obs_kind */
+	__u8 mode;		/* enum obs_mode */
+	__u8 dir;		/* 0: the packet went from a to b */
+	__u8 client_dir;	/* direction of the flow's SYN */
+};
+
+enum obs_counter {
+	OBS_C_PACKETS = 0,	/* packets seen */
+	OBS_C_TCP = 1,		/* IPv4 TCP packets with complete headers */
+	OBS_C_MALFORMED = 2,	/* IPv4 TCP packets truncated or malformed: skipped */
+	OBS_C_FLOWS = 3,	/* flows created (one per SYN of an unknown flow) */
+	OBS_C_NO_FLOW = 4,	/* packets of flows whose SYN was not seen (or evicted) */
+	OBS_C_DISAGREED = 5,	/* flows whose SYN-ACK code differed from the SYN's */
+	OBS_C_SAMPLES = 6,	/* samples written to the ring buffer */
+	OBS_C_RING_FULL = 7,	/* samples lost: the ring buffer was full */
+	OBS_C_REORDERED = 8,	/* filtered: spin packets set aside by the reordering guard */
+	OBS_C_TOO_SOON = 9,	/* filtered: edges/samples set aside by the minimum-gap rule */
+	OBS_C_COUNT = 10,
+};
+
 #endif /* EFM_H */

@@ -37,21 +37,17 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "efm.h"
+#include "efm_packet.h"
 
 char _license[] SEC("license") = "GPL";
 
 #define TC_ACT_OK 0
-#define ETH_HLEN 14
-#define ETH_P_IP 0x0800
-#define IPPROTO_TCP 6
 #define TCP_LISTEN 10
 #define TCPOPT_EOL 0
 #define TCPOPT_NOP 1
 #define TCPOPT_SACK 5
 #define TCP_OPTIONS_MAX 40
 #define NSEC_PER_USEC 1000ULL
-#define TCP_BYTE12 12		/* offset of data offset + reserved bits in the TCP header */
-#define TCP_CHECK 16		/* offset of the checksum in the TCP header */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -90,50 +86,15 @@ static __always_inline void count(__u32 counter)
 		*c += 1;	/* per-CPU: no atomic needed */
 }
 
-/* The parts of one IPv4/TCP packet the programs need; offsets from skb->data. */
-struct tcp_seg {
-	__u32 tcp_off;		/* TCP header, bytes from skb->data */
-	__u32 options_len;	/* bytes of TCP options */
-	__u8 byte12;		/* data offset and reserved bits */
-	__u8 flags;		/* byte 13: CWR ECE URG ACK PSH RST SYN FIN */
-	struct iphdr ip;
-	__be16 sport, dport;
-};
-
-#define TCP_FLAG_SYN 0x02
-#define TCP_FLAG_ACK 0x10
-
-/* Reads the headers; false for anything but an unfragmented IPv4 TCP packet. */
+/* Reads the headers; false for anything but an IPv4 TCP packet (malformed ones counted). */
 static __always_inline bool parse(struct __sk_buff *skb, __u32 ifindex, struct tcp_seg *seg)
 {
 	__u32 l2 = bpf_map_lookup_elem(&efm_l3_ifaces, &ifindex) ? 0 : ETH_HLEN;
-	__u8 tcp[14];
+	enum parse_result r = parse_tcp(skb, l2, seg);
 
-	if (skb->protocol != bpf_htons(ETH_P_IP))
-		return false;
-	if (bpf_skb_load_bytes(skb, l2, &seg->ip, sizeof(seg->ip)))
-		goto unparsed;
-	if (seg->ip.version != 4 || seg->ip.protocol != IPPROTO_TCP)
-		return false;
-	if (seg->ip.ihl < 5)
-		goto unparsed;
-	/* a non-first fragment has no TCP header; a first one is measured as it is */
-	if (seg->ip.frag_off & bpf_htons(0x1fff))
-		return false;
-	seg->tcp_off = l2 + seg->ip.ihl * 4;
-	if (bpf_skb_load_bytes(skb, seg->tcp_off, tcp, sizeof(tcp)))
-		goto unparsed;
-	seg->sport = *(__be16 *)&tcp[0];
-	seg->dport = *(__be16 *)&tcp[2];
-	seg->byte12 = tcp[12];
-	seg->flags = tcp[13];
-	if ((seg->byte12 >> 4) < 5)
-		goto unparsed;
-	seg->options_len = (seg->byte12 >> 4) * 4 - 20;
-	return true;
-unparsed:
-	count(EFM_C_UNPARSED);
-	return false;
+	if (r == PKT_MALFORMED)
+		count(EFM_C_UNPARSED);
+	return r == PKT_TCP;
 }
 
 /* True if the segment carries a SACK option (the research never marks those). */
@@ -147,7 +108,7 @@ static __always_inline bool has_sack(struct __sk_buff *skb, const struct tcp_seg
 		return false;
 	if (len > TCP_OPTIONS_MAX)
 		len = TCP_OPTIONS_MAX;
-	if (bpf_skb_load_bytes(skb, seg->tcp_off + 20, opt, len))
+	if (bpf_skb_load_bytes(skb, seg->tcp_off + TCP_HLEN, opt, len))
 		return false;
 	for (int n = 0; n < TCP_OPTIONS_MAX; n++) {
 		__u8 kind;
@@ -335,8 +296,8 @@ int efm_in(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (!parse(skb, skb->ifindex, &seg) || (seg.flags & TCP_FLAG_SYN))
 		return TC_ACT_OK;
-	tuple.ipv4.saddr = seg.ip.saddr;
-	tuple.ipv4.daddr = seg.ip.daddr;
+	tuple.ipv4.saddr = seg.saddr;
+	tuple.ipv4.daddr = seg.daddr;
 	tuple.ipv4.sport = seg.sport;
 	tuple.ipv4.dport = seg.dport;
 	sk = bpf_sk_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);

@@ -7,6 +7,7 @@ are checked by code that shares nothing with the programs that wrote them.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -14,8 +15,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from mec_common.netns import in_netns
 
+NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, BPF)")
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_STATISTICS = 6

@@ -8,26 +8,21 @@ marks on the wire against the research's rules (001 §2.1, §3.2).
 from __future__ import annotations
 
 import itertools
-import os
 import socket
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from l4s_support import MARKER_OBJ, SYN, Capture, Seg, flow
+from l4s_support import MARKER_OBJ, NEEDS_ROOT, SYN, Capture, Seg, flow
 
-from mec_common.netns import in_netns
 from mec_l4s.efm import Marker, Technique
+from mts_lab.l4s.bed import connect as connect_from
+from mts_lab.l4s.bed import serve_once
 from mts_lab.line import Lab
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, BPF)"),
-    pytest.mark.timeout(180),
-]
+pytestmark = [pytest.mark.netns, NEEDS_ROOT, pytest.mark.timeout(180)]
 
 
 @pytest.fixture
@@ -53,28 +48,11 @@ def markers(lab: Lab, technique: Technique, **kw: Any) -> tuple[Marker, Marker]:
 
 
 def serve(lab: Lab, handler: Callable[[socket.socket], None]) -> int:
-    """A one-connection server in the server namespace; returns its port."""
-
-    def listen() -> socket.socket:
-        s = socket.socket()
-        s.bind((lab.server_ip, 0))
-        s.listen(1)
-        return s
-
-    ls = in_netns(lab.server_ns, listen)
-
-    def run() -> None:
-        conn, _ = ls.accept()
-        with conn:
-            handler(conn)
-        ls.close()
-
-    threading.Thread(target=run, daemon=True).start()
-    return int(ls.getsockname()[1])
+    return serve_once(lab.server_ns, lab.server_ip, handler)
 
 
 def connect(lab: Lab, port: int) -> socket.socket:
-    return in_netns(lab.client_ns, lambda: socket.create_connection((lab.server_ip, port), 10))
+    return connect_from(lab.client_ns, lab.server_ip, port)
 
 
 def echo(conn: socket.socket) -> None:

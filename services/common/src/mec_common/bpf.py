@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -160,6 +162,7 @@ class BpfMap:
         attr = _InfoAttr(bpf_fd=self.fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
         _bpf(BPF_OBJ_GET_INFO_BY_FD, attr)
         self.key_size, self.value_size = info.key_size, info.value_size
+        self.max_entries = info.max_entries
         self.name = info.name.decode()
 
     def close(self) -> None:
@@ -205,17 +208,64 @@ class BpfMap:
 
     def __iter__(self) -> Iterator[ctypes.c_uint32]:
         """Every key of a map with u32 keys (it may change meanwhile: fine for reporting)."""
-        key = ctypes.c_uint32()
-        nxt = ctypes.c_uint32()
+        return self.keys(ctypes.c_uint32)
+
+    def keys(self, key_type: type[S]) -> Iterator[S]:
+        """Every key, as ``key_type`` (the map may change meanwhile: fine for reporting)."""
+        key = key_type()
+        nxt = key_type()
         attr = _MapElemAttr(map_fd=self.fd, key=0, value=ctypes.addressof(nxt))
         while True:
             try:
                 _bpf(BPF_MAP_GET_NEXT_KEY, attr)
             except FileNotFoundError:
                 return
-            yield ctypes.c_uint32(nxt.value)
+            found = key_type()
+            ctypes.memmove(ctypes.addressof(found), ctypes.addressof(nxt), ctypes.sizeof(nxt))
+            yield found
             ctypes.memmove(ctypes.addressof(key), ctypes.addressof(nxt), ctypes.sizeof(key))
             attr.key = ctypes.addressof(key)
+
+
+class RingBuffer:
+    """The consumer side of a BPF ring buffer map (``BPF_MAP_TYPE_RINGBUF``), by mmap.
+
+    The kernel maps a consumer page (ours to write), a producer page and the data area
+    twice in a row, so a record that wraps around the end reads as one piece.
+    """
+
+    _BUSY = 1 << 31
+    _DISCARD = 1 << 30
+    _HEADER = 8
+
+    def __init__(self, ring: BpfMap) -> None:
+        self.size = ring.max_entries
+        page = mmap.PAGESIZE
+        self._page = page
+        self._cons = mmap.mmap(ring.fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._prod = mmap.mmap(
+            ring.fd, page + 2 * self.size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page
+        )
+
+    def drain(self) -> Iterator[bytes]:
+        """Every record committed so far, oldest first; each one is consumed once."""
+        cons = struct.unpack_from("<Q", self._cons, 0)[0]
+        prod = struct.unpack_from("<Q", self._prod, 0)[0]
+        while cons < prod:
+            off = self._page + (cons & (self.size - 1))
+            head = struct.unpack_from("<I", self._prod, off)[0]
+            if head & self._BUSY:
+                break  # reserved, not committed yet
+            length = head & ~(self._BUSY | self._DISCARD)
+            if not head & self._DISCARD:
+                start = off + self._HEADER
+                yield bytes(self._prod[start : start + length])
+            cons += (length + self._HEADER + 7) & ~7
+            struct.pack_into("<Q", self._cons, 0, cons)
+
+    def close(self) -> None:
+        self._cons.close()
+        self._prod.close()
 
 
 class BpfProgram:
@@ -237,3 +287,12 @@ class BpfProgram:
         )
         _bpf(BPF_PROG_TEST_RUN, attr)
         return int(attr.retval)
+
+    def run_packet(self, packet: bytes) -> int:
+        """Run a tc program once on ``packet`` (an Ethernet frame); returns its verdict."""
+        buf = ctypes.create_string_buffer(packet, len(packet))
+        attr = _TestRunAttr(
+            prog_fd=self.fd, data_size_in=len(packet), data_in=ctypes.addressof(buf), repeat=1
+        )
+        _bpf(BPF_PROG_TEST_RUN, attr)
+        return ctypes.c_int32(attr.retval).value

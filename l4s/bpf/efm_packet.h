@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Reading the IPv4 and TCP headers of a packet at tc, for the marker and the observer.
+ * Every length is checked against the packet: a truncated or malformed header is
+ * reported as such (the caller counts it) and never read past.
+ */
+#ifndef EFM_PACKET_H
+#define EFM_PACKET_H
+
+#define ETH_HLEN 14
+#define ETH_P_IP 0x0800
+#define IPPROTO_TCP 6
+#define TCP_HLEN 20		/* TCP header without options */
+#define TCP_BYTE12 12		/* offset of data offset + reserved bits in the TCP header */
+#define TCP_CHECK 16		/* offset of the checksum in the TCP header */
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_ACK 0x10
+
+enum parse_result {
+	PKT_OTHER = 0,		/* not an IPv4 TCP packet with a TCP header (or a later fragment) */
+	PKT_TCP = 1,
+	PKT_MALFORMED = 2,	/* IPv4 TCP, but truncated or inconsistent lengths */
+};
+
+/* The parts of one IPv4/TCP packet the programs need; offsets from skb->data. */
+struct tcp_seg {
+	__u32 tcp_off;		/* TCP header, bytes from skb->data */
+	__u32 options_len;	/* bytes of TCP options */
+	__u32 payload;		/* TCP payload bytes (from the IP total length) */
+	__u32 seq, ack;		/* host order */
+	__be32 saddr, daddr;
+	__be16 sport, dport;
+	__u8 byte12;		/* data offset and reserved bits */
+	__u8 flags;		/* byte 13: CWR ECE URG ACK PSH RST SYN FIN */
+	__u8 tos;		/* IP DS field (ECN in the low two bits) */
+	__u8 pad;
+};
+
+/* l2: bytes of link-layer header before the IP header (14 Ethernet, 0 TUN). */
+static __always_inline enum parse_result parse_tcp(struct __sk_buff *skb, __u32 l2,
+						   struct tcp_seg *seg)
+{
+	struct iphdr ip;
+	__u8 tcp[TCP_HLEN];
+	__u32 ihl, doff, tot;
+
+	if (skb->protocol != bpf_htons(ETH_P_IP))
+		return PKT_OTHER;
+	if (bpf_skb_load_bytes(skb, l2, &ip, sizeof(ip)))
+		return PKT_OTHER;	/* shorter than an IP header: not ours to judge */
+	if (ip.version != 4 || ip.protocol != IPPROTO_TCP)
+		return PKT_OTHER;
+	/* a non-first fragment has no TCP header */
+	if (ip.frag_off & bpf_htons(0x1fff))
+		return PKT_OTHER;
+	ihl = ip.ihl * 4;
+	tot = bpf_ntohs(ip.tot_len);
+	if (ihl < sizeof(ip) || tot < ihl + TCP_HLEN)
+		return PKT_MALFORMED;
+	/* GSO skbs carry the whole super-packet; anything else must hold what IP says */
+	if (!skb->gso_segs && skb->len < l2 + tot)
+		return PKT_MALFORMED;
+	seg->tcp_off = l2 + ihl;
+	if (bpf_skb_load_bytes(skb, seg->tcp_off, tcp, sizeof(tcp)))
+		return PKT_MALFORMED;
+	doff = (tcp[TCP_BYTE12] >> 4) * 4;
+	if (doff < TCP_HLEN || ihl + doff > tot)
+		return PKT_MALFORMED;
+	seg->options_len = doff - TCP_HLEN;
+	seg->payload = tot - ihl - doff;
+	seg->saddr = ip.saddr;
+	seg->daddr = ip.daddr;
+	seg->sport = *(__be16 *)&tcp[0];
+	seg->dport = *(__be16 *)&tcp[2];
+	seg->seq = bpf_ntohl(*(__be32 *)&tcp[4]);
+	seg->ack = bpf_ntohl(*(__be32 *)&tcp[8]);
+	seg->byte12 = tcp[TCP_BYTE12];
+	seg->flags = tcp[TCP_BYTE12 + 1];
+	seg->tos = ip.tos;
+	return PKT_TCP;
+}
+
+#endif /* EFM_PACKET_H */

@@ -1,0 +1,1 @@
+"""L4S and passive RTT: beds and experiments (issue 14)."""

@@ -1,0 +1,177 @@
+"""A line with a known delay for the L4S tests and experiments (issue 14)::
+
+    [<name>-c] 10.203.1.2 ─veth─ 10.203.1.1 [<name>-m] wan0 10.203.2.1
+                                           ═ emulator WAN ═ wan0 10.203.2.2 [<name>-s]
+
+The kernel has no netem, so the delay (each direction) and the optional rate come from
+the RAN emulator's WAN stage, as in the testbed (``docs/testbed.md``); the emulator runs
+with one cell and no UE. The MEC host ``m`` routes between client and server, so an
+observer there sees both directions: arriving on ``m0`` (client to server) and on
+``wan0`` (server to client).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mec_common.netns import in_netns
+from mts_lab.line import run
+from mts_lab.tunnel.bed import free_port
+
+REPO = Path(__file__).resolve().parents[5]
+EMULATOR = REPO / "build/bin/ran-emulator"
+
+
+@dataclass
+class WanLine:
+    name: str
+    delay_ms: float
+    rate_mbps: float = 0.0
+    client_ip: str = "10.203.1.2"
+    mec_client_side_ip: str = "10.203.1.1"
+    mec_wan_ip: str = "10.203.2.1"
+    server_ip: str = "10.203.2.2"
+    emulator: subprocess.Popen[bytes] | None = None
+    _tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mts-l4s-")))
+
+    @property
+    def client_ns(self) -> str:
+        return f"{self.name}-c"
+
+    @property
+    def mec_ns(self) -> str:
+        return f"{self.name}-m"
+
+    @property
+    def server_ns(self) -> str:
+        return f"{self.name}-s"
+
+    @classmethod
+    def create(cls, delay_ms: float, rate_mbps: float = 0.0, prefix: str = "l4s") -> WanLine:
+        line = cls(f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps)
+        try:
+            line._build()
+            line._start_emulator()
+        except BaseException:
+            line.down()
+            raise
+        return line
+
+    def sh(self, ns: str, command: str) -> str:
+        return run(["ip", "netns", "exec", ns, "sh", "-c", command]).stdout
+
+    def _build(self) -> None:
+        c, m, s = self.client_ns, self.mec_ns, self.server_ns
+        for ns in (c, m, s):
+            run(["ip", "netns", "add", ns])
+            self.sh(ns, "ip link set lo up")
+        tmp_a, tmp_b = f"v{secrets.token_hex(4)}", f"v{secrets.token_hex(4)}"
+        run(["ip", "link", "add", tmp_a, "type", "veth", "peer", "name", tmp_b])
+        run(["ip", "link", "set", tmp_a, "netns", c, "name", "c0"])
+        run(["ip", "link", "set", tmp_b, "netns", m, "name", "m0"])
+        self.sh(c, f"ip addr add {self.client_ip}/24 dev c0 && ip link set c0 up")
+        self.sh(c, f"ip route add default via {self.mec_client_side_ip}")
+        self.sh(m, f"ip addr add {self.mec_client_side_ip}/24 dev m0 && ip link set m0 up")
+        self.sh(m, "sysctl -qw net.ipv4.ip_forward=1")
+        for ns, local, peer in (
+            (m, self.mec_wan_ip, self.server_ip),
+            (s, self.server_ip, self.mec_wan_ip),
+        ):
+            self.sh(ns, "ip tuntap add dev wan0 mode tun && ip link set wan0 txqueuelen 1000 up")
+            self.sh(ns, f"ip addr add {local} peer {peer} dev wan0")
+        # the emulator's downlink TUN, unused (no UE), in the MEC namespace
+        self.sh(m, "ip tuntap add dev emu-dl mode tun && ip link set emu-dl up")
+        self.sh(s, "ip route add default dev wan0")
+
+    def _emulator_config(self) -> dict[str, Any]:
+        return {
+            "stats_period_ms": 100,
+            "seed": 1,
+            "dl_tun": {"netns": f"/run/netns/{self.mec_ns}", "name": "emu-dl"},
+            "cells": [{"bs_id": 1, "rat": "lte", "prb": 25}],
+            "ues": [],
+            "wan": {
+                "server_tun": {"netns": f"/run/netns/{self.server_ns}", "name": "wan0"},
+                "mec_tun": {"netns": f"/run/netns/{self.mec_ns}", "name": "wan0"},
+                "delay_ms": self.delay_ms,
+                "rate_mbps": self.rate_mbps,
+            },
+        }
+
+    def _start_emulator(self) -> None:
+        if not EMULATOR.exists():
+            raise FileNotFoundError(f"{EMULATOR} missing: make build/bin/ran-emulator")
+        config = self._tmp / "emulator.json"
+        config.write_text(json.dumps(self._emulator_config()))
+        port = free_port()
+        token = secrets.token_hex(16)
+        log = (self._tmp / "emulator.log").open("wb")
+        self.emulator = subprocess.Popen(
+            [str(EMULATOR), "-config", str(config), "-http-host", "127.0.0.1",
+             "-http-port", str(port), "-api-tokens", token, "-state-dir", str(self._tmp),
+             "-log-format", "console"],
+            stdout=log, stderr=log, env={**os.environ},
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.emulator.poll() is not None:
+                raise RuntimeError(
+                    f"ran-emulator exited: {(self._tmp / 'emulator.log').read_text()[-2000:]}"
+                )
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise TimeoutError("ran-emulator did not answer /healthz in 30 s")
+
+    def down(self) -> None:
+        if self.emulator is not None and self.emulator.poll() is None:
+            self.emulator.terminate()
+            try:
+                self.emulator.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.emulator.kill()
+                self.emulator.wait()
+        for ns in (self.client_ns, self.mec_ns, self.server_ns):
+            run(["ip", "netns", "del", ns], check=False)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def serve_once(netns: str, ip: str, handler: Callable[[socket.socket], None]) -> int:
+    """A one-connection TCP server on ``ip`` in ``netns``, in a thread; returns its port."""
+
+    def listen() -> socket.socket:
+        s = socket.socket()
+        s.bind((ip, 0))
+        s.listen(1)
+        return s
+
+    ls = in_netns(netns, listen)
+
+    def run_handler() -> None:
+        conn, _ = ls.accept()
+        with conn:
+            handler(conn)
+        ls.close()
+
+    threading.Thread(target=run_handler, daemon=True).start()
+    return int(ls.getsockname()[1])
+
+
+def connect(netns: str, ip: str, port: int) -> socket.socket:
+    """A TCP connection made from ``netns`` (the socket stays there)."""
+    return in_netns(netns, lambda: socket.create_connection((ip, port), 10))
