@@ -82,6 +82,12 @@ struct {
 	__type(value, struct flow_ctl);
 } flow_ctl SEC(".maps");
 
+/* Every loss decision, in time order (struct meld_decision); one reader drains it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);	/* bytes: ~13,000 decisions of 80 B */
+} decisions SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -195,18 +201,41 @@ static __always_inline void count(__u32 ue, enum meld_verdict v)
 	__sync_fetch_and_add(&c->notified, 1);
 }
 
-/* Shared loss handling: returns true if the growth function must see this loss. */
-static __always_inline bool loss_reaches_cca(struct sock *sk)
+/*
+ * Shared loss handling: decides, counts, and fills the decision record `d` (sent once the
+ * ssthresh is known, by loss_ssthresh). Returns true if the growth function must see
+ * this loss.
+ */
+static __always_inline bool loss_reaches_cca(struct sock *sk, struct meld_decision *d)
 {
 	struct meld_config *cfg = get_config();
+	const struct tcp_sock *tp = tcp_sk(sk);
 	__u32 ue = ue_key(sk);
 	__u32 mode = ue_mode_of(ue, cfg);
 	struct ue_radio *r = bpf_map_lookup_elem(&ue_radio, &ue);
+	__u64 now = bpf_ktime_get_ns();
 	enum meld_verdict v;
 
-	v = decide(mode, r, bpf_ktime_get_ns(), cfg ? cfg->stale_ns : 0,
-		   t_pdu_of(tcp_sk(sk)));
+	v = decide(mode, r, now, cfg ? cfg->stale_ns : 0, t_pdu_of(tp));
 	count(ue, v);
+	d->time_ns = now;
+	d->ue = ue;
+	d->saddr = sk->__sk_common.skc_rcv_saddr;
+	d->sport = sk->__sk_common.skc_num;
+	d->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	d->snd_una = tp->snd_una;
+	d->snd_nxt = tp->snd_nxt;
+	d->t_pdu = t_pdu_of(tp);
+	d->cwnd = tp->snd_cwnd;
+	d->mode = mode;
+	d->verdict = v;
+	if (r) {
+		d->radio_age_ns = now > r->observed_ns ? now - r->observed_ns : 0;
+		d->d_tbs = r->d_tbs;
+		d->n_harq = r->n_harq;
+		d->txq_bytes = r->txq_bytes;
+		d->q_th_bytes = r->q_th_bytes;
+	}
 	return v != VERDICT_SUPPRESS && v != VERDICT_RAPID;
 }
 
@@ -221,11 +250,25 @@ static __always_inline struct flow_priv *priv_of(struct sock *sk)
 	return bpf_sk_storage_get(&flow_priv, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 }
 
+/* Not inlined, so that struct meld_decision is in the object's BTF (the layout test). */
+static __noinline void log_decision(struct meld_decision *d)
+{
+	struct ue_counters *c;
+
+	if (!bpf_ringbuf_output(&decisions, d, sizeof(*d), 0))
+		return;
+	c = counters_of(d->ue);
+	if (c)
+		__sync_fetch_and_add(&c->unlogged, 1);
+}
+
 /*
  * Remember the cwnd at the loss and the ssthresh chosen for it: the kernel starts
  * reducing cwnd (PRR) right after, so TCP_INFO alone never shows this pair exactly.
+ * Then log the decision; a full log drops the record and counts it (never blocks).
  */
-static __always_inline __u32 loss_ssthresh(struct sock *sk, __u32 ssthresh)
+static __always_inline __u32 loss_ssthresh(struct sock *sk, struct meld_decision *d,
+					   __u32 ssthresh)
 {
 	struct flow_priv *p = priv_of(sk);
 
@@ -233,6 +276,8 @@ static __always_inline __u32 loss_ssthresh(struct sock *sk, __u32 ssthresh)
 		p->loss_cwnd = tcp_sk(sk)->snd_cwnd;
 		p->loss_ssthresh = ssthresh;
 	}
+	d->ssthresh = ssthresh;
+	log_decision(d);
 	return ssthresh;
 }
 
@@ -440,9 +485,11 @@ void BPF_PROG(meld_reno_init, struct sock *sk)
 SEC("struct_ops")
 __u32 BPF_PROG(meld_reno_ssthresh, struct sock *sk)
 {
-	if (loss_reaches_cca(sk))
-		return loss_ssthresh(sk, tcp_reno_ssthresh(sk));
-	return loss_ssthresh(sk, kept_ssthresh(tcp_sk(sk)));
+	struct meld_decision d = {};
+
+	if (loss_reaches_cca(sk, &d))
+		return loss_ssthresh(sk, &d, tcp_reno_ssthresh(sk));
+	return loss_ssthresh(sk, &d, kept_ssthresh(tcp_sk(sk)));
 }
 
 SEC("struct_ops")
@@ -493,9 +540,11 @@ void BPF_PROG(meld_cubic_init, struct sock *sk)
 SEC("struct_ops")
 __u32 BPF_PROG(meld_cubic_ssthresh, struct sock *sk)
 {
-	if (loss_reaches_cca(sk))
-		return loss_ssthresh(sk, cubictcp_recalc_ssthresh(sk));
-	return loss_ssthresh(sk, kept_ssthresh(tcp_sk(sk)));
+	struct meld_decision d = {};
+
+	if (loss_reaches_cca(sk, &d))
+		return loss_ssthresh(sk, &d, cubictcp_recalc_ssthresh(sk));
+	return loss_ssthresh(sk, &d, kept_ssthresh(tcp_sk(sk)));
 }
 
 SEC("struct_ops")

@@ -49,6 +49,34 @@ struct ue_counters {
 	__u64 timeouts;		/* RTOs among the loss events (CA_EVENT_LOSS) */
 	__u64 repaired;		/* loss events whose ssthresh was impossible (> 0x7fffffff, set
 				 * while no hook of ours ran) and that this program reset */
+	__u64 unlogged;		/* loss events the decision log had no room for (reader behind) */
+};
+
+/*
+ * One loss event as ssthresh() decided it: a record of the `decisions` ring buffer.
+ * MELD's test is D_TBS < S_TB = T_PDU / N_HARQ, kept exact as D_TBS * N_HARQ < T_PDU.
+ * The flow is the RAN-leg socket (PEP -> UE); the episode covers the sequence numbers
+ * [snd_una, snd_nxt) the sender had out when the loss was detected.
+ */
+struct meld_decision {
+	__u64 time_ns;		/* CLOCK_MONOTONIC when ssthresh() ran, ns */
+	__u64 radio_age_ns;	/* age of the radio state decided on, ns (0 without any) */
+	__u32 ue;		/* UE IPv4 (the socket's peer), network byte order */
+	__u32 saddr;		/* PEP-side IPv4 of the flow, network byte order */
+	__u16 sport;		/* PEP-side TCP port, host byte order */
+	__u16 dport;		/* UE-side TCP port, host byte order */
+	__u32 snd_una;		/* first unacknowledged byte (TCP sequence number) */
+	__u32 snd_nxt;		/* next byte to send (TCP sequence number) */
+	__u32 d_tbs;		/* D_TBS: DL transport block of the last TTI, bytes */
+	__u32 t_pdu;		/* T_PDU: one full segment's IP packet, bytes */
+	__u32 n_harq;		/* N_HARQ: DL HARQ processes (S_TB = t_pdu / n_harq, bytes) */
+	__u32 txq_bytes;	/* S_TxQueue: RLC queue toward the UE, bytes */
+	__u32 q_th_bytes;	/* Q_th, bytes */
+	__u32 cwnd;		/* snd_cwnd when the loss was detected, segments */
+	__u32 ssthresh;		/* the ssthresh returned, segments */
+	__u8 mode;		/* enum meld_mode applied */
+	__u8 verdict;		/* enum meld_verdict: SUPPRESS and RAPID kept cwnd, others cut it */
+	__u8 pad[2];
 };
 
 /* Global knobs: one entry in the `config` array map. */

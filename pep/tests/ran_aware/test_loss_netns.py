@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from mec_pep.ran_aware.kernel import FlowPriv, MeldKernel, Mode, Tuning, UeRadio
+from mec_pep.ran_aware.kernel import DecisionLog, FlowPriv, MeldKernel, Mode, Tuning, UeRadio
 from mec_pep.sockets import tcp_info
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf]
@@ -199,3 +199,33 @@ def test_no_radio_state_is_plain_reno(lossy, kernel: MeldKernel) -> None:  # typ
     c = counters(kernel, lossy.b_ip)
     assert c["no_data"] >= 1 and c["no_data"] == c["notified"], c
     assert_halved(samples, priv)
+
+
+@pytest.mark.parametrize(("txq", "verdict"), [(0, "suppress"), (50_000, "notify")])
+def test_every_decision_is_in_the_log(lossy, kernel: MeldKernel, txq: int, verdict: str) -> None:  # type: ignore[no-untyped-def]
+    """The kernel's ring holds one record per loss event, in time order, with the radio
+    state it decided on and the ssthresh it returned (the last one is flow_priv's pair)."""
+    log = DecisionLog(kernel.pin_dir)
+    try:
+        log.drain()  # earlier tests' decisions
+        start = time.monotonic_ns()
+        with _Fresh(kernel, lossy.b_ip, txq=txq):
+            _, priv = transfer(lossy, kernel, kernel.names["meld_reno"])
+        records = [d.as_dict() for d in log.drain()]
+    finally:
+        log.close()
+    c = counters(kernel, lossy.b_ip)
+    mine = [r for r in records if r["ue"] == lossy.b_ip]
+    assert len(mine) == c["losses"] >= 1 and c["unlogged"] == 0, (len(mine), c)
+    times = [r["time_ns"] for r in mine]
+    assert times == sorted(times) and start < times[0] and times[-1] < time.monotonic_ns()
+    for r in mine:
+        assert r["flow"] == {"src": lossy.a_ip, "sport": r["flow"]["sport"], "dport": PORT}
+        assert (r["mode"], r["verdict"], r["kept"]) == ("meld-me", verdict, verdict == "suppress")
+        assert (r["d_tbs_bytes"], r["n_harq"], r["txq_bytes"], r["q_th_bytes"]) == (
+            2292, 8, txq, 2292 * 8)  # fmt: skip
+        assert r["s_tb_bytes"] == r["t_pdu_bytes"] / 8 and r["t_pdu_bytes"] >= 1480
+        assert 0 <= r["radio_age_ms"] < 1000
+        assert 0 < (r["snd_nxt"] - r["snd_una"]) % 2**32 < 2**31
+    assert (mine[-1]["cwnd_segments"], mine[-1]["ssthresh_segments"]) == (
+        priv.loss_cwnd, priv.loss_ssthresh)  # fmt: skip

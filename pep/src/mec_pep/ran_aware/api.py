@@ -38,6 +38,7 @@ class Counters(BaseModel):
     repaired: int = Field(
         ..., description="loss events whose impossible ssthresh (> 2^31 - 1) the kernel reset"
     )
+    unlogged: int = Field(..., description="loss events the kernel's decision log had no room for")
 
 
 class Radio(BaseModel):

@@ -315,6 +315,7 @@ class _Collector(Collector):
             ("no_data", "loss events notified because there was no radio state"),
             ("timeouts", "retransmission timeouts among the loss events"),
             ("repaired", "loss events whose impossible ssthresh (> 2^31 - 1) was reset"),
+            ("unlogged", "loss events the kernel's decision log had no room for"),
         ):
             family = CounterMetricFamily(f"pep_meld_{field}", doc, labels=["ue"])
             for ue, c in per_ue.items():

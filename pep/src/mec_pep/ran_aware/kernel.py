@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mec_common.bpf import BpfMap, BpfProgram
+from mec_common.bpf import BpfMap, BpfProgram, RingBuffer
 from mec_common.logging import get_logger
 
 log = get_logger(__name__)
@@ -82,6 +82,7 @@ class UeCounters(ctypes.Structure):
         ("no_data", ctypes.c_uint64),
         ("timeouts", ctypes.c_uint64),
         ("repaired", ctypes.c_uint64),
+        ("unlogged", ctypes.c_uint64),
     )
 
     def as_dict(self) -> dict[str, int]:
@@ -143,6 +144,74 @@ class RapidCwndArgs(ctypes.Structure):
     )
 
 
+class MeldDecision(ctypes.Structure):
+    """One loss decision from the kernel's ``decisions`` ring (``struct meld_decision``)."""
+
+    _fields_ = (
+        ("time_ns", ctypes.c_uint64),
+        ("radio_age_ns", ctypes.c_uint64),
+        ("ue", ctypes.c_uint32),
+        ("saddr", ctypes.c_uint32),
+        ("sport", ctypes.c_uint16),
+        ("dport", ctypes.c_uint16),
+        ("snd_una", ctypes.c_uint32),
+        ("snd_nxt", ctypes.c_uint32),
+        ("d_tbs", ctypes.c_uint32),
+        ("t_pdu", ctypes.c_uint32),
+        ("n_harq", ctypes.c_uint32),
+        ("txq_bytes", ctypes.c_uint32),
+        ("q_th_bytes", ctypes.c_uint32),
+        ("cwnd", ctypes.c_uint32),
+        ("ssthresh", ctypes.c_uint32),
+        ("mode", ctypes.c_uint8),
+        ("verdict", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 2),
+    )
+
+    def as_dict(self) -> dict[str, object]:
+        """The record with units in its keys; S_TB = T_PDU / N_HARQ (bytes, fractional)."""
+        verdict = Verdict(self.verdict)
+        return {
+            "time_ns": self.time_ns,
+            "ue": key_to_ue(self.ue),
+            "flow": {"src": key_to_ue(self.saddr), "sport": self.sport, "dport": self.dport},
+            "snd_una": self.snd_una,
+            "snd_nxt": self.snd_nxt,
+            "mode": Mode(self.mode).label,
+            "verdict": verdict.name.lower(),
+            "kept": verdict in (Verdict.SUPPRESS, Verdict.RAPID),
+            "d_tbs_bytes": self.d_tbs,
+            "s_tb_bytes": self.t_pdu / self.n_harq if self.n_harq else None,
+            "t_pdu_bytes": self.t_pdu,
+            "n_harq": self.n_harq,
+            "txq_bytes": self.txq_bytes,
+            "q_th_bytes": self.q_th_bytes,
+            "radio_age_ms": self.radio_age_ns / 1e6,
+            "cwnd_segments": self.cwnd,
+            "ssthresh_segments": self.ssthresh,
+        }
+
+
+class DecisionLog:
+    """The kernel's per-event log of loss decisions (the pinned ``decisions`` ring).
+
+    A ring has one reader: open one DecisionLog per PEP instance (the lab's experiments
+    do, from the instance's pin directory). Records the ring had no room for are counted
+    per UE (``unlogged``), never waited for.
+    """
+
+    def __init__(self, pin_dir: Path) -> None:
+        self._map = BpfMap(str(pin_dir / "decisions"))
+        self._ring = RingBuffer(self._map)
+
+    def drain(self) -> list[MeldDecision]:
+        return [MeldDecision.from_buffer_copy(r) for r in self._ring.drain()]
+
+    def close(self) -> None:
+        self._ring.close()
+        self._map.close()
+
+
 LAYOUTS: dict[str, type[ctypes.Structure]] = {
     "ue_radio": UeRadio,
     "ue_counters": UeCounters,
@@ -151,6 +220,7 @@ LAYOUTS: dict[str, type[ctypes.Structure]] = {
     "flow_priv": FlowPriv,
     "decide_args": DecideArgs,
     "rapid_cwnd_args": RapidCwndArgs,
+    "meld_decision": MeldDecision,
 }
 
 
