@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -70,7 +70,7 @@ class TunnelBed:
     def ns(self, side: str) -> str:
         return f"{self.name}-{side}"
 
-    def __enter__(self) -> TunnelBed:
+    def __enter__(self) -> Self:
         try:
             self.up()
         except BaseException:
@@ -82,6 +82,18 @@ class TunnelBed:
         self.down()
 
     def up(self) -> None:
+        self.make_links()
+        for side, addr in (("ue", UE_ADDR), ("mec", MEC_ADDR)):
+            netns.ip("tuntap", "add", "mode", "tun", "name", "mptun0", ns=self.ns(side))
+            netns.ip("link", "set", "mptun0", "mtu", "1400", "up", ns=self.ns(side))
+            netns.ip("addr", "add", f"{addr}/30", "dev", "mptun0", ns=self.ns(side))
+        for side in self.sides:
+            self.start(side)
+        for side in self.sides:
+            self.wait_ready(side)
+
+    def make_links(self) -> None:
+        """The two namespaces and one veth pair per path (a subclass may use others')."""
         for side in ("ue", "mec"):
             netns.add_namespace(self.ns(side))
         for p in self.paths:
@@ -97,14 +109,10 @@ class TunnelBed:
                 netns.ip("link", "set", ifname, "up", ns=self.ns(side))
             if p.rate_mbit:
                 self.limit(p.id, p.rate_mbit)
-        for side, addr in (("ue", UE_ADDR), ("mec", MEC_ADDR)):
-            netns.ip("tuntap", "add", "mode", "tun", "name", "mptun0", ns=self.ns(side))
-            netns.ip("link", "set", "mptun0", "mtu", "1400", "up", ns=self.ns(side))
-            netns.ip("addr", "add", f"{addr}/30", "dev", "mptun0", ns=self.ns(side))
-        for side in self.sides:
-            self.start(side)
-        for side in self.sides:
-            self.wait_ready(side)
+
+    def endpoint(self, path: int, side: str) -> str:
+        """The underlay ``address:port`` of ``side``'s socket on path ``path``."""
+        return f"{path_addr(path, side)}:{path_port(path)}"
 
     def limit(self, path: int, rate_mbit: float) -> None:
         """Cap path ``path``'s downlink (MEC side egress) with tbf."""
@@ -120,8 +128,8 @@ class TunnelBed:
         for p in self.paths:
             entry: dict[str, Any] = {
                 "id": p.id,
-                "local": f"{path_addr(p.id, side)}:{path_port(p.id)}",
-                "remote": f"{path_addr(p.id, other)}:{path_port(p.id)}",
+                "local": self.endpoint(p.id, side),
+                "remote": self.endpoint(p.id, other),
             }
             if p.cwnd_bytes:
                 entry["cwnd_bytes"] = p.cwnd_bytes
