@@ -42,6 +42,16 @@ def server(lab: Lab) -> Iterator[DataServer]:
 
 
 @pytest.fixture(scope="module")
+def server6(lab: Lab) -> Iterator[DataServer]:
+    """The data server on the lab server's IPv6 address."""
+    srv = DataServer(lab, host=lab.server_ip6)
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture(scope="module")
 def start_pep(
     lab: Lab, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., PepProcess]]:

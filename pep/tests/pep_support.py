@@ -27,6 +27,10 @@ import pep_tlv
 
 TOKEN = "test-token"
 SOCKS_PORT, TLV_PORT, TPROXY_PORT = 1080, 8181, 5999
+DUAL_STACK = {  # PEP settings for IPv4 and IPv6 clients and servers of the lab
+    "allowed_clients": "10.201.1.0/24,fd00:201:1::/64",
+    "allowed_destinations": "10.201.2.0/24,fd00:201:2::/64",
+}
 
 # A random block of prime length repeated: shifted at every repetition, so lost,
 # duplicated or reordered chunks change the digest.
@@ -85,11 +89,13 @@ _REQUEST = struct.Struct("!cQ")
 class DataServer:
     """Threads serving requests on one port inside the server namespace."""
 
-    def __init__(self, lab: Lab, port: int = 0) -> None:
+    def __init__(self, lab: Lab, port: int = 0, host: str | None = None) -> None:
+        address = (host or lab.server_ip, port)
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.listener = in_netns(
-            lab.server_ns, lambda: socket.create_server((lab.server_ip, port), backlog=4096)
+            lab.server_ns, lambda: socket.create_server(address, family=family, backlog=4096)
         )
-        self.address: tuple[str, int] = self.listener.getsockname()
+        self.address: tuple[str, int] = self.listener.getsockname()[:2]
         self.held: list[socket.socket] = []
         self.peers: list[tuple[str, int]] = []  # client addresses as the server saw them
         self.errors: list[BaseException] = []
@@ -102,7 +108,7 @@ class DataServer:
                 conn, peer = self.listener.accept()
             except OSError:
                 return
-            self.peers.append(peer)
+            self.peers.append(peer[:2])
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -161,22 +167,33 @@ Dial = Callable[[tuple[str, int], float], socket.socket]
 
 
 def connect_socks5(
-    lab: Lab, target: tuple[str, int], timeout: float = 10, dial: Dial = socket.create_connection
+    lab: Lab,
+    target: tuple[str, int],
+    timeout: float = 10,
+    dial: Dial = socket.create_connection,
+    pep_host: str | None = None,
 ) -> socket.socket:
-    pep = (lab.pep_client_side_ip, SOCKS_PORT)
+    pep = (pep_host or lab.pep_client_side_ip, SOCKS_PORT)
     sock = in_netns(lab.client_ns, lambda: dial(pep, timeout))
     sock.sendall(b"\x05\x01\x00")
     assert recv_exact(sock, 2) == b"\x05\x00"
-    sock.sendall(b"\x05\x01\x00\x01" + socket.inet_aton(target[0]) + struct.pack("!H", target[1]))
-    reply = recv_exact(sock, 10)
+    if ":" in target[0]:
+        address = b"\x04" + socket.inet_pton(socket.AF_INET6, target[0])
+    else:
+        address = b"\x01" + socket.inet_aton(target[0])
+    sock.sendall(b"\x05\x01\x00" + address + struct.pack("!H", target[1]))
+    reply = recv_exact(sock, 4)
+    reply += recv_exact(sock, (16 if reply[3] == 4 else 4) + 2)  # the bound address
     if reply[1] != 0:
         sock.close()
         raise ConnectionRefusedError(f"SOCKS5 reply {reply[1]}")
     return sock
 
 
-def connect_tlv(lab: Lab, target: tuple[str, int], timeout: float = 10) -> socket.socket:
-    pep = (lab.pep_client_side_ip, TLV_PORT)
+def connect_tlv(
+    lab: Lab, target: tuple[str, int], timeout: float = 10, pep_host: str | None = None
+) -> socket.socket:
+    pep = (pep_host or lab.pep_client_side_ip, TLV_PORT)
     return in_netns(lab.client_ns, lambda: pep_tlv.connect(target, pep, timeout=timeout))
 
 
@@ -185,6 +202,49 @@ CONNECTORS: dict[str, Callable[[Lab, tuple[str, int]], socket.socket]] = {
     "socks5": connect_socks5,
     "tlv": connect_tlv,
 }
+
+
+# ---- checks every mode must pass, over either IP version --------------------------------------
+
+
+def check_half_close(sock: socket.socket) -> None:
+    """The client's FIN reaches the server, which keeps answering until it closes too."""
+    with sock:
+        sock.sendall(request(b"E") + b"x" * 100_000)
+        sock.shutdown(socket.SHUT_WR)  # the echo server only stops at our FIN
+        echoed = b""
+        while chunk := sock.recv(65536):
+            echoed += chunk
+        assert echoed == b"x" * 100_000
+
+
+def check_server_reset(sock: socket.socket) -> None:
+    """The server's RST reaches the client."""
+    with sock:
+        sock.sendall(request(b"R"))
+        try:
+            while sock.recv(1024):
+                pass
+        except ConnectionResetError:
+            return
+        raise AssertionError("the client saw a FIN, not the server's RST")
+
+
+def check_client_abort(server: DataServer, connect: Callable[[], socket.socket]) -> None:
+    """The client's RST reaches the server."""
+    held = len(server.held)
+    sock = connect()
+    sock.sendall(request(b"H"))
+    wait_for(lambda: len(server.held) > held, what="server to hold the connection")
+    server_side = server.held[-1]
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # RST
+    server_side.settimeout(5)
+    try:
+        server_side.recv(1)
+    except ConnectionResetError:
+        return
+    raise AssertionError("the server saw no RST")
 
 
 # ---- the PEP as a process in the lab's PEP namespace ----------------------------------------

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import socket
-import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,9 @@ from pep_support import (
     TLV_PORT,
     DataServer,
     PepProcess,
+    check_client_abort,
+    check_half_close,
+    check_server_reset,
     connect_direct,
     connect_socks5,
     connect_tlv,
@@ -103,41 +105,21 @@ def test_iperf3(lab: Lab, pep: PepProcess, iperf_server: int, mode: str, reverse
 
 @pytest.mark.parametrize("mode", MODES)
 def test_half_close_is_propagated(lab: Lab, pep: PepProcess, server: DataServer, mode: str) -> None:
-    """The client's FIN reaches the server, which keeps answering until it closes too."""
-    with CONNECTORS[mode](lab, server.address) as sock:
-        sock.sendall(request(b"E") + b"x" * 100_000)
-        sock.shutdown(socket.SHUT_WR)  # the echo server only stops at our FIN
-        echoed = b""
-        while chunk := sock.recv(65536):
-            echoed += chunk
-        assert echoed == b"x" * 100_000
+    check_half_close(CONNECTORS[mode](lab, server.address))
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_server_reset_reaches_the_client(
     lab: Lab, pep: PepProcess, server: DataServer, mode: str
 ) -> None:
-    with CONNECTORS[mode](lab, server.address) as sock:
-        sock.sendall(request(b"R"))
-        with pytest.raises(ConnectionResetError):
-            while sock.recv(1024):
-                pass
+    check_server_reset(CONNECTORS[mode](lab, server.address))
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_client_abort_reaches_the_server(
     lab: Lab, pep: PepProcess, server: DataServer, mode: str
 ) -> None:
-    held = len(server.held)
-    sock = CONNECTORS[mode](lab, server.address)
-    sock.sendall(request(b"H"))
-    wait_for(lambda: len(server.held) > held, what="server to hold the connection")
-    server_side = server.held[-1]
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    sock.close()  # RST
-    server_side.settimeout(5)
-    with pytest.raises(ConnectionResetError):
-        server_side.recv(1)
+    check_client_abort(server, lambda: CONNECTORS[mode](lab, server.address))
 
 
 def test_denied_destination_is_refused(lab: Lab, pep: PepProcess, server: DataServer) -> None:

@@ -52,6 +52,10 @@ def test_truncated_input_asks_for_more(cut: int) -> None:
         (bytes([1, 1, 0xEF, 0xBE, 0x0A, 6, 0, 80, 0, 0, 0, 0]), "CONNECT to"),
         (bytes([1, 1, 0xEF, 0xBE, 0x0B, 6, 0, 0, 0, 0, 0, 1]), "no CONNECT"),
         (bytes([1, 1, 0xEF, 0xBE, 0x0B, 2, 0, 0, 0, 0, 0, 1]), "BUFFER_SIZE needs length 6"),
+        (bytes([1, 1, 0xEF, 0xBE, 0x0C, 6, 0, 80, 0xFD, 0, 0, 0]), "two ADDRESS6"),
+        (bytes([1, 1, 0xEF, 0xBE, 0x0D, 6, 0, 0, 0, 0, 0, 1]), "without CONNECT6"),
+        (pep_tlv.encode(("fd00::1", 80))[:20].replace(b"\x03", b"\x02", 1), "two ADDRESS6"),
+        (pep_tlv.encode(("::", 80)), "CONNECT to"),
     ],
 )
 def test_invalid_tlvs_are_rejected(wire: bytes, message: str) -> None:
@@ -84,3 +88,20 @@ def test_encode_parse_round_trip(octets: tuple[int, ...], port: int, size: int |
     parsed = tlv.parse(pep_tlv.encode((host, port), buffer_size=size))
     assert parsed is not None
     assert parsed.destination == (host, port) and parsed.buffer_size == size
+
+
+def test_ipv6_connect_is_three_options_in_network_order() -> None:
+    wire = pep_tlv.encode(("fd00:201:2::2", 5201))
+    assert wire == bytes.fromhex("0103efbe0c06 1451 fd0002010d06 0002 000000000d06 0000 00000002")
+    assert tlv.parse(wire + b"app") == tlv.TlvRequest(("fd00:201:2::2", 5201), None, 28)
+    for cut in range(len(wire)):
+        assert tlv.parse(wire[:cut]) is None
+    with pytest.raises(tlv.TlvError, match="more than one"):
+        tlv.parse(bytes([1, 4, 0xEF, 0xBE]) + wire[4:] + pep_tlv.encode(("10.0.0.1", 80))[4:])
+
+
+@given(st.ip_addresses(v=6).filter(lambda a: not a.is_unspecified), st.integers(1, 65535))
+def test_ipv6_round_trip(address, port: int) -> None:  # type: ignore[no-untyped-def]
+    parsed = tlv.parse(pep_tlv.encode((str(address), port), buffer_size=1 << 20))
+    assert parsed is not None
+    assert parsed.destination == (str(address), port) and parsed.buffer_size == 1 << 20

@@ -15,6 +15,7 @@ Wire format (docs/pep.md): header ``01 nn EF BE`` (version 1, nn options, magic 
 little-endian), then 8-byte options ``type, length, value(2), optional(4)``.
 CONNECT (0x0A): length 6, value = port big-endian, optional = IPv4 big-endian.
 BUFFER_SIZE (0x0B): length 6, value 0, optional = bytes, little-endian.
+IPv6: CONNECT6 (0x0C, port + address bytes 0-3), then two ADDRESS6 (0x0D, 6 bytes each).
 """
 
 from __future__ import annotations
@@ -28,17 +29,27 @@ VERSION = 1
 MAGIC = 0xBEEF
 TYPE_CONNECT = 0x0A
 TYPE_BUFFER_SIZE = 0x0B
+TYPE_CONNECT6 = 0x0C
+TYPE_ADDRESS6 = 0x0D
 TCP_FASTOPEN_NO_COOKIE = 34  # linux/tcp.h; not in the socket module
 
 
 def encode(destination: tuple[str, int], buffer_size: int | None = None) -> bytes:
-    """The TLV asking the PEP to connect to ``destination`` (IPv4 address, port)."""
-    host, port = destination
+    """The TLV asking the PEP to connect to ``destination`` (IPv4 or IPv6 address, port)."""
+    host, port = destination[:2]
     if not 0 < port < 65536:
         raise ValueError(f"port {port} out of range")
-    options = [
-        struct.pack("<BB", TYPE_CONNECT, 6) + struct.pack("!H", port) + socket.inet_aton(host)
-    ]
+    if ":" in host:
+        raw = socket.inet_pton(socket.AF_INET6, host)
+        options = [
+            struct.pack("<BB", TYPE_CONNECT6, 6) + struct.pack("!H", port) + raw[:4],
+            struct.pack("<BB", TYPE_ADDRESS6, 6) + raw[4:10],
+            struct.pack("<BB", TYPE_ADDRESS6, 6) + raw[10:],
+        ]
+    else:
+        options = [
+            struct.pack("<BB", TYPE_CONNECT, 6) + struct.pack("!H", port) + socket.inet_aton(host)
+        ]
     if buffer_size is not None:
         if not 0 <= buffer_size < 2**32:
             raise ValueError("buffer_size must fit in 32 bits")
@@ -83,8 +94,9 @@ def connect(
     timeout: float | None = None,
     no_cookie: bool = False,
 ) -> socket.socket:
-    """A new TCP socket connected to ``destination`` through the PEP."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A new TCP socket connected to ``destination`` through the PEP (either IP version)."""
+    family = socket.AF_INET6 if ":" in pep[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         send_tlv(sock, destination, pep, buffer_size=buffer_size, no_cookie=no_cookie)

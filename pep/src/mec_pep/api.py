@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+import ipaddress
 from collections import Counter
 from functools import partial
 from typing import Annotated, Any
@@ -76,14 +76,14 @@ def _router(service: PepService) -> APIRouter:
 
     @router.get("/flows", tags=["flows"], summary="Flows, optionally of one UE")
     def list_flows(
-        ue: Annotated[str | None, Query(description="only this UE (IPv4 address)")] = None,
+        ue: Annotated[str | None, Query(description="only this UE (IPv4 or IPv6 address)")] = None,
         mode: Annotated[Mode | None, Query(description="only this mode")] = None,
         tcp_info: Annotated[bool, Query(description="include both legs' TCP_INFO")] = True,
         limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
         offset: Annotated[int, Query(ge=0)] = 0,
     ) -> FlowList:
         if ue is not None:
-            _check_ipv4(ue, "ue")
+            _check_address(ue, "ue")
         chosen = _select(service.flows.by_ue(ue) if ue else list(service.flows), mode)
         page = sorted(chosen, key=lambda f: f.id)[offset : offset + limit]
         return FlowList(count=len(chosen), flows=_states(service, page, tcp=tcp_info))
@@ -110,7 +110,7 @@ def _router(service: PepService) -> APIRouter:
 
     @router.get("/ues/{ue}", tags=["stats"], summary="One UE's aggregate")
     def get_ue(ue: str) -> UeState:
-        _check_ipv4(ue, "ue")
+        _check_address(ue, "ue")
         states = _ue_states(service, [ue])
         if not states:
             raise ProblemError(404, f"no flow of UE {ue}")
@@ -251,17 +251,20 @@ def _config_view(service: PepService) -> ConfigView:
     )
 
 
-def _check_ipv4(value: str, name: str) -> None:
+def _check_address(value: str, name: str) -> None:
+    """A UE address as the PEP writes it: dotted IPv4 or compressed IPv6."""
     try:
-        socket.inet_aton(value)
-    except OSError:
-        raise ProblemError(400, f"{name}: {value!r} is not an IPv4 address") from None
-    if value.count(".") != 3:
-        raise ProblemError(400, f"{name}: {value!r} is not a dotted IPv4 address")
+        parsed = ipaddress.ip_address(value)
+    except ValueError:
+        raise ProblemError(400, f"{name}: {value!r} is not an IPv4 or IPv6 address") from None
+    if str(parsed) != value:
+        raise ProblemError(400, f"{name}: write {value!r} as {str(parsed)!r}")
 
 
-def _ip_key(ue: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in ue.split("."))
+def _ip_key(ue: str) -> tuple[int, int]:
+    """IPv4 addresses first, each version in numeric order."""
+    address = ipaddress.ip_address(ue)
+    return address.version, int(address)
 
 
 def _validation_detail(exc: ValidationError) -> str:

@@ -120,6 +120,8 @@ class BacklogFeed:
 
     def _publish(self, ue: str, b: UeBacklog, ts_ns: int) -> None:
         assert self.publisher is not None
+        if ":" in ue:
+            return  # the feed's contract (and the path manager, MPTCP over IPv4) is IPv4 only
         message = PepBacklog(
             ue=IPv4Address(ue),
             ts_ns=ts_ns,

@@ -24,7 +24,9 @@ MiB = 1024 * 1024
 # one setting away, and TLV clients can ask for more per flow (BUFFER_SIZE).
 DEFAULT_SOCKET_BUFFER = 16 * MiB
 
-Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(split_commas)]
+Networks = Annotated[
+    list[ipaddress.IPv4Network | ipaddress.IPv6Network], NoDecode, BeforeValidator(split_commas)
+]
 
 
 class PepSettings(ServiceSettings):
@@ -39,6 +41,11 @@ class PepSettings(ServiceSettings):
 
     # Listeners: a port of 0/unset turns a mode off.
     listen_host: str = Field("0.0.0.0", description="address the explicit modes listen on")
+    listen_host6: str | None = Field(
+        "::",
+        description="IPv6 address every mode also listens on (the transparent one on ::); "
+        "unset = IPv4 only. Where the namespace has no IPv6 the PEP logs it and runs IPv4 only",
+    )
     socks5_port: Port | None = Field(None, description="SOCKS5 (no-auth CONNECT) port; unset = off")
     tlv_port: Port | None = Field(
         None, description="TFO opt-in TLV port (the research PEP used 8181); unset = off"
@@ -54,8 +61,9 @@ class PepSettings(ServiceSettings):
     )
     allowed_destinations: Networks = Field(
         default_factory=list,
-        description="server networks the PEP may connect to; empty = none. 127.0.0.0/8 "
-        "needs an explicit loopback entry even when 0.0.0.0/0 is listed",
+        description="server networks the PEP may connect to (IPv4 and IPv6); empty = none. "
+        "127.0.0.0/8 and ::1 need an explicit loopback entry even when 0.0.0.0/0 or ::/0 is "
+        "listed",
     )
 
     # Transparent mode (nftables TPROXY in the PEP's network namespace).

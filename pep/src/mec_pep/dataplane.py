@@ -57,11 +57,16 @@ class DataPlane:
 
     def listen(self, mode: Mode, port: int) -> tuple[str, int]:
         """(Re)open ``mode``'s listener on every relay thread; port 0 picks a free one."""
-        host = "0.0.0.0" if mode is Mode.TRANSPARENT else self.settings.listen_host
-        address = self.relays[0].call(lambda: self.relays[0].open_listener(mode, host, port))
+        s = self.settings
+        host = "0.0.0.0" if mode is Mode.TRANSPARENT else s.listen_host
+        host6 = (
+            None if s.listen_host6 is None else "::" if mode is Mode.TRANSPARENT else s.listen_host6
+        )
+        first = self.relays[0]
+        address = first.call(partial(first.open_listener, mode, host, port, host6))
         try:
             for relay in self.relays[1:]:
-                relay.call(partial(relay.open_listener, mode, host, address[1]))
+                relay.call(partial(relay.open_listener, mode, host, address[1], host6))
         except BaseException:
             self.unlisten(mode)
             raise

@@ -46,7 +46,7 @@ from mec_pep import socks5, tlv
 from mec_pep.config import PepSettings
 from mec_pep.flows import Flow, FlowTable, Hooks, Leg, Mode
 from mec_pep.policy import AccessPolicy
-from mec_pep.sockets import TCP_FASTOPEN_NO_COOKIE, reset_on_close, set_buffers
+from mec_pep.sockets import TCP_FASTOPEN_NO_COOKIE, apply_buffers, reset_on_close, set_buffers
 
 log = get_logger(__name__)
 
@@ -60,6 +60,9 @@ HANDSHAKE_LIMIT = 512  # bytes a SOCKS5 or TLV header may take; more is an error
 ACCEPT_BATCH = 64  # accepts per listener event, so one busy port cannot starve flows
 TICK = 0.25  # seconds between timer checks
 CLONE_FILES = 0x400
+IPV6_TRANSPARENT = 75  # linux/in6.h; not in the socket module
+# A listener that cannot be made IPv6 because the namespace has none: run IPv4 only.
+NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -70,6 +73,13 @@ class Stage(IntEnum):
     CONNECTING = 4
     RELAYING = 5
     CLOSED = 6
+
+
+FIRST_STAGE = {
+    Mode.SOCKS5: Stage.SOCKS_GREETING,
+    Mode.TLV: Stage.TLV_HEADER,
+    Mode.TRANSPARENT: Stage.CONNECTING,
+}
 
 
 class PipePool:
@@ -176,6 +186,7 @@ class Conn:
         "inbox",
         "last_active",
         "ran_fd",
+        "ran_readable",
         "relay",
         "stage",
         "up",
@@ -194,6 +205,9 @@ class Conn:
         self.deadline = deadline
         self.up: Pump | None = None
         self.down: Pump | None = None
+        # The UE may have sent bytes the relay has not read (reported while connecting,
+        # or left behind a handshake): pump toward the server once established.
+        self.ran_readable = stage is not Stage.CONNECTING
 
     @property
     def alive(self) -> bool:
@@ -259,6 +273,7 @@ class Relay:
         self.buffers = BufferPool(self.settings.pipe_size)
         self._move = self._splice if self.settings.relay_method == "splice" else self._copy
         self.listeners: dict[Mode, Listener] = {}
+        self.listeners6: dict[Mode, Listener] = {}  # the same modes for IPv6 clients
         self.join_listeners: dict[int, Listener] = {}  # MPTCP joins in transparent mode, by port
         self.busy: set[Conn] = set()  # flows that may hold bytes toward the UE
         # Bytes read from servers per UE since start (all flows, closed ones too): the
@@ -269,6 +284,7 @@ class Relay:
         # events for them are stale, and a connection accepted in the same batch may
         # already have been given the same number (issue 20 review of the relay).
         self._closed_in_batch: set[int] = set()
+        self._listener_ports: frozenset[int] = frozenset()  # of every listener, for loops
         self._epoll: select.epoll | None = None
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._calls: list[tuple[Callable[[], Any], Future[Any] | None]] = []
@@ -335,19 +351,34 @@ class Relay:
 
     # ---- listeners (relay thread) -----------------------------------------------------
 
-    def open_listener(self, mode: Mode, host: str, port: int) -> tuple[str, int]:
-        """Listen for ``mode`` on host:port (port 0 picks one); returns the bound address.
+    def open_listener(
+        self, mode: Mode, host: str, port: int, host6: str | None = None
+    ) -> tuple[str, int]:
+        """Listen for ``mode`` on host:port (port 0 picks one), and on [host6]:port if given.
 
-        ``SO_REUSEPORT``: every relay thread listens on the same port.
+        Returns the IPv4 address bound. ``SO_REUSEPORT``: every relay thread listens on the
+        same port. Without IPv6 in the namespace the mode stays IPv4 only (logged).
         """
         self.close_listener(mode)
         listener = Listener(mode, self._listen_socket(mode, host, port))
         self.listeners[mode] = listener
         assert self._epoll is not None
         self._epoll.register(listener.fd, select.EPOLLIN)
+        bound: tuple[str, int] = listener.sock.getsockname()
+        if host6 is not None:
+            try:
+                sock6 = self._listen_socket(mode, host6, bound[1], socket.AF_INET6)
+            except OSError as exc:
+                if exc.errno not in NO_IPV6:
+                    self.close_listener(mode)
+                    raise
+                log.warning("no IPv6 listener", mode=str(mode), error=str(exc))
+            else:
+                self.listeners6[mode] = Listener(mode, sock6)
+                self._epoll.register(sock6.fileno(), select.EPOLLIN)
         if mode is Mode.TRANSPARENT and self.settings.ran_mptcp:
             self._open_join_listeners(host)
-        bound: tuple[str, int] = listener.sock.getsockname()
+        self._listeners_changed()
         return bound
 
     def _open_join_listeners(self, host: str) -> None:
@@ -366,15 +397,19 @@ class Relay:
             assert self._epoll is not None
             self._epoll.register(listener.fd, select.EPOLLIN)
 
-    def _listen_socket(self, mode: Mode, host: str, port: int) -> socket.socket:
+    def _listen_socket(
+        self, mode: Mode, host: str, port: int, family: int = socket.AF_INET
+    ) -> socket.socket:
         s = self.settings
-        sock = ran_listener_socket(mptcp=s.ran_mptcp)
+        sock = ran_listener_socket(mptcp=s.ran_mptcp, family=family)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             if mode is Mode.TRANSPARENT:
-                sock.setsockopt(socket.SOL_IP, socket.IP_TRANSPARENT, 1)
+                set_transparent(sock, family)
             if mode is Mode.TLV and s.tfo_queue > 0:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, s.tfo_queue)
                 if s.tfo_no_cookie:
@@ -390,16 +425,25 @@ class Relay:
         return sock
 
     def close_listener(self, mode: Mode) -> None:
-        listener = self.listeners.pop(mode, None)
-        if listener is not None:
-            listener.sock.close()
+        for listeners in (self.listeners, self.listeners6):
+            listener = listeners.pop(mode, None)
+            if listener is not None:
+                listener.sock.close()
         if mode is Mode.TRANSPARENT:
             for join in self.join_listeners.values():
                 join.sock.close()
             self.join_listeners.clear()
+        self._listeners_changed()
 
     def _all_listeners(self) -> list[Listener]:
-        return [*self.listeners.values(), *self.join_listeners.values()]
+        return [
+            *self.listeners.values(),
+            *self.listeners6.values(),
+            *self.join_listeners.values(),
+        ]
+
+    def _listeners_changed(self) -> None:
+        self._listener_ports = frozenset(lst.sock.getsockname()[1] for lst in self._all_listeners())
 
     def resize_listener_buffers(self) -> None:
         """Apply the RAN-leg buffer settings to new connections (existing ones keep theirs)."""
@@ -547,7 +591,7 @@ class Relay:
                     continue  # the client gave up in the accept queue
                 raise
             self.counters.accepted += 1
-            self._admit(listener.mode, sock, peer)
+            self._admit(listener.mode, sock, peer[:2])
 
     def _pause(self, listener: Listener, exc: OSError) -> None:
         """Out of descriptors or memory: stop accepting for a moment instead of spinning."""
@@ -572,18 +616,15 @@ class Relay:
             sock.close()
             return
         sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if s.ran_mptcp:
+            # A TCP socket inherits TCP_NODELAY (and the buffers) from its listener.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if s.ran_congestion_control:
             sock.setsockopt(
                 socket.IPPROTO_TCP, socket.TCP_CONGESTION, s.ran_congestion_control.encode()
             )
-        flow = Flow(next(self.shared.ids), mode, Leg(sock, sock.getsockname(), peer))
-        stage = {
-            Mode.SOCKS5: Stage.SOCKS_GREETING,
-            Mode.TLV: Stage.TLV_HEADER,
-            Mode.TRANSPARENT: Stage.CONNECTING,
-        }[mode]
-        conn = Conn(self, flow, stage, self.now, self.now + s.handshake_timeout)
+        flow = Flow(next(self.shared.ids), mode, Leg(sock, sock.getsockname()[:2], peer))
+        conn = Conn(self, flow, FIRST_STAGE[mode], self.now, self.now + s.handshake_timeout)
         flow._relay = conn
         with self.flows.lock:
             self.flows.add(flow)
@@ -686,7 +727,8 @@ class Relay:
                     flow.ran.sock.send(socks5.reply(socks5.NOT_ALLOWED))
             self._refuse(conn, "destination not allowed", reset=flow.mode is not Mode.SOCKS5)
             return
-        wan = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+        family = socket.AF_INET6 if ":" in destination[0] else socket.AF_INET
+        wan = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
         try:
             wan.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if s.wan_congestion_control:
@@ -695,18 +737,18 @@ class Relay:
                 )
             size = conn.buffer_size
             if size:
-                set_buffers(wan, size, size, force=s.force_buffers)
+                apply_buffers(wan, size, size, force=s.force_buffers)
             else:
-                set_buffers(wan, s.wan_rcvbuf, s.wan_sndbuf, force=s.force_buffers)
+                apply_buffers(wan, s.wan_rcvbuf, s.wan_sndbuf, force=s.force_buffers)
             if flow.mode is Mode.TRANSPARENT and s.keep_ue_source:
-                wan.setsockopt(socket.SOL_IP, socket.IP_TRANSPARENT, 1)
+                set_transparent(wan, family)
                 wan.bind((flow.ue, 0))
         except OSError as exc:
             wan.close()
             log.warning("cannot prepare the WAN leg", flow=flow.id, error=str(exc))
             self._refuse(conn, "WAN socket setup failed")
             return
-        flow.wan = Leg(wan, ("0.0.0.0", 0), destination)
+        flow.wan = Leg(wan, ("::" if family == socket.AF_INET6 else "0.0.0.0", 0), destination)
         conn.wan_fd = wan.fileno()
         conn.stage = Stage.CONNECTING
         conn.deadline = self.now + s.handshake_timeout
@@ -722,9 +764,11 @@ class Relay:
 
     def _is_own_listener(self, destination: tuple[str, int]) -> bool:
         """A connection to one of our own ports on this host would loop through the PEP."""
-        if all(lst.sock.getsockname()[1] != destination[1] for lst in self._all_listeners()):
+        if destination[1] not in self._listener_ports:
             return False
-        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        probe = socket.socket(
+            socket.AF_INET6 if ":" in destination[0] else socket.AF_INET, socket.SOCK_STREAM
+        )
         try:
             probe.bind((destination[0], 0))  # succeeds only for an address of this host
             return True
@@ -733,14 +777,14 @@ class Relay:
         finally:
             probe.close()
 
-    def _on_connected(self, conn: Conn) -> None:
+    def _on_connected(self, conn: Conn, *, server_readable: bool) -> None:
         flow = conn.flow
         assert flow.wan is not None
         err = flow.wan.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
             self._connect_failed(conn, err)
             return
-        flow.wan.local = flow.wan.sock.getsockname()
+        flow.wan.local = flow.wan.sock.getsockname()[:2]
         if flow.mode is Mode.SOCKS5:
             try:
                 flow.ran.sock.send(socks5.reply(socks5.SUCCEEDED, flow.wan.local))
@@ -754,10 +798,14 @@ class Relay:
         flow.established_at = time.time()
         self.counters.established += 1
         self.hooks.flow_established(flow)
-        # Data may have arrived on either leg before we were ready: edge-triggered epoll
-        # will not report it again, so pump both directions once now.
-        if self._pump(conn, conn.up) and self._pump(conn, conn.down):
-            self._close_if_done(conn)
+        # Bytes that arrived before we were ready are not reported again (edge-triggered):
+        # pump a direction now if its source was reported readable (or had bytes left
+        # behind a handshake). Pumping both always cost two empty splices per flow.
+        if conn.ran_readable and not self._pump(conn, conn.up):
+            return
+        if server_readable and not self._pump(conn, conn.down):
+            return
+        self._close_if_done(conn)
 
     def _connect_failed(self, conn: Conn, err: int) -> None:
         flow = conn.flow
@@ -790,9 +838,11 @@ class Relay:
             self._close_if_done(conn)
         elif stage is Stage.CONNECTING:
             if fd == conn.wan_fd and ev & WRITABLE:
-                self._on_connected(conn)
+                self._on_connected(conn, server_readable=bool(ev & READABLE))
             elif fd == conn.ran_fd and ev & select.EPOLLERR:
                 self._abort(conn, "client reset during connect")
+            elif fd == conn.ran_fd and ev & READABLE:
+                conn.ran_readable = True
         elif stage is not Stage.CLOSED and fd == conn.ran_fd and ev & READABLE:
             self._read_handshake(conn)
 
@@ -931,6 +981,7 @@ class Relay:
         self._conns.pop(conn.wan_fd, None)
         self._closed_in_batch.update((conn.ran_fd, conn.wan_fd))
         self.busy.discard(conn)
+        flow._relay = None  # no Conn <-> Flow cycle: a closed flow is freed by refcount
         with self.flows.lock:
             self.flows.remove(flow)
             for leg in (flow.ran, flow.wan):
@@ -963,17 +1014,25 @@ class Relay:
                 self._epoll.modify(listener.fd, select.EPOLLIN)
 
 
-def ran_listener_socket(*, mptcp: bool) -> socket.socket:
+def set_transparent(sock: socket.socket, family: int) -> None:
+    """IP_TRANSPARENT / IPV6_TRANSPARENT: bind to (or accept for) a non-local address."""
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TRANSPARENT, 1)
+    else:
+        sock.setsockopt(socket.SOL_IP, socket.IP_TRANSPARENT, 1)
+
+
+def ran_listener_socket(*, mptcp: bool, family: int = socket.AF_INET) -> socket.socket:
     """A non-blocking listener socket for UE connections, MPTCP if asked.
 
     An MPTCP listener still accepts plain TCP clients (the kernel falls back per
     connection), so ``mptcp`` only adds subflows for UEs that speak MPTCP.
     """
     if not mptcp:
-        return socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+        return socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
     try:
         return socket.socket(
-            socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, socket.IPPROTO_MPTCP
+            family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, socket.IPPROTO_MPTCP
         )
     except OSError as exc:  # no MPTCP in this kernel, or net.mptcp.enabled=0 here
         raise OSError(

@@ -41,6 +41,16 @@ def set_buffers(sock: socket.socket, rcvbuf: int, sndbuf: int, *, force: bool) -
     Set before ``listen()``/``connect()``: the TCP window scale is chosen at the
     handshake from the receive buffer, so a late increase cannot open the window fully.
     """
+    forced = apply_buffers(sock, rcvbuf, sndbuf, force=force)
+    return BufferResult(
+        rcvbuf=sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+        sndbuf=sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+        forced=forced,
+    )
+
+
+def apply_buffers(sock: socket.socket, rcvbuf: int, sndbuf: int, *, force: bool) -> bool:
+    """``set_buffers`` without reading the result back (per flow); True if forced."""
     forced = force
     for size, plain, forced_opt in (
         (rcvbuf, socket.SO_RCVBUF, SO_RCVBUFFORCE),
@@ -55,11 +65,7 @@ def set_buffers(sock: socket.socket, rcvbuf: int, sndbuf: int, *, force: bool) -
             except PermissionError:
                 forced = False  # no CAP_NET_ADMIN: the kernel clamps to net.core.*mem_max
         sock.setsockopt(socket.SOL_SOCKET, plain, size)
-    return BufferResult(
-        rcvbuf=sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
-        sndbuf=sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
-        forced=forced,
-    )
+    return forced
 
 
 def queued(fd: int, request: int) -> int:

@@ -1,4 +1,4 @@
-"""SOCKS5 (RFC 1928), the subset a PEP needs: no authentication, CONNECT, IPv4."""
+"""SOCKS5 (RFC 1928), the subset a PEP needs: no authentication, CONNECT, IPv4 and IPv6."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ NO_AUTH = 0x00
 NO_ACCEPTABLE_METHOD = 0xFF
 CMD_CONNECT = 0x01
 ATYP_IPV4, ATYP_DOMAIN, ATYP_IPV6 = 0x01, 0x03, 0x04
+_ADDRESS_SIZE = {ATYP_IPV4: 4, ATYP_IPV6: 16}
 
 # Reply codes (RFC 1928 §6).
 SUCCEEDED = 0x00
@@ -71,16 +72,18 @@ def parse_request(data: bytes) -> Request | None:
         raise Socks5Error(f"bad request header {data[:4].hex()}", GENERAL_FAILURE)
     if command != CMD_CONNECT:
         raise Socks5Error(f"command {command} (only CONNECT)", COMMAND_NOT_SUPPORTED)
-    if atyp != ATYP_IPV4:
-        # Domain names would need a resolver on the PEP, IPv6 a dual-stack relay: absent.
-        raise Socks5Error(f"address type {atyp} (only IPv4)", ADDRESS_TYPE_NOT_SUPPORTED)
-    if len(data) < 10:
+    size = _ADDRESS_SIZE.get(atyp)
+    if size is None:
+        # Domain names would need a resolver on the PEP: absent (resolve on the client).
+        raise Socks5Error(f"address type {atyp} (IPv4, IPv6 only)", ADDRESS_TYPE_NOT_SUPPORTED)
+    length = 4 + size + 2
+    if len(data) < length:
         return None
-    address = ipaddress.IPv4Address(bytes(data[4:8]))
-    (port,) = struct.unpack_from("!H", data, 8)
+    address = ipaddress.ip_address(bytes(data[4 : 4 + size]))
+    (port,) = struct.unpack_from("!H", data, 4 + size)
     if port == 0 or address.is_unspecified:
-        raise Socks5Error(f"CONNECT to {address}:{port}", HOST_UNREACHABLE)
-    return Request((str(address), port), 10)
+        raise Socks5Error(f"CONNECT to {address} port {port}", HOST_UNREACHABLE)
+    return Request((str(address), port), length)
 
 
 def method_reply(method: int) -> bytes:
@@ -88,11 +91,12 @@ def method_reply(method: int) -> bytes:
 
 
 def reply(code: int, bound: tuple[str, int] = ("0.0.0.0", 0)) -> bytes:
-    return (
-        bytes((VERSION, code, 0, ATYP_IPV4))
-        + socket.inet_aton(bound[0])
-        + struct.pack("!H", bound[1])
-    )
+    """A reply with the address the PEP bound toward the server (its family's ATYP)."""
+    if ":" in bound[0]:
+        atyp, address = ATYP_IPV6, socket.inet_pton(socket.AF_INET6, bound[0])
+    else:
+        atyp, address = ATYP_IPV4, socket.inet_aton(bound[0])
+    return bytes((VERSION, code, 0, atyp)) + address + struct.pack("!H", bound[1])
 
 
 def reply_for_errno(err: int) -> int:

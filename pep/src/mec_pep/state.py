@@ -84,4 +84,8 @@ def _leg(leg: Leg | None, *, tcp: bool) -> dict[str, Any] | None:
 
 
 def _address(address: tuple[str, int] | None) -> str | None:
-    return f"{address[0]}:{address[1]}" if address else None
+    """host:port, [host]:port for IPv6 (RFC 3986)."""
+    if not address:
+        return None
+    host, port = address[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

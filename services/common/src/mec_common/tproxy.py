@@ -19,7 +19,12 @@ nftables table (replaced atomically) plus the policy routing that TPROXY needs::
 
 The proxy's listening socket needs ``IP_TRANSPARENT`` and sees the original destination
 as its local address. ``install`` records what it created in a state file, so that
-``cleanup`` removes it at the next start after a crash. IPv4 only.
+``cleanup`` removes it at the next start after a crash.
+
+IPv6: intercepts that name IPv6 networks get the same rules in a ``table ip6 <table>``
+(``ip6 saddr``/``ip6 daddr``) and the same policy routing with ``ip -6`` (``local ::/0``);
+the listener needs ``IPV6_TRANSPARENT``. An intercept without any network stays IPv4 only
+(as before IPv6 existed here), so installers that never name IPv6 get no ip6 table.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ from mec_common.logging import get_logger
 log = get_logger(__name__)
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_FAMILY = {4: "ip", 6: "ip6"}  # nftables table family per IP version
+
+
 class TproxyError(RuntimeError):
     """nft or ip refused a command."""
 
@@ -44,19 +53,27 @@ class TproxyError(RuntimeError):
 class Intercept:
     """TCP to intercept: every given field must match (an empty field matches anything)."""
 
-    sources: tuple[ipaddress.IPv4Network, ...] = ()
-    destinations: tuple[ipaddress.IPv4Network, ...] = ()
+    sources: tuple[Network, ...] = ()
+    destinations: tuple[Network, ...] = ()
     ports: tuple[int, ...] = ()  # destination ports
     interfaces: tuple[str, ...] = ()  # input interfaces
 
-    def match(self) -> str:
+    def match(self, version: int = 4) -> str | None:
+        """The rule's match for IP ``version`` (4 or 6); None if nothing of it matches."""
+        sources = [n for n in self.sources if n.version == version]
+        destinations = [n for n in self.destinations if n.version == version]
+        if (self.sources and not sources) or (self.destinations and not destinations):
+            return None  # e.g. IPv4 clients to IPv6 servers: no packet matches both
+        if version == 6 and not (sources or destinations):
+            return None  # no network named: IPv4 only, as before IPv6 was supported
+        ip = "ip" if version == 4 else "ip6"
         parts = []
         if self.interfaces:
             parts.append("iifname " + _set(f'"{_interface(i)}"' for i in self.interfaces))
-        if self.sources:
-            parts.append("ip saddr " + _set(str(n) for n in self.sources))
-        if self.destinations:
-            parts.append("ip daddr " + _set(str(n) for n in self.destinations))
+        if sources:
+            parts.append(f"{ip} saddr " + _set(str(n) for n in sources))
+        if destinations:
+            parts.append(f"{ip} daddr " + _set(str(n) for n in destinations))
         parts.append("meta l4proto tcp")
         if self.ports:
             parts.append("tcp dport " + _set(str(_port(p)) for p in self.ports))
@@ -65,25 +82,34 @@ class Intercept:
 
 @dataclass(frozen=True)
 class TproxySetup:
-    table: str  # nftables table of family ip, owned entirely by its installer
+    table: str  # nftables table (family ip, and ip6 for IPv6), owned entirely by its installer
     port: int  # the transparent listener's port
     mark: int  # fwmark that routes a packet to the local host
     route_table: int  # policy routing table holding the local default route
     intercepts: tuple[Intercept, ...]
     address: str | None = None  # listener address; None = where the packet arrived
 
+    @property
+    def has_ipv6(self) -> bool:
+        return any(i.match(6) is not None for i in self.intercepts)
+
     def script(self) -> str:
+        """The nft script: the ip table, and the ip6 table when IPv6 is intercepted."""
+        script = self._table_script(4)
+        return script + self._table_script(6) if self.has_ipv6 else script
+
+    def _table_script(self, version: int) -> str:
         mark = f"{self.mark:#x}"
-        target = f"{self.address or ''}:{_port(self.port)}"
+        address, port = self.address or "", _port(self.port)
+        target = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
         rules = [f"meta l4proto tcp socket transparent 1 meta mark set {mark} accept"]
-        rules += [
-            f"{i.match()} tproxy to {target} meta mark set {mark} accept" for i in self.intercepts
-        ]
+        matches = [m for i in self.intercepts if (m := i.match(version)) is not None]
+        rules += [f"{m} tproxy to {target} meta mark set {mark} accept" for m in matches]
         body = "\n".join(f"    {rule}" for rule in rules)
-        name = _table(self.table)
+        family, name = _FAMILY[version], _table(self.table)
         return (
-            f"table ip {name} {{}}\ndelete table ip {name}\n"  # replace atomically
-            f"table ip {name} {{\n  chain prerouting {{\n"
+            f"table {family} {name} {{}}\ndelete table {family} {name}\n"  # replace atomically
+            f"table {family} {name} {{\n  chain prerouting {{\n"
             "    type filter hook prerouting priority mangle; policy accept;\n"
             f"{body}\n  }}\n}}\n"
         )
@@ -121,18 +147,22 @@ def install(setup: TproxySetup, runner: Runner, state_file: Path | None = None) 
         state_file.parent.mkdir(parents=True, exist_ok=True)
         installed = Installed(setup.table, setup.mark, setup.route_table)
         state_file.write_text(json.dumps(asdict(installed)) + "\n")
-    _ensure_routing(setup.mark, setup.route_table, runner)
+    _ensure_routing(setup.mark, setup.route_table, runner, 4)
+    if setup.has_ipv6:
+        _ensure_routing(setup.mark, setup.route_table, runner, 6)
     runner.check(["nft", "-f", "-"], stdin=setup.script())
     log.info("TPROXY rules installed", table=setup.table, port=setup.port, mark=hex(setup.mark))
 
 
 def remove(installed: Installed, runner: Runner) -> None:
-    """Remove the table and its routing; absent parts are fine."""
-    runner.run(["nft", "delete", "table", "ip", _table(installed.table)])
+    """Remove the tables and their routing (both IP versions); absent parts are fine."""
     rule = ["fwmark", f"{installed.mark:#x}", "lookup", str(installed.route_table)]
-    while runner.run(["ip", "rule", "del", *rule]).returncode == 0:
-        pass  # the same rule may have been added more than once
-    runner.run(["ip", "route", "flush", "table", str(installed.route_table)])
+    for version in (4, 6):
+        runner.run(["nft", "delete", "table", _FAMILY[version], _table(installed.table)])
+        ip = ["ip", f"-{version}"]
+        while runner.run([*ip, "rule", "del", *rule]).returncode == 0:
+            pass  # the same rule may have been added more than once
+        runner.run([*ip, "route", "flush", "table", str(installed.route_table)])
 
 
 def cleanup(state_file: Path, runner: Runner) -> Installed | None:
@@ -151,12 +181,14 @@ def cleanup(state_file: Path, runner: Runner) -> Installed | None:
     return installed
 
 
-def _ensure_routing(mark: int, route_table: int, runner: Runner) -> None:
-    rules = runner.check(["ip", "rule", "show"])
+def _ensure_routing(mark: int, route_table: int, runner: Runner, version: int) -> None:
+    ip = ["ip", f"-{version}"]
+    rules = runner.check([*ip, "rule", "show"])
     if f"fwmark {mark:#x} lookup {route_table}" not in rules:
-        runner.check(["ip", "rule", "add", "fwmark", f"{mark:#x}", "lookup", str(route_table)])
+        runner.check([*ip, "rule", "add", "fwmark", f"{mark:#x}", "lookup", str(route_table)])
+    default = "0.0.0.0/0" if version == 4 else "::/0"
     runner.check(
-        ["ip", "route", "replace", "local", "0.0.0.0/0", "dev", "lo", "table", str(route_table)]
+        [*ip, "route", "replace", "local", default, "dev", "lo", "table", str(route_table)]
     )
 
 

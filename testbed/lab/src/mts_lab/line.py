@@ -3,6 +3,7 @@
 ::
 
     [<name>-c] 10.201.1.2 ── 10.201.1.1 [<name>-p] 10.201.2.1 ── 10.201.2.2 [<name>-s]
+               fd00:201:1::2   fd00:201:1::1     fd00:201:2::1   fd00:201:2::2
 
 The middle namespace routes (so traffic can go "direct") and is where a PEP or HAProxy
 runs. Names carry a random suffix so parallel runs never collide; ``down()`` removes
@@ -44,6 +45,10 @@ class Lab:
     pep_client_side_ip: str = "10.201.1.1"
     pep_server_side_ip: str = "10.201.2.1"
     server_ip: str = "10.201.2.2"
+    client_ip6: str = "fd00:201:1::2"
+    pep_client_side_ip6: str = "fd00:201:1::1"
+    pep_server_side_ip6: str = "fd00:201:2::1"
+    server_ip6: str = "fd00:201:2::2"
     pep_client_if: str = "pc0"  # the PEP's interface toward the client
     pep_server_if: str = "ps0"
 
@@ -68,6 +73,9 @@ class Lab:
             # reuse TIME_WAIT ports for new outgoing connections, and use the whole range.
             self.sh(ns, "sysctl -qw net.ipv4.tcp_tw_reuse=1")
             self.sh(ns, "sysctl -qw net.ipv4.ip_local_port_range='1024 65535'")
+            # IPv6 usable at once: links moved in here skip duplicate address detection
+            # (a tentative link-local address cannot resolve neighbours for ~1 s).
+            self.sh(ns, "sysctl -qw net.ipv6.conf.default.accept_dad=0")
         self._link(
             self.client_ns, "c0", self.client_ip, self.pep_client_if, self.pep_client_side_ip
         )
@@ -75,8 +83,15 @@ class Lab:
             self.server_ns, "s0", self.server_ip, self.pep_server_if, self.pep_server_side_ip
         )
         self.sh(self.pep_ns, "sysctl -qw net.ipv4.ip_forward=1")
+        self.sh(self.pep_ns, "sysctl -qw net.ipv6.conf.all.forwarding=1")
         self.sh(self.client_ns, f"ip route add default via {self.pep_client_side_ip}")
         self.sh(self.server_ns, f"ip route add default via {self.pep_server_side_ip}")
+        self._link6(
+            self.client_ns, "c0", self.client_ip6, self.pep_client_if, self.pep_client_side_ip6
+        )
+        self._link6(
+            self.server_ns, "s0", self.server_ip6, self.pep_server_if, self.pep_server_side_ip6
+        )
 
     def _link(self, ns: str, ns_if: str, ns_ip: str, pep_if: str, pep_ip: str) -> None:
         tmp_a, tmp_b = f"v{secrets.token_hex(4)}", f"v{secrets.token_hex(4)}"
@@ -87,6 +102,12 @@ class Lab:
         self.sh(ns, f"ip link set {ns_if} up")
         self.sh(self.pep_ns, f"ip addr add {pep_ip}/24 dev {pep_if}")
         self.sh(self.pep_ns, f"ip link set {pep_if} up")
+
+    def _link6(self, ns: str, ns_if: str, ns_ip: str, pep_if: str, pep_ip: str) -> None:
+        """IPv6 on a link (no duplicate address detection: usable at once)."""
+        self.sh(ns, f"ip -6 addr add {ns_ip}/64 dev {ns_if} nodad")
+        self.sh(self.pep_ns, f"ip -6 addr add {pep_ip}/64 dev {pep_if} nodad")
+        self.sh(ns, f"ip -6 route add default via {pep_ip}")
 
     def sh(self, ns: str, command: str, *, check: bool = True) -> str:
         return run(["ip", "netns", "exec", ns, "sh", "-c", command], check=check).stdout
