@@ -1,6 +1,6 @@
 # pep: the split-TCP PEP (Python mec_pep), its C clients, benchmark and experiment.
 APT_PACKAGES += gcc libc6-dev haproxy iperf3
-BUILD_TARGETS += build/lib/libpep_preload.so build/bin/tcpload
+BUILD_TARGETS += build/lib/libpep_preload.so build/bin/tcpload build/bin/relay-floor
 TEST_TARGETS += test-pep
 BENCH_TARGETS += bench-pep
 EXPERIMENT_TARGETS += experiment-pep-split
@@ -16,6 +16,11 @@ $(PEP_PRELOAD): pep/clients/c/pep_preload.c pep/clients/c/pep_tlv.h
 build/bin/tcpload: testbed/tcpload/main.go go.mod
 	@mkdir -p $(@D)
 	go build -trimpath -o $@ ./testbed/tcpload
+
+# The lower bound of a compiled relay core (a measurement device, not the PEP; docs/pep.md).
+build/bin/relay-floor: testbed/relay-floor/relay_floor.c
+	@mkdir -p $(@D)
+	gcc -O2 -Wall -Wextra -Werror -o $@ $< -lpthread
 
 .PHONY: test-pep bench-pep experiment-pep-split
 test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)

@@ -20,6 +20,7 @@ connections; used by the tests).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import platform
@@ -55,6 +56,13 @@ SHORT_REQUEST = 500
 SHORT_CLIENTS = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TCPLOAD = Path(__file__).resolve().parents[5] / "build" / "bin" / "tcpload"
+RELAY_FLOOR = TCPLOAD.with_name("relay-floor")
+FLOOR_TABLE = "mts_floor"
+FLOW_CASES = {  # name: (clients, request bytes, response bytes)
+    "connections": (16, 1, 1),
+    "10kB": (SHORT_CLIENTS, SHORT_REQUEST, SHORT_FLOWS["10kB"]),
+    "100kB": (SHORT_CLIENTS, SHORT_REQUEST, SHORT_FLOWS["100kB"]),
+}
 
 
 # ---- helper processes (echo server, connection-rate client) --------------------------------
@@ -107,6 +115,7 @@ class Bench:
     procs: list[subprocess.Popen[Any]] = field(default_factory=list)
     pep: subprocess.Popen[Any] | None = None
     haproxy: subprocess.Popen[Any] | None = None
+    floor: subprocess.Popen[Any] | None = None  # relay-floor, in A/B runs only
 
     def start(self) -> None:
         lab = self.lab
@@ -138,12 +147,43 @@ class Bench:
 
     def restart_pep(self, overrides: dict[str, str]) -> None:
         """Run the PEP again with other settings (for A/B comparisons)."""
-        assert self.pep is not None
-        self.pep.send_signal(signal.SIGTERM)
-        self.pep.wait(30)
-        self.procs.remove(self.pep)
+        self.stop_pep()
         self.pep = self._start_pep(overrides)
         self.wait_pep_ready()
+
+    def stop_pep(self) -> None:
+        """Stop the PEP (it removes its TPROXY rules)."""
+        if self.pep is not None:
+            self.pep.send_signal(signal.SIGTERM)
+            self.pep.wait(30)
+            self.procs.remove(self.pep)
+            self.pep = None
+
+    def start_floor(self) -> None:
+        """``relay-floor`` in the PEP's place, behind the same TPROXY rules (PEP stopped)."""
+        from mec_common import tproxy
+
+        lab = self.lab
+        self.stop_pep()
+        intercept = tproxy.Intercept(
+            sources=(ipaddress.IPv4Network(f"{lab.client_ip}/32"),),
+            destinations=(ipaddress.IPv4Network(f"{lab.server_ip}/32"),),
+            ports=(IPERF_PEP, *LOAD_PEP),
+        )
+        setup = tproxy.TproxySetup(FLOOR_TABLE, TPROXY_PORT, 0x51, 151, (intercept,))
+        tproxy.install(setup, tproxy.Runner(lab.pep_ns))
+        self.floor = self._spawn(lab.pep_ns, [str(RELAY_FLOOR), str(TPROXY_PORT), "2"])
+        _wait_listening(lab, lab.pep_ns, TPROXY_PORT)
+
+    def stop_floor(self) -> None:
+        from mec_common import tproxy
+        from mts_testbed.netns import stop_processes
+
+        if self.floor is not None:
+            stop_processes([self.floor])
+            self.procs.remove(self.floor)
+            self.floor = None
+        tproxy.remove(tproxy.Installed(FLOOR_TABLE, 0x51, 151), tproxy.Runner(self.lab.pep_ns))
 
     def _start_pep(self, overrides: dict[str, str] | None = None) -> subprocess.Popen[Any]:
         lab = self.lab
@@ -218,11 +258,11 @@ class Bench:
         lab = self.lab
         if system == "haproxy":
             return [f"{lab.pep_client_side_ip}:{HAPROXY_LOAD}"]
-        ports = LOAD_PEP if system == "pep" else LOAD_DIRECT
+        ports = LOAD_PEP if system in ("pep", "floor") else LOAD_DIRECT
         return [f"{lab.server_ip}:{port}" for port in ports]
 
     def process(self, system: str) -> subprocess.Popen[Any] | None:
-        return {"pep": self.pep, "haproxy": self.haproxy}.get(system)
+        return {"pep": self.pep, "haproxy": self.haproxy, "floor": self.floor}.get(system)
 
 
 def _pep_healthy() -> bool:
@@ -246,10 +286,15 @@ def _wait_listening(lab: Lab, ns: str, port: int, timeout: float = 60) -> None:
 
 def cpu_seconds(proc: subprocess.Popen[Any] | None) -> float:
     """User + system CPU time of a process (all its threads)."""
+    return sum(cpu_split(proc))
+
+
+def cpu_split(proc: subprocess.Popen[Any] | None) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process (all its threads)."""
     if proc is None:
-        return 0.0
+        return 0.0, 0.0
     fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 def rss_kib(proc: subprocess.Popen[Any] | None) -> int:
@@ -295,10 +340,17 @@ def tcpload_flows(
            "-clients", str(clients), "-request", str(request), "-response", str(response),
            "-seconds", str(seconds)]  # fmt: skip
     proc = bench.process(system)
-    cpu_before = cpu_seconds(proc)
+    user_before, sys_before = cpu_split(proc)
     out = bench.lab.sh(bench.lab.client_ns, " ".join(cmd))
     result: dict[str, Any] = json.loads(out)
-    result["cpu_s"] = cpu_seconds(proc) - cpu_before
+    user, sys_ = (
+        after - before
+        for after, before in zip(cpu_split(proc), (user_before, sys_before), strict=True)
+    )
+    result["cpu_s"] = user + sys_
+    flows = max(result["flows"], 1)
+    result["user_us_per_flow"] = user / flows * 1e6
+    result["sys_us_per_flow"] = sys_ / flows * 1e6
     result["load"] = os.getloadavg()[0]
     if result["errors"]:
         print(f"  {system}: {result['errors']} failed flows ({result['first_error']})")
@@ -604,17 +656,80 @@ def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
         case: {name: _medians(runs) for name, runs in by_name.items()}
         for case, by_name in samples.items()
     }
-    results = {
-        "variants": variants,
-        "summary": summary,
-        "environment": _environment(seconds, rounds),
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(results, indent=2) + "\n")
+    results = _save_ab(out / "compare.json", variants, summary, seconds, rounds)
     for case, by_name in summary.items():
         print(case, ", ".join(f"{n} {v['gbps_median']:.2f} Gbit/s "
                               f"({v['cpu_s_per_gbit_median']:.3f} CPU-s/Gbit)"
                               for n, v in by_name.items()))  # fmt: skip
+    return results
+
+
+def compare_flows(
+    variants: dict[str, dict[str, str]], rounds: int, seconds: float, out: Path, *, floor: bool
+) -> dict[str, Any]:
+    """Per-connection cost: PEP variants, HAProxy (and ``relay-floor``), interleaved rounds.
+
+    Per case: flows/s, completion p50/p99, and the proxy process's user and system CPU
+    per flow; the medians over rounds, every sample with the machine's load.
+    """
+    lab = Lab.create("pf")
+    bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-flows-")))
+    names = [*variants, "haproxy", *(["floor"] if floor else [])]
+    samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    try:
+        bench.start()
+        for r in range(rounds):
+            for name in names:
+                system = name if name in ("haproxy", "floor") else "pep"
+                if name == "floor":
+                    bench.start_floor()
+                elif name != "haproxy":
+                    bench.restart_pep(variants[name])
+                for case, (clients, request, response) in FLOW_CASES.items():
+                    x = tcpload_flows(bench, system, clients=clients, request=request,
+                                      response=response, seconds=seconds)  # fmt: skip
+                    samples.setdefault(case, {}).setdefault(name, []).append(x)
+                    print(f"round {r + 1}/{rounds} {case:<11} {name:<10} "
+                          f"{x['flows_per_s']:7.0f}/s p50 {x['p50_ms']:6.2f} "
+                          f"p99 {x['p99_ms']:7.2f} ms user {x['user_us_per_flow']:5.1f} "
+                          f"sys {x['sys_us_per_flow']:5.1f} us/flow load {x['load']:.1f}",
+                          flush=True)  # fmt: skip
+                if name == "floor":
+                    bench.stop_floor()
+                    bench.restart_pep(next(iter(variants.values())))
+    finally:
+        bench.stop()
+        lab.down()  # with the namespace go the rules of a relay-floor run
+    keys = ("flows_per_s", "p50_ms", "p99_ms", "user_us_per_flow", "sys_us_per_flow")
+    summary = {
+        case: {
+            name: {
+                **{k: statistics.median(x[k] for x in runs) for k in keys},
+                "flows_per_s_samples": [round(x["flows_per_s"]) for x in runs],
+                "load": [round(x["load"], 1) for x in runs],
+            }
+            for name, runs in by_name.items()
+        }
+        for case, by_name in samples.items()
+    }
+    results = _save_ab(out / "compare-flows.json", variants, summary, seconds, rounds)
+    for case, by_name in summary.items():
+        hap = by_name["haproxy"]["flows_per_s"]
+        print(case, ", ".join(
+            f"{n} {v['flows_per_s']:.0f}/s ({v['flows_per_s'] / hap:.2f}x haproxy, "
+            f"p99 {v['p99_ms']:.1f} ms, {v['user_us_per_flow'] + v['sys_us_per_flow']:.0f} us CPU)"
+            for n, v in by_name.items()))  # fmt: skip
+    return results
+
+
+def _save_ab(
+    path: Path, variants: dict[str, dict[str, str]], summary: dict[str, Any], seconds: float,
+    rounds: int,
+) -> dict[str, Any]:  # fmt: skip
+    results = {"variants": variants, "summary": summary,
+               "environment": _environment(seconds, rounds)}  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
     return results
 
 
@@ -648,6 +763,14 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--rounds", type=int, default=4)
     ab.add_argument("--seconds", type=float, default=3.0)
     ab.add_argument("--out", type=Path, default=Path("docs/results/pep"))
+    flows = sub.add_parser(
+        "compare-flows", help="A/B of per-connection cost (conn/s, short flows, CPU per flow)"
+    )
+    flows.add_argument("variants", nargs="+", help="NAME[:PEP_SETTING=VALUE,...]")
+    flows.add_argument("--rounds", type=int, default=3)
+    flows.add_argument("--seconds", type=float, default=3.0)
+    flows.add_argument("--floor", action="store_true", help="also build/bin/relay-floor")
+    flows.add_argument("--out", type=Path, default=Path("docs/results/pep"))
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep"), help="output dir")
     parser.add_argument("--seconds", type=float, default=4.0, help="per iperf3 run")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are reported)")
@@ -657,6 +780,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "echo":
         echo_server(args.host, args.port)
+    elif args.command == "compare-flows":
+        variants = dict(_variant(v) for v in args.variants)
+        compare_flows(variants, args.rounds, args.seconds, args.out, floor=args.floor)
     elif args.command == "compare":
         variants = dict(_variant(v) for v in args.variants)
         compare(variants, args.cases.split(","), args.rounds, args.seconds, args.out)
