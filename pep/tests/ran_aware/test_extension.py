@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pep_support import connect_socks5, request, wait_for  # type: ignore[import-not-found]
 
-from mec_pep.ran_aware.kernel import available_congestion_controls
+from mec_common.bpf import available_congestion_controls
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf]
 

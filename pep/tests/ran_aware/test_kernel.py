@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mec_common.bpf import available_congestion_controls
 from mec_pep.ran_aware.kernel import (
     LAYOUTS,
     DecideArgs,
@@ -24,7 +25,6 @@ from mec_pep.ran_aware.kernel import (
     UeRadio,
     Verdict,
     _start_time,
-    available_congestion_controls,
     ca_names,
 )
 from mec_pep.ran_aware.radio import notify_cca

@@ -16,16 +16,21 @@ from __future__ import annotations
 import ctypes
 import enum
 import hashlib
-import json
 import os
 import socket
-import subprocess
-import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mec_common.bpf import BpfMap, BpfProgram, RingBuffer
+from mec_common.bpf import (
+    BpfMap,
+    BpfProgram,
+    RingBuffer,
+    StructOpsUnavailableError,
+    register_struct_ops,
+    remove_pins,
+    unregister_struct_ops,
+)
+from mec_common.bpf import ipv4_key as ue_key
 from mec_common.logging import get_logger
 
 log = get_logger(__name__)
@@ -224,13 +229,8 @@ LAYOUTS: dict[str, type[ctypes.Structure]] = {
 }
 
 
-class KernelUnavailableError(Exception):
-    """The congestion control cannot be registered here; the message says why."""
-
-
-def ue_key(ue: str) -> ctypes.c_uint32:
-    """The maps' key of a UE: its IPv4 address in network byte order."""
-    return ctypes.c_uint32(int.from_bytes(socket.inet_aton(ue), "little"))
+# The congestion control cannot be registered here; the message says why.
+KernelUnavailableError = StructOpsUnavailableError
 
 
 def key_to_ue(key: int) -> str:
@@ -294,11 +294,6 @@ class MeldKernel:
     @classmethod
     def load(cls, loader: Path, obj: Path, pin_root: Path, instance: str) -> MeldKernel:
         """Register the congestion controls and open their maps; raises KernelUnavailableError."""
-        for path, what in ((loader, "loader"), (obj, "BPF object")):
-            if not path.is_file():
-                raise KernelUnavailableError(f"{what} {path} not found (run `make build`)")
-        if not Path("/sys/kernel/btf/vmlinux").exists():
-            raise KernelUnavailableError("the kernel has no BTF (/sys/kernel/btf/vmlinux)")
         pin_dir = pin_root / instance
         owner = pin_owner(pin_dir)
         if owner is not None and owner != os.getpid() and _alive(owner, pin_dir):
@@ -306,16 +301,7 @@ class MeldKernel:
                 f"instance {instance!r} belongs to the running process {owner}: "
                 "give each PEP its own PEP_MELD_INSTANCE"
             )
-        names = ca_names(instance)
-        remove_pins(pin_dir)  # left by a process that died without unregistering
-        wait_unregistered(names.values())
-        args = [str(loader), str(obj), str(pin_dir)]
-        args += [f"{base}={name}" for base, name in names.items()]
-        result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-        if result.returncode != 0:
-            remove_pins(pin_dir)
-            raise KernelUnavailableError(_loader_error(result.stderr))
-        registered = json.loads(result.stdout)["ops"]
+        registered = register_struct_ops(loader, obj, pin_dir, ca_names(instance))
         (pin_dir / f"owner-{os.getpid()}-{_start_time(os.getpid())}").mkdir()
         log.info("congestion controls registered", ops=registered, pins=str(pin_dir))
         try:
@@ -327,8 +313,7 @@ class MeldKernel:
     def close(self) -> None:
         """Unregister (unpin the links) and drop the maps; flows keep their CC until closed."""
         self._close_fds()
-        remove_pins(self.pin_dir)
-        wait_unregistered(self.names.values())
+        unregister_struct_ops(self.pin_dir, self.names.values())
         log.info("congestion controls unregistered", ops=self.names)
 
     def _close_fds(self) -> None:
@@ -432,18 +417,6 @@ class MeldKernel:
 _U32 = ctypes.c_uint32
 
 
-def remove_pins(pin_dir: Path) -> None:
-    """Unpin everything of an instance; unpinning a link unregisters its congestion control."""
-    if not pin_dir.exists():
-        return
-    for entry in pin_dir.iterdir():
-        if entry.is_dir():
-            entry.rmdir()
-        else:
-            entry.unlink()
-    pin_dir.rmdir()
-
-
 def pin_owner(pin_dir: Path) -> int | None:
     """The pid recorded as ``owner-<pid>-<start time>`` in an instance's pin directory."""
     if not pin_dir.is_dir():
@@ -466,29 +439,6 @@ def _start_time(pid: int) -> int:
     except OSError:
         return 0
     return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _loader_error(stderr: str) -> str:
-    lines = [line for line in stderr.strip().splitlines() if line.startswith("meld-loader:")]
-    reason = lines[-1].removeprefix("meld-loader: ") if lines else stderr.strip()[-500:]
-    if "Operation not permitted" in stderr:
-        reason += " (needs root: CAP_BPF and CAP_NET_ADMIN)"
-    return reason or "the loader failed without a message"
-
-
-def wait_unregistered(names: Iterable[str], timeout: float = 5.0) -> None:
-    """The kernel frees an unpinned link asynchronously (after an RCU grace period)."""
-    names = tuple(names)
-    deadline = time.monotonic() + timeout
-    while set(names) & set(available_congestion_controls()):
-        if time.monotonic() > deadline:
-            raise KernelUnavailableError(f"{', '.join(names)} still registered after {timeout} s")
-        time.sleep(0.01)
-
-
-def available_congestion_controls() -> list[str]:
-    text = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
-    return text.split()
 
 
 def loader_paths() -> tuple[Path, Path]:

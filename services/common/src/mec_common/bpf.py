@@ -1,8 +1,10 @@
-"""The few bpf(2) commands the services need, through ctypes: pinned maps, test runs, links.
+"""The few bpf(2) commands the services need, through ctypes: pinned maps, test runs, links,
+and the lifecycle of a struct_ops registration.
 
-Loading an object is the job of libbpf (the PEP's C loader ``pep/bpf/loader.c``, or
-``bpftool prog loadall`` for the L4S programs); everything afterwards — map reads and
-writes on every RNIS message, attaching a tc program, unregistering — is a handful of
+Loading an object is the job of libbpf (the suite's C loader ``pep/bpf/loader.c``, which
+registers MELD/RAPID on the MEC host and SIGMA on the UE, or ``bpftool prog loadall`` for
+the L4S programs); everything afterwards — map reads and writes on every RNIS message,
+attaching a tc program, unregistering — is a handful of
 syscalls that need no library. One map update costs a few microseconds (``make bench-meld``).
 """
 
@@ -10,10 +12,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import mmap
 import os
+import socket
 import struct
-from collections.abc import Iterator
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -296,3 +302,99 @@ class BpfProgram:
         )
         _bpf(BPF_PROG_TEST_RUN, attr)
         return ctypes.c_int32(attr.retval).value
+
+
+def ipv4_key(ip: str) -> ctypes.c_uint32:
+    """A map key naming a host by IPv4 address: network byte order, as the kernel keeps it."""
+    return ctypes.c_uint32(int.from_bytes(socket.inet_aton(ip), "little"))
+
+
+# --- a struct_ops registration: pins, links, the kernel's list -------------------------------
+
+
+class StructOpsUnavailableError(Exception):
+    """A congestion control cannot be registered (or unregistered) here; the message says why."""
+
+
+def remove_pins(pin_dir: Path) -> None:
+    """Unpin everything of an instance; unpinning a link unregisters its congestion control."""
+    if not pin_dir.exists():
+        return
+    for entry in pin_dir.iterdir():
+        if entry.is_dir():
+            entry.rmdir()
+        else:
+            entry.unlink()
+    pin_dir.rmdir()
+
+
+def wait_unregistered(names: Iterable[str], timeout: float = 5.0) -> None:
+    """The kernel frees an unpinned link asynchronously (after an RCU grace period)."""
+    names = tuple(names)
+    deadline = time.monotonic() + timeout
+    while set(names) & set(available_congestion_controls()):
+        if time.monotonic() > deadline:
+            raise StructOpsUnavailableError(
+                f"{', '.join(names)} still registered after {timeout} s"
+            )
+        time.sleep(0.01)
+
+
+def available_congestion_controls() -> list[str]:
+    text = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
+    return text.split()
+
+
+def register_struct_ops(
+    loader: Path, obj: Path, pin_dir: Path, names: dict[str, str]
+) -> dict[str, str]:
+    """Register an object's struct_ops congestion controls (struct variable -> name) with
+    the suite's loader, their links and maps pinned in pin_dir (whatever a crashed
+    predecessor left there is removed first). Returns what the loader registered."""
+    for path, what in ((loader, "loader"), (obj, "BPF object")):
+        if not path.is_file():
+            raise StructOpsUnavailableError(f"{what} {path} not found (run `make build`)")
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        raise StructOpsUnavailableError("the kernel has no BTF (/sys/kernel/btf/vmlinux)")
+    remove_pins(pin_dir)
+    wait_unregistered(names.values())
+    args = [str(loader), str(obj), str(pin_dir)]
+    args += [f"{var}={name}" for var, name in names.items()]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    if result.returncode != 0:
+        remove_pins(pin_dir)
+        raise StructOpsUnavailableError(loader_error(result.stderr))
+    ops: dict[str, str] = json.loads(result.stdout)["ops"]
+    return ops
+
+
+def unregister_struct_ops(pin_dir: Path, names: Iterable[str]) -> None:
+    """Unpin an instance (its links: the kernel unregisters the congestion controls)."""
+    remove_pins(pin_dir)
+    wait_unregistered(names)
+
+
+def layout_mismatches(obj: Path, layouts: dict[str, type[ctypes.Structure]]) -> list[str]:
+    """Structs whose ctypes mirror differs from the object's BTF (size, member offsets)."""
+    dump = subprocess.run(
+        ["bpftool", "-j", "btf", "dump", "file", str(obj)],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    structs = {t["name"]: t for t in json.loads(dump.stdout)["types"] if t["kind"] == "STRUCT"}
+    wrong = []
+    for name, layout in layouts.items():
+        btf = structs.get(name)
+        members = [(m["name"], m["bits_offset"] // 8) for m in btf["members"]] if btf else []
+        mirror = [(f, getattr(layout, f).offset) for f, *_ in layout._fields_]
+        if not btf or btf["size"] != ctypes.sizeof(layout) or members != mirror:
+            wrong.append(name)
+    return wrong
+
+
+def loader_error(stderr: str) -> str:
+    """The reason in the struct_ops loader's stderr (its last ``meld-loader:`` line)."""
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("meld-loader:")]
+    reason = lines[-1].removeprefix("meld-loader: ") if lines else stderr.strip()[-500:]
+    if "Operation not permitted" in stderr:
+        reason += " (needs root: CAP_BPF and CAP_NET_ADMIN)"
+    return reason or "the loader failed without a message"

@@ -276,16 +276,31 @@ func (s *Server) getBearer(w http.ResponseWriter, r *http.Request) {
 // patchChannel changes a UE's channel at run time: fixed CQI (or back to the model),
 // blockage, BLER, residual loss, capacity. Invalid input changes nothing.
 func (s *Server) patchChannel(w http.ResponseWriter, r *http.Request) {
+	if b := s.bearer(w, r); b != nil {
+		s.applyChannel(w, r, b, b.Channel())
+	}
+}
+
+// patchULChannel changes the uplink channel of a UE on a cell with an uplink MAC.
+func (s *Server) patchULChannel(w http.ResponseWriter, r *http.Request) {
 	b := s.bearer(w, r)
 	if b == nil {
 		return
 	}
+	if b.Uplink() == nil {
+		problem(w, r, http.StatusNotFound, "Not Found", fmt.Sprintf("cell %d has no uplink MAC", b.Cell.Cfg.BSID))
+		return
+	}
+	s.applyChannel(w, r, b, b.Uplink().Channel())
+}
+
+func (s *Server) applyChannel(w http.ResponseWriter, r *http.Request, b *ran.Bearer, ch *ran.Channel) {
 	var o ran.ChannelOverride
 	if err := decodeStrict(r, &o); err != nil {
 		problem(w, r, http.StatusBadRequest, "Bad Request", "invalid channel change: "+err.Error())
 		return
 	}
-	if err := b.Channel().Apply(o); err != nil {
+	if err := ch.Apply(o); err != nil {
 		problem(w, r, http.StatusUnprocessableEntity, "Unprocessable Entity", err.Error())
 		return
 	}
