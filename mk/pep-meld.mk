@@ -44,3 +44,8 @@ experiment-meld: python rabbitmq build ## MELD, thesis Table 4.1 setup (long) ->
 
 experiment-rapid: python rabbitmq build ## RAPID, thesis Table 5.3 scenarios (long) -> docs/results/rapid/
 	uv run python -m mts_lab.rapid.experiment --out docs/results/rapid
+
+EXPERIMENT_TARGETS += experiment-meld-discrimination
+.PHONY: experiment-meld-discrimination
+experiment-meld-discrimination: python rabbitmq build ## MELD decisions vs the emulator's drop labels (long) -> docs/results/meld/discrimination.*
+	uv run python -m mts_lab.meld.discrimination_experiment --out docs/results/meld

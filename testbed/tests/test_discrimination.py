@@ -54,6 +54,32 @@ def test_precision_and_recall_from_constructed_episodes() -> None:
         discrimination(decisions, drops, window_ns=0)
 
 
+def test_flow_decisions_take_only_their_segments_once() -> None:
+    """With the kernel log's flow and [snd_una, snd_nxt), an episode is the drops of that
+    flow's outstanding segments; a drop belongs to the first decision that covers it."""
+    a, b = (5001, 40000), (5002, 40001)  # two flows of one UE
+    drops = [
+        Drop(100 * MS, "ue1", "radio", *a, tcp_seq=1_000),
+        Drop(101 * MS, "ue1", "overflow", *b, tcp_seq=1_000),  # other flow: not A1's
+        Drop(102 * MS, "ue1", "overflow", *a, tcp_seq=90_000),  # beyond A1's snd_nxt
+        Drop(300 * MS, "ue1", "radio", *a, tcp_seq=2**32 - 100),  # seq wrapped in A2's range
+    ]
+    decisions = [
+        Decision(150 * MS, "ue1", int(Verdict.SUPPRESS), *a, snd_una=500, snd_nxt=80_000),
+        # covers 90,000 (overflow) and the wrapped radio drop: congestion, said radio
+        Decision(
+            400 * MS, "ue1", int(Verdict.SUPPRESS), *a, snd_una=2**32 - 1_000, snd_nxt=100_000
+        ),
+        # covers drop 1 of A again, but A1 claimed it: unknown
+        Decision(450 * MS, "ue1", int(Verdict.NOTIFY), *a, snd_una=0, snd_nxt=2_000),
+    ]
+    d = discrimination(decisions, drops, window_ns=1_000 * MS)
+    assert (d.radio.tp, d.radio.fp, d.congestion.fn, d.unknown) == (1, 1, 1, 1)
+    record = {"time_ns": 7, "verdict": "suppress", "flow": {"src": "10.0.0.1", "sport": 5001,
+              "dport": 40000}, "snd_una": 1, "snd_nxt": 9}  # fmt: skip
+    assert Decision.from_log(record, "ue1") == Decision(7, "ue1", 4, 5001, 40000, 1, 9)
+
+
 def test_read_drops_pages_and_refuses_lost_truth() -> None:
     event = {"time_ns": 5, "ue": "ue1", "cause": "radio"}
     pages = {

@@ -9,10 +9,12 @@ experiments do that; docs/results.md).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from mts_lab.meld import discrimination_experiment as discrimination
 from mts_lab.meld import experiment as meld
 from mts_lab.rapid import experiment as rapid
 
@@ -37,3 +39,27 @@ def test_rapid_small(build: tuple[Path, Path], tmp_path: Path) -> None:
     # Two Cubic downloads fill the 1 MB RLC queue end to end; RAPID keeps it short, so the
     # 500 kB transfer beside them completes sooner.
     assert short["rapid"]["short_fct_s"] < short["e2e"]["short_fct_s"], short
+
+
+def test_meld_discrimination_small(build: tuple[Path, Path], tmp_path: Path) -> None:
+    """One short run per mode on the discrimination scenario: both kinds of drop labels
+    occur, the kernel logged decisions, and the join scores them against the labels."""
+    results = discrimination.run(["reno"], ["off", "meld-de", "meld-me"], runs=1,
+                                 size=2_000_000, out=tmp_path)  # fmt: skip
+    assert set(results["summary"]["reno"]) == {"off", "meld-de", "meld-me"}
+    assert (tmp_path / "discrimination.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "discrimination.json").read_text())
+    runs = {m: saved["runs"]["reno"][m][0] for m in ("off", "meld-de", "meld-me")}
+    drops = sum((Counter(r["drops"]) for r in runs.values()), Counter())
+    assert drops["radio"] > 0 and drops["overflow"] > 0, drops
+    for mode, r in runs.items():
+        j = r["discrimination"]
+        scored = sum(j["radio"][k] for k in ("tp", "fp", "fn", "tn"))
+        assert len(r["decisions"]) == scored + j["unknown"] > 0, (mode, j)
+        assert scored >= len(r["decisions"]) / 2, (mode, j)  # most decisions found their drops
+    # off never says radio; the MELD modes take decisions from fresh radio state
+    assert set(runs["off"]["verdicts"]) == {"off"} and runs["off"]["discrimination"]["radio"][
+        "fp"] + runs["off"]["discrimination"]["radio"]["tp"] == 0  # fmt: skip
+    for mode in ("meld-de", "meld-me"):
+        assert runs[mode]["verdicts"].get("suppress", 0) > 0, runs[mode]["verdicts"]
+        assert {r["mode"] for r in runs[mode]["decisions"]} == {mode}

@@ -193,6 +193,7 @@ class RanAwareBed:
         pep = topo.popen(topo.mec.ns, sys.executable, "-m", "mec_pep", "serve",
                          env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         self.procs.append(pep)
+        self.pep_pid = pep.pid  # `ip netns exec` execs the PEP: this is its pid
         deadline = time.monotonic() + 90
         while True:
             with contextlib.suppress(httpx.HTTPError):

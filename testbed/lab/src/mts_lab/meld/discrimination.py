@@ -3,19 +3,22 @@
 The emulator labels every drop with its cause (``GET /emulator/v1/drops``: radio,
 overflow, aqm, wan). A TCP sender reacts to a loss episode about one RTT after the drops
 that caused it, once per episode (one ``ssthresh`` call, whatever the number of segments
-lost). So each decision is matched with the drops of its UE in the window
-``(t - window_ns, t]`` before it, and the episode's truth is *congestion* if any of those
-drops was a queue drop (overflow, AQM, WAN), *radio* if all were radio losses, and
-unknown if none was found (a spurious retransmit, or the window too short); unknown
-episodes are counted apart, never scored.
+lost). The kernel's decision log (``mec_pep.ran_aware.kernel.DecisionLog``) gives each
+decision its flow and the sequence numbers the sender had out, [snd_una, snd_nxt): the
+episode's drops are that flow's drops of a segment in that range, in the window
+``(t - window_ns, t]`` before the decision and not already claimed by an earlier decision
+of the flow. A decision without a flow (``sport`` None) falls back to its UE's drops in
+the window. The episode's truth is *congestion* if any of its drops was a queue drop
+(overflow, AQM, WAN), *radio* if all were radio losses, and unknown if none was found (a
+spurious retransmit, or the window too short); unknown episodes are counted apart, never
+scored.
 
 A decision *says radio* when MELD kept the loss from the growth function (verdict
 ``SUPPRESS``); every other verdict (notify, stale, no radio state, mode off) reduces the
 window, which is MELD saying *congestion*. Precision and recall are given for both classes.
 
-What is still absent (issue 12): the kernel program keeps per-UE counters and the last
-loss of each socket, not a per-event log with timestamps, so an experiment cannot yet feed
-this join from a live run; the join is tested on constructed episodes.
+``make experiment-meld-discrimination`` (``discrimination_experiment``) feeds it from
+live runs; the join itself is tested on constructed episodes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ RADIO = "radio"
 CONGESTION = "congestion"
 QUEUE_CAUSES = frozenset({"overflow", "aqm", "wan"})
 SUPPRESS_VERDICT = 4  # enum meld_verdict in pep/bpf/meld.h (mec_pep.ran_aware.kernel.Verdict)
+VERDICTS = {"off": 0, "no_data": 1, "stale": 2, "notify": 3, "suppress": 4, "rapid": 5}
 
 
 class Truth(enum.Enum):
@@ -42,8 +46,19 @@ class Decision:
     """One loss event as the kernel decided it."""
 
     time_ns: int  # CLOCK_MONOTONIC, the emulator's clock
-    ue: str
+    ue: str  # the UE's name in the emulator (its drops carry it)
     verdict: int  # enum meld_verdict
+    sport: int | None = None  # the flow on the RAN leg: sender port, receiver port
+    dport: int | None = None
+    snd_una: int = 0  # the sequence numbers out at the loss: [snd_una, snd_nxt)
+    snd_nxt: int = 0
+
+    @classmethod
+    def from_log(cls, record: dict[str, Any], ue: str) -> Decision:
+        """From ``MeldDecision.as_dict()``, for the UE named ``ue`` in the emulator."""
+        return cls(int(record["time_ns"]), ue, VERDICTS[record["verdict"]],
+                   record["flow"]["sport"], record["flow"]["dport"],
+                   record["snd_una"], record["snd_nxt"])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,10 +68,21 @@ class Drop:
     time_ns: int
     ue: str
     cause: str
+    sport: int = 0
+    dport: int = 0
+    tcp_seq: int = 0
 
     @classmethod
     def from_api(cls, event: dict[str, Any]) -> Drop:
-        return cls(int(event["time_ns"]), str(event["ue"]), str(event["cause"]))
+        return cls(int(event["time_ns"]), str(event["ue"]), str(event["cause"]),
+                   int(event.get("sport", 0)), int(event.get("dport", 0)),
+                   int(event.get("tcp_seq", 0)))  # fmt: skip
+
+    def in_episode(self, d: Decision) -> bool:
+        """Of the decision's flow, a segment that was out when the loss was detected."""
+        if (self.sport, self.dport) != (d.sport, d.dport):
+            return False
+        return (self.tcp_seq - d.snd_una) % 2**32 < (d.snd_nxt - d.snd_una) % 2**32
 
 
 @dataclass
@@ -92,13 +118,21 @@ class Discrimination:
                 "unknown": self.unknown}  # fmt: skip
 
 
-def episode_truth(decision: Decision, drops: list[Drop], window_ns: int) -> Truth:
-    """The cause of the episode a decision reacted to (drops sorted by time)."""
-    causes = {
-        d.cause
+def episode_drops(decision: Decision, drops: list[Drop], window_ns: int) -> list[Drop]:
+    """The drops a decision reacted to (of its flow and range when it has a flow)."""
+    in_window = (
+        d
         for d in drops
         if d.ue == decision.ue and decision.time_ns - window_ns < d.time_ns <= decision.time_ns
-    }
+    )
+    if decision.sport is None:
+        return list(in_window)
+    return [d for d in in_window if d.in_episode(decision)]
+
+
+def episode_truth(decision: Decision, drops: list[Drop], window_ns: int) -> Truth:
+    """The cause of the episode a decision reacted to."""
+    causes = {d.cause for d in episode_drops(decision, drops, window_ns)}
     if not causes:
         return Truth.UNKNOWN
     return Truth.CONGESTION if causes & QUEUE_CAUSES else Truth.RADIO
@@ -107,18 +141,23 @@ def episode_truth(decision: Decision, drops: list[Drop], window_ns: int) -> Trut
 def discrimination(
     decisions: Iterable[Decision], drops: Iterable[Drop], window_ns: int
 ) -> Discrimination:
-    """Precision and recall of MELD's radio/congestion decisions against the truth."""
+    """Precision and recall of MELD's radio/congestion decisions against the truth. A
+    drop counts for the first decision (in time) of its flow that it belongs to."""
     if window_ns <= 0:
         raise ValueError("window_ns must be positive")
-    ordered = sorted(drops, key=lambda d: d.time_ns)
+    unclaimed = sorted(drops, key=lambda d: d.time_ns)
     out = Discrimination()
-    for dec in decisions:
-        truth = episode_truth(dec, ordered, window_ns)
-        if truth is Truth.UNKNOWN:
+    for dec in sorted(decisions, key=lambda d: d.time_ns):
+        mine = episode_drops(dec, unclaimed, window_ns)
+        if dec.sport is not None:
+            claimed = {id(d) for d in mine}
+            unclaimed = [d for d in unclaimed if id(d) not in claimed]
+        causes = {d.cause for d in mine}
+        if not causes:
             out.unknown += 1
             continue
         said_radio = dec.verdict == SUPPRESS_VERDICT
-        is_radio = truth is Truth.RADIO
+        is_radio = not causes & QUEUE_CAUSES
         _score(out.radio, said=said_radio, actual=is_radio)
         _score(out.congestion, said=not said_radio, actual=not is_radio)
     return out

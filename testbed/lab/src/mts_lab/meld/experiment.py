@@ -33,6 +33,7 @@ from mts_lab.results import save_results
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 PORT = 5001
 MODES = ("off", "meld-de", "meld-me")
+MODE_COLORS = {"off": "#888888", "meld-de": "#d62728", "meld-me": "#1f77b4"}
 PUBLISHED_GAIN = {  # % goodput over the legacy CCA (digest §3.4)
     ("reno", "meld-de"): 131, ("reno", "meld-me"): 80,
     ("cubic", "meld-de"): 9, ("cubic", "meld-me"): 8,
@@ -152,7 +153,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     ccas = list(results["summary"])
     modes = results["setup"]["modes"]
-    colors = {"off": "#888888", "meld-de": "#d62728", "meld-me": "#1f77b4"}
+    colors = MODE_COLORS
     fig, axes = plt.subplots(len(ccas), 3, figsize=(16, 4.2 * len(ccas)), squeeze=False)
     for row, cca in zip(axes, ccas, strict=True):
         s = results["summary"][cca]

@@ -1,0 +1,240 @@
+"""``make experiment-meld-discrimination``: MELD's loss decisions against the ground truth.
+
+The scenario (``testbed/configs/lte-25prb-meld-discrimination.yaml``) makes MELD decide:
+bursty radio loss whose bursts drop the CQI so that D_TBS falls below S_TB, residual radio
+loss at high CQI, and RLC-overflow drops from two downloads sharing a 120 kB RLC buffer,
+all in the same run. Per CCA (Reno, CUBIC) and mode (off, MELD-DE, MELD-ME), the UE
+downloads SIZE bytes on each of two ports at once through the PEP (both RAN legs use the
+mode). Each loss decision comes from the kernel's decision log (one record per
+``ssthresh`` call, with its flow and [snd_una, snd_nxt)); each drop from the emulator's
+labelled drop log; ``discrimination.discrimination`` joins them. "Radio" is the positive
+class of the issue's goal (MELD keeps cwnd); "congestion" is scored too.
+
+Output: ``discrimination.json`` (per CCA and mode: confusion counts and precision/recall
+of both classes over all runs, goodput and per-run RTT p50/p90 as mean ± 95 % CI, drops
+by cause, verdicts), ``discrimination.png`` (goodput vs RTT p90, precision/recall).
+
+    uv run python -m mts_lab.meld.discrimination_experiment --out docs/results/meld [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mec_pep.ran_aware.kernel import DecisionLog
+from mts_lab import REPO
+from mts_lab.meld.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
+from mts_lab.meld.discrimination import Decision, Discrimination, Scores, discrimination, read_drops
+from mts_lab.meld.experiment import MODE_COLORS, MODES
+from mts_lab.results import save_results
+
+SCENARIO = REPO / "testbed/configs/lte-25prb-meld-discrimination.yaml"
+PORTS = (5001, 5002)
+PIN_ROOT = "sys/fs/bpf/mts-pep"  # the PEP's default PEP_MELD_PIN_ROOT, without the "/"
+# How far back from a decision its drops may lie: the loss is detected about one RTT
+# (55 ms, more with a full RLC queue) after the drop; the flow's sequence range does
+# the real matching.
+WINDOW_NS = 3_000_000_000
+Get = Callable[[str], dict[str, Any]]
+
+
+def emulator_api(bed: RanAwareBed) -> Get:
+    emu = bed.topo.emulator
+
+    def get(path: str) -> dict[str, Any]:
+        r = httpx.get(emu.url + path, headers={"Authorization": f"Bearer {emu.token}"}, timeout=10)
+        r.raise_for_status()
+        return dict(r.json())
+
+    return get
+
+
+def pep_pin_dir(bed: RanAwareBed) -> Path:
+    """The PEP's pins as this process can reach them: ``ip netns exec`` gave the PEP its
+    own mount of /sys, hence its own bpffs, which its root (/proc/<pid>/root) shows."""
+    return Path(f"/proc/{bed.pep_pid}/root") / PIN_ROOT / bed.name
+
+
+def span_s(results: list[dict[str, Any]]) -> float:
+    """From the first download's start to the last one's end (UE clock), seconds."""
+    end = max(float(r["started"]) + float(r["fct_s"]) for r in results)
+    return end - min(float(r["started"]) for r in results)
+
+
+def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) -> dict[str, Any]:
+    bed.set_mode(mode)
+    time.sleep(1.0)  # the previous run's queue drains
+    log.drain()  # decisions of the previous run's last moments
+    cursor = int(get("/emulator/v1/drops/counters")["last_seq"])
+    unlogged_before = bed.ue_state()["counters"]["unlogged"]
+    with bed.ping() as pings:
+        downloads = [bed.fetch(port, size) for port in PORTS]
+        results = [bed.result(d) for d in downloads]
+    time.sleep(0.5)  # the last losses are detected about an RTT after their drops
+    if bed.ue_state()["counters"]["unlogged"] != unlogged_before:
+        raise RuntimeError("the kernel's decision log overflowed: the join would be partial")
+    ue = bed.topo.ues[0].name
+    records = [r.as_dict() for r in log.drain()]
+    decisions = [Decision.from_log(r, ue) for r in records if r["ue"] == bed.ue_ip]
+    drops = [d for d in read_drops(get, cursor) if d.ue == ue]
+    joined = discrimination(decisions, drops, WINDOW_NS)
+    rtts = [p[1] for p in pings]
+    return {
+        "mode": mode,
+        "fct_s": [r["fct_s"] for r in results],
+        # both downloads' bytes over the time from the first start to the last end
+        "goodput_mbps": len(PORTS) * size * 8 / span_s(results) / 1e6,
+        "rtt_ms_p50": percentile(rtts, 50),
+        "rtt_ms_p90": percentile(rtts, 90),
+        "drops": dict(collections.Counter(d.cause for d in drops)),
+        "verdicts": dict(collections.Counter(r["verdict"] for r in records)),
+        "discrimination": joined.as_dict(),
+        "decisions": records,
+    }
+
+
+def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
+        scenario: Path = SCENARIO) -> dict[str, Any]:  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="meld-disc-"))
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for cca in ccas:
+        config = BedConfig(scenario, servers=dict.fromkeys(PORTS, cca), intercepted=list(PORTS),
+                           ran_cca=cca)  # fmt: skip
+        bed = RanAwareBed(config, workdir)
+        raw[cca] = {m: [] for m in modes}
+        try:
+            bed.wait_for_radio()
+            log = DecisionLog(pep_pin_dir(bed))
+            get = emulator_api(bed)
+            try:
+                for r in range(runs):
+                    order = modes[r % len(modes) :] + modes[: r % len(modes)]
+                    for mode in order:
+                        d = one_run(bed, log, get, mode, size)
+                        if r > 0:  # the JSON keeps the first run's decision log only
+                            del d["decisions"]
+                        raw[cca][mode].append(d)
+                        j = d["discrimination"]
+                        print(f"{cca:<6} run {r + 1}/{runs} {mode:<8} {d['goodput_mbps']:6.2f} "
+                              f"Mbit/s RTT p90 {d['rtt_ms_p90']:6.1f} ms drops {d['drops']} "
+                              f"radio tp/fp/fn {j['radio']['tp']}/{j['radio']['fp']}/"
+                              f"{j['radio']['fn']} unknown {j['unknown']}", flush=True)  # fmt: skip
+            finally:
+                log.close()
+        finally:
+            bed.close()
+    results = {
+        "setup": {"scenario": str(scenario.relative_to(REPO)), "size_bytes_per_flow": size,
+                  "flows": len(PORTS), "runs": runs, "ccas": ccas, "modes": modes,
+                  "rnis_poll": "8ms", "join_window_ms": WINDOW_NS / 1e6,
+                  "rtt": "ping UE->server, 10 Hz, during each run",
+                  "positive_class": "radio (MELD keeps cwnd: verdict suppress)"},
+        "summary": {cca: {m: summarize(ds) for m, ds in raw[cca].items()} for cca in ccas},
+        "environment": environment(),
+        "runs": raw,
+    }  # fmt: skip
+    save_results(results, out, "discrimination", plot, table)
+    return results
+
+
+def summarize(ds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Confusion counts summed over the runs; goodput and RTT as mean ± 95 % CI of runs."""
+    total = Discrimination()
+    for d in ds:
+        for cls in ("radio", "congestion"):
+            s: Scores = getattr(total, cls)
+            for k in ("tp", "fp", "fn", "tn"):
+                setattr(s, k, getattr(s, k) + d["discrimination"][cls][k])
+        total.unknown += d["discrimination"]["unknown"]
+    out: dict[str, Any] = total.as_dict()
+    for key in ("goodput_mbps", "rtt_ms_p50", "rtt_ms_p90"):
+        mean, ci = mean_ci95([d[key] for d in ds])
+        out[key] = {"mean": round(mean, 3), "ci95": round(ci, 3)}
+    out["drops"] = dict(sum((collections.Counter(d["drops"]) for d in ds), collections.Counter()))
+    out["verdicts"] = dict(
+        sum((collections.Counter(d["verdicts"]) for d in ds), collections.Counter())
+    )
+    return out
+
+
+def _fmt(v: float | None) -> str:
+    return "  -  " if v is None else f"{v:5.3f}"
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["CCA    mode      radio P / R      congestion P / R  unknown  goodput Mbit/s  "
+             "RTT p90 ms      drops"]  # fmt: skip
+    for cca, summary in results["summary"].items():
+        for mode, s in summary.items():
+            r, c = s["radio"], s["congestion"]
+            g, p90 = s["goodput_mbps"], s["rtt_ms_p90"]
+            lines.append(
+                f"{cca:<6} {mode:<8}  {_fmt(r['precision'])} / {_fmt(r['recall'])}  "
+                f"{_fmt(c['precision'])} / {_fmt(c['recall'])}   {s['unknown']:>6}  "
+                f"{g['mean']:6.2f} ± {g['ci95']:<5.2f}  {p90['mean']:6.1f} ± {p90['ci95']:<5.1f}  "
+                f"{s['drops']}"
+            )
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ccas = list(results["summary"])
+    modes = results["setup"]["modes"]
+    colors = MODE_COLORS
+    fig, axes = plt.subplots(len(ccas), 2, figsize=(13, 4.5 * len(ccas)), squeeze=False)
+    for row, cca in zip(axes, ccas, strict=True):
+        s = results["summary"][cca]
+        ax = row[0]
+        for m in modes:
+            g, p90 = s[m]["goodput_mbps"], s[m]["rtt_ms_p90"]
+            ax.errorbar(p90["mean"], g["mean"], xerr=p90["ci95"], yerr=g["ci95"], fmt="o",
+                        capsize=5, color=colors[m], label=m)  # fmt: skip
+        ax.set_xlabel("ping RTT p90, ms (mean of runs, 95 % CI)")
+        ax.set_ylabel("goodput of both downloads, Mbit/s")
+        ax.set_title(f"{cca}: goodput vs RTT per mode")
+        ax.legend()
+        ax = row[1]
+        bars = [("radio", "precision"), ("radio", "recall"),
+                ("congestion", "precision"), ("congestion", "recall")]  # fmt: skip
+        width = 0.8 / len(modes)
+        for i, m in enumerate(modes):
+            values = [s[m][cls][k] or 0.0 for cls, k in bars]
+            ax.bar([j + i * width for j in range(len(bars))], values, width, color=colors[m],
+                   label=m)  # fmt: skip
+        ax.axhline(0.95, color="k", lw=0.8, ls="--")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(bars))])
+        ax.set_xticklabels([f"{cls}\n{k}" for cls, k in bars])
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{cca}: decisions vs the emulator's drop labels (goal 0.95 dashed)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs/results/meld")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--size", type=int, default=5_000_000, help="bytes per download")
+    parser.add_argument("--ccas", default="reno,cubic")
+    parser.add_argument("--modes", default=",".join(MODES))
+    args = parser.parse_args()
+    run(args.ccas.split(","), args.modes.split(","), args.runs, args.size, args.out)
+
+
+if __name__ == "__main__":
+    main()
