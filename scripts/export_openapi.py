@@ -37,6 +37,7 @@ SERVICES: dict[str, tuple[list[str], str, dict[str, str]]] = {
         "PEP_MELD_INSTANCE": "openapi",
     }),
     "path-manager": ([str(VENV_BIN / "path-manager"), "serve"], "PM_", {}),
+    "flow-rtt": ([str(VENV_BIN / "flowrtt"), "serve"], "FLOWRTT_", {}),
     "dashboard": ([str(VENV_BIN / "mec-dashboard"), "serve"], "DASHBOARD_", {
         "DASHBOARD_PUBLIC_URL": "http://127.0.0.1:8104",  # not the host name of the machine
     }),

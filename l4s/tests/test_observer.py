@@ -8,20 +8,21 @@ truth the observer's samples are compared with.
 
 from __future__ import annotations
 
-import socket
 import statistics
-import struct
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from l4s_support import MARKER_OBJ, NEEDS_ROOT, REPO
+from fastapi.testclient import TestClient
+from l4s_support import NEEDS_ROOT
 
-from mec_l4s.efm import Marker, Technique
+from mec_l4s.app import build_app
+from mec_l4s.efm import BPFFS, Technique
 from mec_l4s.observer import FlowTable, Mode, Observer
-from mts_lab.l4s.bed import WanLine, connect, serve_once
+from mec_l4s.settings import FlowRttSettings
+from mts_lab.l4s.bed import OBSERVER_OBJ, WanLine, marking, paced_download
 
-OBSERVER_OBJ = REPO / "build/bpf/efm_observer.bpf.o"
 DELAY_MS = 20.0
 BASE_RTT_MS = 2 * DELAY_MS
 
@@ -37,51 +38,21 @@ def line() -> Iterator[WanLine]:
         line.down()
 
 
-def tcp_info_rtt_ms(sock: socket.socket) -> float:
-    """tcpi_rtt (smoothed RTT, µs) of struct tcp_info, at byte offset 68."""
-    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    return float(struct.unpack_from("I", raw, 68)[0]) / 1000
-
-
 def measured_download(
     line: WanLine, technique: Technique, seconds: float
 ) -> tuple[FlowTable, list[float], dict[str, int]]:
     """A paced download with the endpoints marking; the observer's table and TCP_INFO."""
-    markers = []
     observer = Observer.load(OBSERVER_OBJ, f"mts-obs-{line.name}")
     try:
         observer.configure()
         observer.attach("m0", line.mec_ns)
         observer.attach("wan0", line.mec_ns)
-        for ns, ifname in ((line.client_ns, "c0"), (line.server_ns, "wan0")):
-            m = Marker.load(MARKER_OBJ, f"mts-efm-{line.name}-{ns[-1]}")
-            markers.append(m)
-            m.configure(technique, dynamic_t_max=True)
-            m.attach(ifname, ns)
-
-        def paced(conn: socket.socket) -> None:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                conn.sendall(b"d" * 8192)
-                time.sleep(0.005)
-
-        port = serve_once(line.server_ns, line.server_ip, paced)
-        sock = connect(line.client_ns, line.server_ip, port)
-        truth = []
         table = FlowTable()
-        with sock:
-            sock.settimeout(10)
-            next_probe = time.monotonic()
-            while sock.recv(1 << 16):
-                if time.monotonic() >= next_probe:
-                    truth.append(tcp_info_rtt_ms(sock))
-                    table.add(observer.poll())
-                    next_probe += 0.1
+        with marking(line, technique, dynamic_t_max=True):
+            truth = paced_download(line, seconds, on_tick=lambda: table.add(observer.poll()))
         table.add(observer.poll())
         return table, truth[3:], observer.counters()
     finally:
-        for m in markers:
-            m.close()
         observer.close()
 
 
@@ -108,3 +79,52 @@ def test_observer_rtt_matches_the_known_delay(line: WanLine, technique: Techniqu
         client_side = flow.series[(mode, "client_side")].percentiles()["p50"]
         assert BASE_RTT_MS * 0.97 <= server_side < BASE_RTT_MS + 10, server_side
         assert client_side < 5, client_side
+
+
+def test_the_service_serves_each_flows_rtt(line: WanLine, tmp_path: Path) -> None:
+    settings = FlowRttSettings(
+        api_tokens=["t0ken"],
+        state_dir=tmp_path,
+        interfaces=["m0", "wan0"],
+        netns=line.mec_ns,
+        instance=f"mts-flowrtt-{line.name}",
+        poll_ms=20,
+    )
+    auth = {"Authorization": "Bearer t0ken"}
+    with TestClient(build_app(settings)) as client:
+        assert client.get("/healthz").json()["checks"]["observer"]["ok"] is True
+        with marking(line, Technique.DELAY):
+            paced_download(line, 2.0)
+        time.sleep(0.2)  # the service reads the ring buffer every 20 ms
+        flows = client.get("/flowrtt/v1/flows", headers=auth).json()
+        assert len(flows) == 1, flows
+        flow = flows[0]
+        assert flow["method"] == "delay" and flow["client"].startswith(line.client_ip)
+        e2e = flow["filtered"]["e2e"]
+        assert e2e["samples"] >= 10 and BASE_RTT_MS * 0.97 <= e2e["p50_ms"] < BASE_RTT_MS + 10
+        assert flow["raw"]["server_side"]["p50_ms"] >= BASE_RTT_MS * 0.97
+        one = client.get(f"/flowrtt/v1/flows/{flow['flow_id']}", headers=auth)
+        assert one.status_code == 200 and one.json()["flow_id"] == flow["flow_id"]
+        mine = client.get(f"/flowrtt/v1/flows?address={line.client_ip}", headers=auth).json()
+        other = client.get("/flowrtt/v1/flows?address=10.9.9.9", headers=auth).json()
+        assert len(mine) == 1 and other == []
+        observer = client.get("/flowrtt/v1/observer", headers=auth).json()
+        assert observer["attached"] and observer["counters"]["flows"] >= 1
+    assert not (BPFFS / settings.instance).exists(), "the service left its pins behind"
+
+
+def test_the_service_refuses_bad_requests(tmp_path: Path) -> None:
+    settings = FlowRttSettings(api_tokens=["t0ken"], state_dir=tmp_path)
+    auth = {"Authorization": "Bearer t0ken"}
+    with TestClient(build_app(settings)) as client:
+        health = client.get("/healthz")
+        assert health.status_code == 503 and not health.json()["checks"]["observer"]["ok"]
+        denied = client.get("/flowrtt/v1/flows")
+        assert denied.status_code == 401
+        assert denied.headers["content-type"] == "application/problem+json"
+        assert client.get("/flowrtt/v1/flows", headers=auth).json() == []
+        missing = client.get("/flowrtt/v1/flows/1.2.3.4:5-6.7.8.9:80", headers=auth)
+        assert missing.status_code == 404 and missing.json()["status"] == 404
+        bad = client.get("/flowrtt/v1/flows?address=not-an-ip", headers=auth)
+        assert bad.status_code == 400 and bad.json()["status"] == 400
+        assert client.get("/flowrtt/v1/observer", headers=auth).json()["attached"] is False

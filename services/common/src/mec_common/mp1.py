@@ -428,6 +428,32 @@ class MecAppRegistration:
             self._health.set("platform", ok, detail, required=required)
 
 
+def register_rest_service(
+    settings: ServiceSettings, health: Health, ser_name: str, transport_id: str, base_path: str
+) -> MecAppRegistration | None:
+    """Register a service's REST API (``base_path`` on its HTTP port) on the platform, when
+    one is configured; None when standalone. The caller stops the returned registration."""
+    client = Mp1Client.from_settings(settings)
+    if client is None:
+        return None
+    host = settings.http_host if settings.http_host != "0.0.0.0" else "127.0.0.1"
+    service = {
+        "serName": ser_name,
+        "version": "v1",
+        "state": "ACTIVE",
+        "serializer": "JSON",
+        "transportInfo": {
+            "id": transport_id, "name": "REST", "type": "REST_HTTP", "protocol": "HTTP",
+            "version": "1.1",
+            "endpoint": {"uris": [f"http://{host}:{settings.http_port}{base_path}"]},
+            "security": {},
+        },
+    }  # fmt: skip
+    registration = MecAppRegistration(client, [service], health=health)
+    registration.start()
+    return registration
+
+
 def termination_router(
     registration: MecAppRegistration,
     verifier: TokenVerifier,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import Depends, FastAPI
 
@@ -13,7 +12,7 @@ from mec_common.api import create_app, serve, service_access
 from mec_common.auth import TokenVerifier
 from mec_common.health import Health
 from mec_common.logging import configure_logging
-from mec_common.mp1 import MecAppRegistration, Mp1Client
+from mec_common.mp1 import register_rest_service
 from path_manager.manager import PathManager
 from path_manager.settings import PmSettings
 
@@ -33,7 +32,7 @@ def build_app(settings: PmSettings) -> tuple[FastAPI, PathManager]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         manager.start()
-        registration = _register(settings, health)
+        registration = register_rest_service(settings, health, SER_NAME, "pm-rest", "/pm/v1")
         try:
             yield
         finally:
@@ -55,29 +54,6 @@ def build_app(settings: PmSettings) -> tuple[FastAPI, PathManager]:
     # apps with path-manager in their AppD read; only the platform or the admin change
     app.include_router(router, dependencies=[Depends(service_access(SER_NAME))])
     return app, manager
-
-
-def _register(settings: PmSettings, health: Health) -> Any:
-    """Register /pm/v1 as a MEC service when a platform is configured."""
-    client = Mp1Client.from_settings(settings)
-    if client is None:
-        return None
-    host = settings.http_host if settings.http_host != "0.0.0.0" else "127.0.0.1"
-    service = {
-        "serName": SER_NAME,
-        "version": "v1",
-        "state": "ACTIVE",
-        "serializer": "JSON",
-        "transportInfo": {
-            "id": "pm-rest", "name": "REST", "type": "REST_HTTP", "protocol": "HTTP",
-            "version": "1.1",
-            "endpoint": {"uris": [f"http://{host}:{settings.http_port}/pm/v1"]},
-            "security": {},
-        },
-    }  # fmt: skip
-    registration = MecAppRegistration(client, [service], health=health)
-    registration.start()
-    return registration
 
 
 def run_service() -> None:

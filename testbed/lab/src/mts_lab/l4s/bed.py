@@ -17,22 +17,27 @@ import os
 import secrets
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mec_common.netns import in_netns
+from mec_l4s.efm import Marker, Technique
 from mts_lab.line import run
 from mts_lab.tunnel.bed import free_port
 
 REPO = Path(__file__).resolve().parents[5]
 EMULATOR = REPO / "build/bin/ran-emulator"
+MARKER_OBJ = REPO / "build/bpf/efm_marker.bpf.o"
+OBSERVER_OBJ = REPO / "build/bpf/efm_observer.bpf.o"
 
 
 @dataclass
@@ -175,3 +180,57 @@ def serve_once(netns: str, ip: str, handler: Callable[[socket.socket], None]) ->
 def connect(netns: str, ip: str, port: int) -> socket.socket:
     """A TCP connection made from ``netns`` (the socket stays there)."""
     return in_netns(netns, lambda: socket.create_connection((ip, port), 10))
+
+
+@contextmanager
+def marking(line: WanLine, technique: Technique, **configure: Any) -> Iterator[list[Marker]]:
+    """The endpoint marker on the client's and the server's interface, for the block."""
+    markers: list[Marker] = []
+    try:
+        for ns, ifname in ((line.client_ns, "c0"), (line.server_ns, "wan0")):
+            m = Marker.load(MARKER_OBJ, f"mts-efm-{line.name}-{ns[-1]}")
+            markers.append(m)
+            m.configure(technique, **configure)
+            m.attach(ifname, ns)
+        yield markers
+    finally:
+        for m in markers:
+            m.close()
+
+
+def tcp_info_rtt_ms(sock: socket.socket) -> float:
+    """tcpi_rtt (the kernel's smoothed RTT, µs) of struct tcp_info, at byte offset 68."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return float(struct.unpack_from("I", raw, 68)[0]) / 1000
+
+
+def paced_download(
+    line: WanLine,
+    seconds: float,
+    *,
+    chunk: int = 8192,
+    gap_s: float = 0.005,
+    every_s: float = 0.1,
+    on_tick: Callable[[], None] | None = None,
+) -> list[float]:
+    """Server to client for ``seconds``, ``chunk`` bytes every ``gap_s``; returns the client
+    socket's TCP_INFO RTT (ms) every ``every_s``, calling ``on_tick`` then too."""
+
+    def send(conn: socket.socket) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            conn.sendall(b"d" * chunk)
+            time.sleep(gap_s)
+
+    port = serve_once(line.server_ns, line.server_ip, send)
+    truth = []
+    with connect(line.client_ns, line.server_ip, port) as sock:
+        sock.settimeout(10)
+        next_tick = time.monotonic()
+        while sock.recv(1 << 16):
+            if time.monotonic() >= next_tick:
+                truth.append(tcp_info_rtt_ms(sock))
+                if on_tick is not None:
+                    on_tick()
+                next_tick += every_s
+    return truth
