@@ -130,23 +130,15 @@ def episode_drops(decision: Decision, drops: list[Drop], window_ns: int) -> list
     return [d for d in in_window if d.in_episode(decision)]
 
 
-def episode_truth(decision: Decision, drops: list[Drop], window_ns: int) -> Truth:
-    """The cause of the episode a decision reacted to."""
-    causes = {d.cause for d in episode_drops(decision, drops, window_ns)}
-    if not causes:
-        return Truth.UNKNOWN
-    return Truth.CONGESTION if causes & QUEUE_CAUSES else Truth.RADIO
-
-
-def discrimination(
+def episode_truths(
     decisions: Iterable[Decision], drops: Iterable[Drop], window_ns: int
-) -> Discrimination:
-    """Precision and recall of MELD's radio/congestion decisions against the truth. A
-    drop counts for the first decision (in time) of its flow that it belongs to."""
+) -> list[tuple[Decision, Truth]]:
+    """Each decision (in time order) with the truth of its episode. A drop counts for the
+    first decision of its flow that covers it."""
     if window_ns <= 0:
         raise ValueError("window_ns must be positive")
     unclaimed = sorted(drops, key=lambda d: d.time_ns)
-    out = Discrimination()
+    out = []
     for dec in sorted(decisions, key=lambda d: d.time_ns):
         mine = episode_drops(dec, unclaimed, window_ns)
         if dec.sport is not None:
@@ -154,10 +146,24 @@ def discrimination(
             unclaimed = [d for d in unclaimed if id(d) not in claimed]
         causes = {d.cause for d in mine}
         if not causes:
+            truth = Truth.UNKNOWN
+        else:
+            truth = Truth.CONGESTION if causes & QUEUE_CAUSES else Truth.RADIO
+        out.append((dec, truth))
+    return out
+
+
+def discrimination(
+    decisions: Iterable[Decision], drops: Iterable[Drop], window_ns: int
+) -> Discrimination:
+    """Precision and recall of MELD's radio/congestion decisions against the truth."""
+    out = Discrimination()
+    for dec, truth in episode_truths(decisions, drops, window_ns):
+        if truth is Truth.UNKNOWN:
             out.unknown += 1
             continue
         said_radio = dec.verdict == SUPPRESS_VERDICT
-        is_radio = not causes & QUEUE_CAUSES
+        is_radio = truth is Truth.RADIO
         _score(out.radio, said=said_radio, actual=is_radio)
         _score(out.congestion, said=not said_radio, actual=not is_radio)
     return out

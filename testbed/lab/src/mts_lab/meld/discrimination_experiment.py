@@ -32,7 +32,14 @@ import httpx
 from mec_pep.ran_aware.kernel import DecisionLog
 from mts_lab import REPO
 from mts_lab.meld.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
-from mts_lab.meld.discrimination import Decision, Discrimination, Scores, discrimination, read_drops
+from mts_lab.meld.discrimination import (
+    Decision,
+    Discrimination,
+    Scores,
+    discrimination,
+    episode_truths,
+    read_drops,
+)
 from mts_lab.meld.experiment import MODE_COLORS, MODES
 from mts_lab.results import save_results
 
@@ -83,9 +90,13 @@ def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) 
         raise RuntimeError("the kernel's decision log overflowed: the join would be partial")
     ue = bed.topo.ues[0].name
     records = [r.as_dict() for r in log.drain()]
-    decisions = [Decision.from_log(r, ue) for r in records if r["ue"] == bed.ue_ip]
+    records = [r for r in records if r["ue"] == bed.ue_ip]
+    decisions = [Decision.from_log(r, ue) for r in records]
     drops = [d for d in read_drops(get, cursor) if d.ue == ue]
     joined = discrimination(decisions, drops, WINDOW_NS)
+    truths = {id(d): t.value for d, t in episode_truths(decisions, drops, WINDOW_NS)}
+    for record, decision in zip(records, decisions, strict=True):
+        record["truth"] = truths[id(decision)]  # the episode's cause, for the analysis
     rtts = [p[1] for p in pings]
     return {
         "mode": mode,
