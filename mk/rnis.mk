@@ -6,14 +6,14 @@ RNIS_GO_SRC = $(shell find rnis-adapter services/common/go -name '*.go' -not -na
 
 BUILD_TARGETS += $(RNIS_BINS)
 TEST_TARGETS += test-rnis
-BENCH_TARGETS += bench-rnis bench-rnis-notify
+BENCH_TARGETS += bench-rnis bench-rnis-e2 bench-rnis-notify
 EXPERIMENT_TARGETS += experiment-meld-replay
 
 $(RNIS_BINS): build/bin/%: $(RNIS_GO_SRC)
 	@mkdir -p build/bin
 	nice -n 10 go build -trimpath -o $@ ./rnis-adapter/cmd/$*
 
-.PHONY: test-rnis bench-rnis bench-rnis-notify fuzz-rnis
+.PHONY: test-rnis bench-rnis bench-rnis-e2 bench-rnis-notify fuzz-rnis
 test-rnis: python rabbitmq $(RNIS_BINS) build/bin/ran-emulator ## RNIS adapter: Go unit tests, short fuzz, integration tests on RabbitMQ
 	gofmt -l rnis-adapter | (! grep .) || (echo "gofmt: files above need formatting" && false)
 	go vet ./rnis-adapter/...
@@ -34,6 +34,9 @@ bench-rnis-notify: ## MEC 012 notifications: a healthy receiver beside 1,000 sta
 
 bench-rnis: python rabbitmq $(RNIS_BINS) ## RNIS benchmark: 64 UEs at 1 kHz → adapter → AMQP consumer (docs/results/rnis)
 	uv run python rnis-adapter/bench/bench_rnis.py --out docs/results/rnis
+
+bench-rnis-e2: python rabbitmq $(RNIS_BINS) ## the same through the E2 source: 64 UEs pushed every 1 ms as an mts-e2 stream (docs/results/rnis-e2)
+	uv run python rnis-adapter/bench/bench_rnis.py --source e2 --out docs/results/rnis-e2
 
 .PHONY: emulator-captures experiment-meld-replay
 emulator-captures: ## rewrite the OAI-like emulator timelines MELD is replayed on (rnis-adapter/testdata/flexran/emulator-oai-like) and the FlexRAN/E2 report pairs (rnis-adapter/testdata/e2/emulator)

@@ -1,5 +1,8 @@
 """make bench-rnis: FlexRAN-compatible source with 64 UEs → rnis-adapter → RabbitMQ → a Go
-consumer. Measures sustained polls/s, source-to-consumer latency (p50/p99) and the CPU of the
+consumer (--source e2: the same synthetic UEs as an mts-e2 stream pushed every 1 ms, read
+with RNIS_SOURCE=e2; make bench-rnis-e2).
+
+Measures sustained polls/s, source-to-consumer latency (p50/p99) and the CPU of the
 adapter, the broker, the source and the consumer (from /proc), and writes JSON + PNG.
 
     uv run python rnis-adapter/bench/bench_rnis.py --out docs/results/rnis
@@ -65,16 +68,20 @@ def run_case(
     case: tuple[int, str, str],
     seconds: float,
     warmup: float,
+    source_kind: str = "flexran",
 ) -> dict[str, Any]:
     ues, period, publish = case
     exchange = f"rnis-bench-{uuid.uuid4().hex[:8]}"
-    source = FlexranSource(tmp, ues=ues, cells=1, refresh="1ms")
+    e2 = source_kind == "e2"
+    source = FlexranSource(tmp, ues=ues, cells=1, refresh="1ms", e2=e2)
+    e2_env = {"RNIS_SOURCE": "e2", "RNIS_E2_ADDR": source.e2_addr, "RNIS_E2_TOKEN": source.e2_token}
     adapter = Adapter(
         tmp,
         source.url,
         exchange,
         amqp_url=broker.url,
         env={
+            **(e2_env if e2 else {}),
             "RNIS_POLL_PERIOD": period,
             "RNIS_AMQP_PUBLISH": publish,
             "RNIS_LOG_LEVEL": "WARNING",
@@ -128,8 +135,9 @@ def run_case(
 
     received = json.loads(out)
     return {
+        "source": source_kind,
         "ues": ues,
-        "poll_period": period,
+        "poll_period": "push" if e2 else period,
         "publish": publish,
         "seconds": round(wall, 2),
         "polls_per_s": round(rate("rnis_polls_total"), 1),
@@ -189,7 +197,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     ax2.axhline(0.5, color="grey", linestyle=":", label="goal adapter < 0.5 core")
     ax2.set_ylabel("CPU (cores)")
     ax2.legend(fontsize=8)
-    fig.suptitle("RNIS adapter: FlexRAN source → adapter → RabbitMQ → consumer (2 shared cores)")
+    source = "mts-e2 stream" if results and results[0].get("source") == "e2" else "FlexRAN source"
+    fig.suptitle(f"RNIS adapter: {source} → adapter → RabbitMQ → consumer (2 shared cores)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -199,11 +208,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="directory for JSON + PNG")
     parser.add_argument("--seconds", type=float, default=20, help="measured time per case")
     parser.add_argument("--quick", action="store_true", help="small version (8 UEs, 2 s)")
+    parser.add_argument("--source", choices=["flexran", "e2"], default="flexran",
+                        help="flexran: polled every 1, 8 ms; e2: mts-e2 stream")  # fmt: skip
     args = parser.parse_args()
+    periods = ("1ms",) if args.source == "e2" else ("1ms", "8ms")
     cases = (
         [(8, "1ms", "cell")]
         if args.quick
-        else [(64, p, mode) for p in ("1ms", "8ms") for mode in ("ue", "cell")]
+        else [(64, p, mode) for p in periods for mode in ("ue", "cell")]
     )
     seconds, warmup = (2.0, 1.0) if args.quick else (args.seconds, 3.0)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -222,7 +234,7 @@ def main() -> None:
                 f"bench-rnis: {ues} UEs, poll {period}, per {publish}, {seconds:.0f} s ...",
                 flush=True,
             )
-            results.append(run_case(tmp, broker, case, seconds, warmup))
+            results.append(run_case(tmp, broker, case, seconds, warmup, args.source))
     finally:
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)

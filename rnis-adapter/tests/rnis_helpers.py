@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import shutil
 import signal
 import socket
@@ -109,10 +110,25 @@ class FlexranSource:
     """build/bin/flexran-source on a free port."""
 
     def __init__(
-        self, tmp: Path, ues: int = 2, cells: int = 1, refresh: str = "5ms", port: int = 0
+        self,
+        tmp: Path,
+        ues: int = 2,
+        cells: int = 1,
+        refresh: str = "5ms",
+        port: int = 0,
+        e2: bool = False,
+        e2_port: int = 0,
+        e2_token: str = "",
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # with e2, the same UEs also as an mts-e2 stream (docs/e2.md) at e2_addr
+        self.e2_addr, self.e2_token = "", ""
+        e2_args = []
+        if e2:
+            self.e2_addr = f"127.0.0.1:{e2_port or free_port()}"
+            self.e2_token = e2_token or secrets.token_hex(16)
+            e2_args = [f"--e2-listen={self.e2_addr}", f"--e2-token={self.e2_token}"]
         self.proc = Proc(
             [
                 str(binary("flexran-source")),
@@ -120,6 +136,7 @@ class FlexranSource:
                 f"--cells={cells}",
                 f"--refresh={refresh}",
                 f"--listen=127.0.0.1:{self.port}",
+                *e2_args,
             ],
             tmp / f"source-{self.port}.log",
         )

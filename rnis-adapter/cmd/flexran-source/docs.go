@@ -52,6 +52,13 @@ func (s *source) rebuild() {
 	}
 	mac = append(mac, "]}"...)
 	s.docs.Store(&docs{mac: mac, config: s.config})
+	if s.e2 != nil {
+		var lines []byte
+		for c := range s.cells {
+			lines = s.appendE2(lines, c, now)
+		}
+		s.e2.publish(lines)
+	}
 }
 
 // all joins the statistics and the configuration into one GET /stats document.
@@ -131,9 +138,12 @@ func leftPad(s string, n int) string {
 }
 
 // appendUE writes one ue_mac_stats entry with the fields and types of the live OAI capture.
+// mcsOfCQI is OAI's CQI → MCS map.
+var mcsOfCQI = [16]int{0, 0, 1, 2, 4, 6, 8, 11, 13, 16, 18, 20, 23, 25, 27, 28}
+
 func (s *source) appendUE(b []byte, u *ue, sfnSF, prbs int) []byte {
 	cqi := 7 + s.rng.IntN(9)
-	mcs := []int{0, 0, 1, 2, 4, 6, 8, 11, 13, 16, 18, 20, 23, 25, 27, 28}[cqi]
+	mcs := mcsOfCQI[cqi]
 	tbs := 100 + s.rng.IntN(2192)
 	u.queue = max(0, u.queue+s.rng.IntN(20000)-10000)
 	w := func(key string, v int) {

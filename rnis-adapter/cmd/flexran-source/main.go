@@ -45,6 +45,7 @@ type source struct {
 	config      []byte // "eNB_config":[...], rebuilt when changed
 	changed     bool
 	docs        atomic.Pointer[docs]
+	e2          *e2Stream // nil unless --e2-listen
 	failStatus  atomic.Int32
 	reportSF    atomic.Int32
 }
@@ -59,6 +60,8 @@ func main() {
 	prbs := flag.Int("prbs", 25, "cell bandwidth in PRBs")
 	refresh := flag.Duration("refresh", time.Millisecond, "how often the statistics change")
 	listen := flag.String("listen", "127.0.0.1:9999", "address to serve on (port 0: any free port)")
+	e2Listen := flag.String("e2-listen", "", "also serve the mts-e2 stream (docs/e2.md) of the same UEs here")
+	e2Token := flag.String("e2-token", "", "the token an mts-e2 client must present (required with --e2-listen)")
 	flag.Parse()
 	s := &source{cells: *cells, prbs: *prbs, rng: rand.New(rand.NewPCG(1, 2))}
 	for c := range *cells {
@@ -66,6 +69,16 @@ func main() {
 			id := c**nUEs + i
 			s.ues = append(s.ues, &ue{id: id, cell: c, rnti: 1000 + id, attached: true, rsrp: -1, measID: -1})
 		}
+	}
+	if *e2Listen != "" {
+		if *e2Token == "" {
+			log.Fatal("--e2-listen needs --e2-token")
+		}
+		eln, err := net.Listen("tcp", *e2Listen)
+		if err != nil {
+			log.Fatal(err)
+		}
+		s.e2 = serveE2(eln, *e2Token)
 	}
 	s.rebuild()
 	ln, err := net.Listen("tcp", *listen)

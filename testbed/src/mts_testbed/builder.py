@@ -157,6 +157,7 @@ def _build(
             url_from_mec=f"http://{RAN_BH_IP}:{API_PORT}",
             token=token,
             e2_addr=f"{mgmt['ran_peer']}:{E2_PORT}",
+            e2_addr_from_mec=f"{RAN_BH_IP}:{E2_PORT}",
             pid=pid,
             log=str(log_path),
             config=str(cfg_path),

@@ -32,6 +32,7 @@ class Emulator(BaseModel):
     url_from_mec: str  # from the MEC namespace (RAN backhaul)
     token: str
     e2_addr: str = ""  # host:port of its mts-e2 stream from the root namespace (docs/e2.md)
+    e2_addr_from_mec: str = ""  # the same from the MEC namespace
     pid: int
     log: str
     config: str

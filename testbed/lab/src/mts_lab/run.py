@@ -96,8 +96,11 @@ class Download:
 class System:
     """The testbed, a RabbitMQ user for the MEC host, the platform and its apps."""
 
-    def __init__(self, name: str, scenario: Path, status: Status) -> None:
+    def __init__(
+        self, name: str, scenario: Path, status: Status, rnis_source: str = "flexran"
+    ) -> None:
         self.name, self.status = name, status
+        self.rnis_source = rnis_source  # flexran or e2: how the RNIS adapter reads the RAN
         self.work = Path(tempfile.mkdtemp(prefix=f"mts-{name}-"))
         self.procs: list[subprocess.Popen[Any]] = []
         self.amqp_user = f"mts-{name}"
@@ -160,8 +163,11 @@ class System:
             "PLATFORM_ADMIN_CLIENT_SECRET": self.admin_secret,
             "PLATFORM_DATAPLANE": "true",
             "PLATFORM_LOG_LEVEL": "WARNING",
+            "RNIS_SOURCE": self.rnis_source,
             "RNIS_FLEXRAN_URL": topo.emulator.url_from_mec,
             "RNIS_FLEXRAN_TOKEN": topo.emulator.token,
+            "RNIS_E2_ADDR": topo.emulator.e2_addr_from_mec,
+            "RNIS_E2_TOKEN": topo.emulator.token,
             "RNIS_AMQP_URL": amqp,
             "RNIS_STATE_DIR": str(self.work / "rnis"),
             "RNIS_LOG_LEVEL": "WARNING",
@@ -365,7 +371,7 @@ def wait_for(
 
 
 def run(args: argparse.Namespace, status: Status) -> list[Download]:
-    system = System(args.name, args.scenario, status)
+    system = System(args.name, args.scenario, status, args.rnis_source)
     downloads: list[Download] = []
     try:
         system.up()
@@ -409,6 +415,7 @@ def write_results(downloads: list[Download], args: argparse.Namespace) -> Path:
     result = {
         "scenario": str(args.scenario.relative_to(REPO)),
         "size_bytes": args.size,
+        "rnis_source": args.rnis_source,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loadavg": os.getloadavg(),
         "downloads": [
@@ -474,6 +481,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="MELD mode of the last download")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT, help="result.json and result.png here")
     parser.add_argument("--keep", action="store_true", help="stay up until Ctrl-C")
+    parser.add_argument("--rnis-source", default=os.environ.get("RNIS_SOURCE") or "flexran",
+                        choices=["flexran", "e2"],
+                        help="how the RNIS adapter reads the emulator: its FlexRAN API or its "
+                        "mts-e2 stream (docs/e2.md); default: $RNIS_SOURCE")  # fmt: skip
     return parser
 
 
@@ -493,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 1
     out = write_results(downloads, args)
-    print(f"\n{summary(downloads)}\n\nin {time.monotonic() - started:.0f} s; "
+    print(f"\n{summary(downloads)}\n\nRNIS source {args.rnis_source}; "
+          f"in {time.monotonic() - started:.0f} s; "
           f"{out / 'result.json'}, {out / 'result.png'}")  # fmt: skip
     return 0
 
