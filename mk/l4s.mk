@@ -17,5 +17,5 @@ $(L4S_BPF): build/bpf/%.bpf.o: l4s/bpf/%.bpf.c l4s/bpf/efm.h l4s/bpf/efm_packet.
 	@mv $@.tmp $@
 
 .PHONY: test-l4s
-test-l4s: python $(L4S_BPF) ## L4S: spin/delay marking on real TCP in namespaces (root, BPF)
+test-l4s: python $(L4S_BPF) build/bin/ran-emulator ## L4S: marking, observer, flowrtt service, DualPI2 through the emulator (root, BPF, namespaces)
 	uv run pytest -q l4s/tests

@@ -99,7 +99,7 @@ class Channel(Strict):
 
 
 class Queue(Strict):
-    discipline: Literal["fifo", "codel", "fq_codel"] = "fifo"
+    discipline: Literal["fifo", "codel", "fq_codel", "dualpi2"] = "fifo"
     limit_bytes: int = Field(1 << 20, gt=0)
     target_ms: float = Field(5, gt=0)
     interval_ms: float = Field(100, gt=0)

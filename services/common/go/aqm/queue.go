@@ -23,7 +23,7 @@ type DropFunc func(p *pkt.Packet, aqm bool)
 
 // Params configures a queue.
 type Params struct {
-	Discipline string // "fifo", "codel" or "fq_codel"
+	Discipline string // "fifo", "codel", "fq_codel" or "dualpi2" (RFC 9332, its defaults)
 	LimitBytes int
 	Target     time.Duration // CoDel target (5 ms)
 	Interval   time.Duration // CoDel interval (100 ms)
@@ -58,8 +58,12 @@ func New(p Params, drop DropFunc) (Queue, error) {
 			return nil, fmt.Errorf("fq_codel needs positive target, interval, flows and quantum")
 		}
 		return newFQCoDel(p, drop), nil
+	case "dualpi2":
+		d := DualPI2Defaults()
+		d.LimitBytes, d.Seed = p.LimitBytes, uint64(p.Seed)+1
+		return NewDualPI2(d, drop), nil
 	}
-	return nil, fmt.Errorf("unknown queue discipline %q (fifo, codel, fq_codel)", p.Discipline)
+	return nil, fmt.Errorf("unknown queue discipline %q (fifo, codel, fq_codel, dualpi2)", p.Discipline)
 }
 
 // FIFO is a tail-drop queue with a byte limit (like RLC's buffer).

@@ -1,6 +1,6 @@
 // Package aqm implements the packet queue disciplines of the suite: a byte-limited FIFO,
 // CoDel (RFC 8289) and FQ-CoDel (RFC 8290), with the parameters of
-// ../shared/reference/003-fq-codel-multipath-tunnel.md §5. Its users are the RAN emulator's
+// ../shared/reference/003-fq-codel-multipath-tunnel.md §5, and DualPI2 (RFC 9332) for L4S. Its users are the RAN emulator's
 // per-UE RLC queue and the multipath tunnel's ingress queue.
 package aqm
 

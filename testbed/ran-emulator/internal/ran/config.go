@@ -89,7 +89,7 @@ type BearerConfig struct {
 
 // QueueConfig is the RLC buffer of a bearer.
 type QueueConfig struct {
-	Discipline string  `json:"discipline"` // fifo, codel, fq_codel
+	Discipline string  `json:"discipline"` // fifo, codel, fq_codel, dualpi2
 	LimitBytes int     `json:"limit_bytes"`
 	TargetMS   float64 `json:"target_ms"`
 	IntervalMS float64 `json:"interval_ms"`
@@ -104,6 +104,9 @@ type WANConfig struct {
 	DelayMS   float64 `json:"delay_ms"` // one way, each direction
 	RateMbps  float64 `json:"rate_mbps"`
 	Limit     int     `json:"limit_bytes"`
+	// Queue is the bottleneck's discipline: "fifo" (tail drop at limit_bytes, default) or
+	// "dualpi2" (RFC 9332, Linux defaults; CE marks; wan_aqm.go).
+	Queue string `json:"queue,omitempty"`
 }
 
 // LoadConfig reads and validates a configuration file.

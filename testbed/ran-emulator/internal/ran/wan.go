@@ -14,6 +14,7 @@ type WANDir struct {
 	Name        string
 	inbox       *pkt.SPSC
 	q           aqm.Ring
+	aqm         *wanAQM // cfg.Queue "dualpi2": the bottleneck AQM instead of q (wan_aqm.go)
 	credit      float64
 	delay       delayLine
 	out         *writer
@@ -37,6 +38,11 @@ func (e *Emulator) openWAN(cfg *WANConfig) error {
 		lost: e.wanLost((*pkt.Packet).Dst4)}
 	up := &WANDir{Name: "mec_to_server", cfg: cfg, out: e.startWriter(server, nil), inbox: pkt.NewSPSC(inboxSize),
 		lost: e.wanLost((*pkt.Packet).Src4)}
+	for _, d := range []*WANDir{down, up} {
+		if err := d.setQueue(); err != nil {
+			return err
+		}
+	}
 	e.wan = []*WANDir{down, up}
 	e.goReader(server, func(p *pkt.Packet) { down.enqueue(p, e.Now()) })
 	e.goReader(mec, func(p *pkt.Packet) { up.enqueue(p, e.Now()) })
@@ -69,6 +75,10 @@ func (w *WANDir) enqueue(p *pkt.Packet, now int64) {
 func (w *WANDir) serve(now, tick int64) {
 	perTick := w.cfg.RateMbps * 1e6 / 8 * float64(tick) / 1e9
 	delay := int64(w.cfg.DelayMS * 1e6)
+	if w.aqm != nil {
+		w.serveAQM(now, tick, perTick, delay)
+		return
+	}
 	for p := w.inbox.Pop(); p != nil; p = w.inbox.Pop() {
 		if w.q.Bytes()+p.N > w.cfg.Limit {
 			w.Drops.Add(1)

@@ -45,6 +45,7 @@ class WanLine:
     name: str
     delay_ms: float
     rate_mbps: float = 0.0
+    queue: str = "fifo"  # the WAN bottleneck: fifo or dualpi2
     client_ip: str = "10.203.1.2"
     mec_client_side_ip: str = "10.203.1.1"
     mec_wan_ip: str = "10.203.2.1"
@@ -65,8 +66,10 @@ class WanLine:
         return f"{self.name}-s"
 
     @classmethod
-    def create(cls, delay_ms: float, rate_mbps: float = 0.0, prefix: str = "l4s") -> WanLine:
-        line = cls(f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps)
+    def create(
+        cls, delay_ms: float, rate_mbps: float = 0.0, queue: str = "fifo", prefix: str = "l4s"
+    ) -> WanLine:
+        line = cls(f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps, queue)
         try:
             line._build()
             line._start_emulator()
@@ -106,13 +109,16 @@ class WanLine:
             "stats_period_ms": 100,
             "seed": 1,
             "dl_tun": {"netns": f"/run/netns/{self.mec_ns}", "name": "emu-dl"},
-            "cells": [{"bs_id": 1, "rat": "lte", "prb": 25}],
+            # NR numerology 3: 125 µs ticks, so the bottleneck's sojourn times have
+            # sub-millisecond resolution (DualPI2's step threshold is 1 ms)
+            "cells": [{"bs_id": 1, "rat": "nr", "numerology": 3, "prb": 25}],
             "ues": [],
             "wan": {
                 "server_tun": {"netns": f"/run/netns/{self.server_ns}", "name": "wan0"},
                 "mec_tun": {"netns": f"/run/netns/{self.mec_ns}", "name": "wan0"},
                 "delay_ms": self.delay_ms,
                 "rate_mbps": self.rate_mbps,
+                "queue": self.queue,
             },
         }
 
