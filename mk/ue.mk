@@ -16,3 +16,8 @@ $(SIGMA_OBJ): ue/bpf/sigma.bpf.c ue/bpf/sigma.h $(MELD_VMLINUX)
 .PHONY: test-ue
 test-ue: python $(SIGMA_OBJ) $(MELD_LOADER) build/bin/ran-emulator ## SIGMA on real TCP in namespaces, its grant feed (root: BPF)
 	uv run pytest -q ue/tests
+
+.PHONY: experiment-sigma
+EXPERIMENT_TARGETS += experiment-sigma
+experiment-sigma: python $(SIGMA_OBJ) $(MELD_LOADER) build/bin/ran-emulator ## SIGMA vs Reno/CUBIC/BBR on the emulated uplink, 5 runs (root; ~20 min) -> docs/results/sigma/
+	uv run python -m mts_lab.sigma.experiment --out docs/results/sigma

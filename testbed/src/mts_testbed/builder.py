@@ -297,6 +297,7 @@ def _emulator_config(scenario: Scenario, names: dict[str, str], ues: list[UE]) -
             "rate_mbps": scenario.wan.rate_mbps,
         },
     }
+    uplink_cells = {c.bs_id for c in scenario.cells if c.uplink is not None}
     for ue, group in zip(ues, groups, strict=True):
         bearers = []
         for path, att in zip(ue.paths, group.cells, strict=True):
@@ -313,7 +314,7 @@ def _emulator_config(scenario: Scenario, names: dict[str, str], ues: list[UE]) -
                     "phr": att.phr,
                     "queue": att.queue.model_dump(),
                     "channel": ch,
-                    **_uplink_fields(att),
+                    **(_uplink_fields(att) if att.bs_id in uplink_cells else {}),
                 }
             )
         cfg["ues"].append({"name": ue.name, "imsi": ue.imsi, "bearers": bearers})
@@ -324,7 +325,7 @@ def _emulator_config(scenario: Scenario, names: dict[str, str], ues: list[UE]) -
 
 
 def _uplink_fields(att: Attachment) -> dict[str, Any]:
-    """A bearer's uplink-MAC settings (the emulator refuses them on a cell without one)."""
+    """A bearer's uplink-MAC settings (only on a cell with an uplink MAC)."""
     fields: dict[str, Any] = {"ul_buffer_bytes": att.ul_buffer_bytes}
     if att.ul_channel is not None:
         fields["ul_channel"] = att.ul_channel.model_dump(exclude={"trace_file"}, exclude_none=True)

@@ -153,6 +153,10 @@ class Scenario(Strict):
             for bs in used:
                 if bs not in ids:
                     raise ValueError(f"UE attached to unknown cell {bs}")
+            uplink = {c.bs_id for c in self.cells if c.uplink is not None}
+            for att in group.cells:
+                if att.bs_id not in uplink and (att.ul_channel or att.grant_feed):
+                    raise ValueError("ul_channel and grant_feed need the cell's uplink MAC")
         if sum(g.count for g in self.ues) > 250:
             raise ValueError("at most 250 UEs")
         return self
