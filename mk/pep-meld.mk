@@ -39,8 +39,9 @@ test-meld: python rabbitmq $(MELD_TEST_DEPS) ## MELD/RAPID tests alone (root: BP
 bench-meld: python $(MELD_OBJ) $(MELD_LOADER) ## cost of a per-UE map update from Python -> docs/results/meld-bench/
 	uv run python -m mts_lab.meld.bench --out docs/results/meld-bench
 
-experiment-meld: python rabbitmq build ## MELD, thesis Table 4.1 setup (long) -> docs/results/meld/
+experiment-meld: python rabbitmq build ## MELD, thesis Table 4.1 setup and the discrimination experiment (long) -> docs/results/meld/
 	uv run python -m mts_lab.meld.experiment --out docs/results/meld
+	uv run python -m mts_lab.meld.discrimination_experiment --out docs/results/meld
 
 experiment-rapid: python rabbitmq build ## RAPID, thesis Table 5.3 scenarios (long) -> docs/results/rapid/
 	uv run python -m mts_lab.rapid.experiment --out docs/results/rapid
