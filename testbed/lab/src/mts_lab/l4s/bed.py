@@ -210,33 +210,40 @@ def tcp_info_rtt_ms(sock: socket.socket) -> float:
     return float(struct.unpack_from("I", raw, 68)[0]) / 1000
 
 
+SO_MAX_PACING_RATE = 47
+
+
 def paced_download(
     line: WanLine,
     seconds: float,
     *,
-    chunk: int = 8192,
-    gap_s: float = 0.005,
+    rate_mbps: float = 10.0,
     every_s: float = 0.1,
     on_tick: Callable[[], None] | None = None,
 ) -> list[float]:
-    """Server to client for ``seconds``, ``chunk`` bytes every ``gap_s``; returns the client
-    socket's TCP_INFO RTT (ms) every ``every_s``, calling ``on_tick`` then too."""
+    """Server to client for ``seconds``, paced by the server's kernel at ``rate_mbps``
+    (SO_MAX_PACING_RATE: the sender always has data, so a sample never waits for the
+    application); returns the server socket's TCP_INFO RTT (ms) every ``every_s`` (the data
+    sender's view, the truth for the RTT), calling ``on_tick`` on the client side too."""
+    truth: list[float] = []
 
     def send(conn: socket.socket) -> None:
+        conn.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(rate_mbps * 1e6 / 8))
         end = time.monotonic() + seconds
+        next_tick = time.monotonic()
+        block = b"d" * 16384
         while time.monotonic() < end:
-            conn.sendall(b"d" * chunk)
-            time.sleep(gap_s)
+            conn.sendall(block)
+            if time.monotonic() >= next_tick:
+                truth.append(tcp_info_rtt_ms(conn))
+                next_tick += every_s
 
     port = serve_once(line.server_ns, line.server_ip, send)
-    truth = []
     with connect(line.client_ns, line.server_ip, port) as sock:
         sock.settimeout(10)
         next_tick = time.monotonic()
         while sock.recv(1 << 16):
-            if time.monotonic() >= next_tick:
-                truth.append(tcp_info_rtt_ms(sock))
-                if on_tick is not None:
-                    on_tick()
+            if on_tick is not None and time.monotonic() >= next_tick:
+                on_tick()
                 next_tick += every_s
     return truth
