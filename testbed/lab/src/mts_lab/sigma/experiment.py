@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ SAMPLE_S = 0.01
 
 # (name, UEs, [(ue, size in BDP), ...])
 SCENARIOS: list[tuple[str, int, list[tuple[int, float]]]] = [
+    ("single_2bdp", 1, [(0, 2)]),
     ("single_4bdp", 1, [(0, 4)]),
     ("single_10bdp", 1, [(0, 10)]),
     ("single_40bdp", 1, [(0, 40)]),
@@ -66,6 +68,7 @@ def one_run(bed: UplinkBed, cc: str, flows_spec: list[tuple[int, float]]) -> dic
     rtt_ms: list[float] = []
     buffer: list[list[float]] = [[] for _ in range(n_ues)]
     t0 = min(f.start for f in flows)
+    times: list[float] = []
     deadline = time.monotonic() + 30 + 20 * sum(sizes) / bed.scale.rate_Bps
     try:
         while any(f.end is None for f in flows):
@@ -74,6 +77,7 @@ def one_run(bed: UplinkBed, cc: str, flows_spec: list[tuple[int, float]]) -> dic
             for f in flows:
                 if f.end is None:
                     rtt_ms.append(tcp_info(f.sock)["rtt_us"] / 1000)
+            times.append(round(time.monotonic() - t0, 4))
             for ue in range(n_ues):
                 grant = bed.sigma.read_grant(bed.ue_ip(ue))
                 buffer[ue].append(grant.buffer_bytes if grant is not None else float("nan"))
@@ -91,6 +95,7 @@ def one_run(bed: UplinkBed, cc: str, flows_spec: list[tuple[int, float]]) -> dic
         "buffer_max_bytes": max(max(b) for b in buffer if b),
         "buffer_mean_bytes": sum(sum(b) for b in buffer) / max(1, sum(len(b) for b in buffer)),
         "buffer_series": buffer,
+        "sample_times_s": times,
     }
 
 
@@ -148,7 +153,9 @@ def scenario_runs(
         by_cc[cc] = summarize(raw[cc])
         by_cc[cc]["all_received"] = all(r["received_ok"] for r in raw[cc])
         by_cc[cc]["durations_s"] = [round(r["duration_s"], 4) for r in raw[cc]]
+        by_cc[cc]["duration_median_s"] = round(statistics.median(by_cc[cc]["durations_s"]), 4)
         by_cc[cc]["buffer_series_run1"] = raw[cc][0]["buffer_series"]
+        by_cc[cc]["sample_times_run1_s"] = raw[cc][0]["sample_times_s"]
     return {"flows": [{"ue": ue, "size_bdp": bdp} for ue, bdp in spec], "by_cc": by_cc}
 
 
@@ -161,6 +168,9 @@ def add_reductions(results: Results) -> None:
         s["sigma_vs"] = {
             cc: {
                 "duration_pct": round(100 * (by["sigma"]["duration_s"] / v["duration_s"] - 1), 1),
+                "duration_median_pct": round(
+                    100 * (by["sigma"]["duration_median_s"] / v["duration_median_s"] - 1), 1
+                ),
                 "rtt_p90_pct": round(100 * (by["sigma"]["rtt_p90_ms"] / v["rtt_p90_ms"] - 1), 1),
             }
             for cc, v in by.items()
@@ -186,8 +196,8 @@ def table(results: Results) -> str:
             )
         for cc, red in s.get("sigma_vs", {}).items():
             lines.append(
-                f"{'':<18} sigma vs {cc}: duration {red['duration_pct']:+.1f} %, "
-                f"RTT p90 {red['rtt_p90_pct']:+.1f} %"
+                f"{'':<18} sigma vs {cc}: duration {red['duration_pct']:+.1f} % (median "
+                f"{red['duration_median_pct']:+.1f} %), RTT p90 {red['rtt_p90_pct']:+.1f} %"
             )
     return "\n".join(lines)
 
@@ -219,13 +229,13 @@ def plot(results: Results, path: Path) -> None:
     big = "single_40bdp" if "single_40bdp" in results["scenarios"] else (names[0] if names else "")
     if big:
         for cc in ccs:
-            series = results["scenarios"][big]["by_cc"][cc]["buffer_series_run1"][0]
-            axes[2].plot([i * SAMPLE_S for i in range(len(series))],
-                         [b / 1e6 for b in series], label=cc)  # fmt: skip
+            v = results["scenarios"][big]["by_cc"][cc]
+            axes[2].plot(v["sample_times_run1_s"], [b / 1e6 for b in v["buffer_series_run1"][0]],
+                         label=cc)  # fmt: skip
         axes[2].axhline(results["scale"]["ue_buffer_bytes"] / 1e6, color="gray", ls="--", lw=1,
                         label="buffer limit")  # fmt: skip
         axes[2].set_title(f"UE modem buffer, {big.replace('_', ' ')}, run 1", fontsize=9)
-        axes[2].set_xlabel("time (s, 10 ms samples)")
+        axes[2].set_xlabel("time since the first connect (s)")
         axes[2].set_ylabel("MB")
         axes[2].legend(fontsize=8)
     sc = results["scale"]
