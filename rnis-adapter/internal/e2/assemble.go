@@ -102,25 +102,25 @@ func (ns *nodeState) rlcReport(ind *Indication) []Dropped {
 			dropped = append(dropped, Dropped{SkipBadUE, fmt.Sprintf("rb %d: %s", i, why)})
 			continue
 		}
-		r := flexran.RLCReport{LCID: flexran.Some(*b.RBID + FirstDRBLCID - 1), TxQueue: opt(b.TxBufOccBytes)}
-		if b.TxSDUWaitUs != nil {
-			r.TxHOL = flexran.Some(*b.TxSDUWaitUs / 1000) // the pipeline's unit is ms
+		r := flexran.RLCReport{LCID: flexran.Some(b.RBID.V + FirstDRBLCID - 1), TxQueue: b.TxBufOccBytes}
+		if b.TxSDUWaitUs.Set {
+			r.TxHOL = flexran.Some(b.TxSDUWaitUs.V / 1000) // the pipeline's unit is ms
 		}
-		ns.rlc[*b.RNTI] = append(ns.rlc[*b.RNTI], r)
+		ns.rlc[b.RNTI.V] = append(ns.rlc[b.RNTI.V], r)
 	}
 	return dropped
 }
 
 func (ns *nodeState) mac(ind *Indication) (*flexran.Snapshot, []Dropped) {
 	n := ind.Node
-	st := flexran.Station{BSID: int64(n.NBID), Cells: []flexran.Cell{cellOf(n, ind.Cell)}}
+	st := flexran.Station{BSID: n.NBID, Cells: []flexran.Cell{cellOf(n, ind.Cell)}}
 	slots := int64(10)
-	if c := ind.Cell; c != nil && c.SlotsPerFrame != nil && *c.SlotsPerFrame >= 10 {
-		slots = *c.SlotsPerFrame
+	if c := ind.Cell; c != nil && c.SlotsPerFrame.Set && c.SlotsPerFrame.V >= 10 {
+		slots = c.SlotsPerFrame.V
 	}
 	var harq flexran.Int
 	if ind.Cell != nil {
-		harq = opt(ind.Cell.HARQProcesses)
+		harq = ind.Cell.HARQProcesses
 	}
 	snap := &flexran.Snapshot{}
 	var dropped []Dropped
@@ -132,18 +132,18 @@ func (ns *nodeState) mac(ind *Indication) (*flexran.Snapshot, []Dropped) {
 			dropped = append(dropped, Dropped{SkipBadUE, fmt.Sprintf("ue %d: %s", i, why)})
 			continue
 		}
-		rnti := *u.RNTI
+		rnti := u.RNTI.V
 		if ns.macs[rnti] {
 			snap.Skipped = append(snap.Skipped, flexran.Skip{BSID: st.BSID, Index: i, Reason: "rnti listed twice"})
 			dropped = append(dropped, Dropped{SkipBadUE, fmt.Sprintf("ue %d: rnti %d listed twice", i, rnti)})
 			continue
 		}
 		ns.macs[rnti] = true
-		ue := flexran.UEStats{RNTI: rnti, WBCQI: opt(u.WBCQI), PHR: opt(u.PHR), TBSDL: opt(u.DLCurrTBS),
-			PRBDL: opt(u.DLSchedRB), MCS1DL: opt(u.DLMCS1), HARQProcesses: harq, RLC: ns.rlc[rnti]}
-		if u.Frame != nil && u.Slot != nil {
+		ue := flexran.UEStats{RNTI: rnti, WBCQI: u.WBCQI, PHR: u.PHR, TBSDL: u.DLCurrTBS,
+			PRBDL: u.DLSchedRB, MCS1DL: u.DLMCS1, HARQProcesses: harq, RLC: ns.rlc[rnti]}
+		if u.Frame.Set && u.Slot.Set {
 			// the pipeline dates reports by frame·10 + subframe (ranclock, decimal)
-			ue.SFNSF = flexran.Some(*u.Frame*10 + min(*u.Slot, slots-1)*10/slots)
+			ue.SFNSF = flexran.Some(u.Frame.V*10 + min(u.Slot.V, slots-1)*10/slots)
 		}
 		conf := flexran.UEConfig{RNTI: rnti, IMSI: u.IMSI}
 		if u.UEIPv4 != "" {
@@ -171,16 +171,9 @@ func (ns *nodeState) mac(ind *Indication) (*flexran.Snapshot, []Dropped) {
 // cellOf is the node's one cell: the PLMN of its E2 id, PCI and bandwidth as the source
 // knows them (unset when it does not).
 func cellOf(n *Node, c *Cell) flexran.Cell {
-	cell := flexran.Cell{PLMNs: []flexran.PLMN{{MCC: int64(n.MCC), MNC: int64(n.MNC), MNCLength: int64(n.MNCDigits)}}}
+	cell := flexran.Cell{PLMNs: []flexran.PLMN{{MCC: n.MCC, MNC: n.MNC, MNCLength: n.MNCDigits}}}
 	if c != nil {
-		cell.PhyCellID, cell.DLBandwidth = opt(c.PCI), opt(c.DLPRBs)
+		cell.PhyCellID, cell.DLBandwidth = c.PCI, c.DLPRBs
 	}
 	return cell
-}
-
-func opt(v *int64) flexran.Int {
-	if v == nil {
-		return flexran.Int{}
-	}
-	return flexran.Some(*v)
 }

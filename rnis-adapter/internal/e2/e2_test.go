@@ -100,7 +100,9 @@ func TestSameTruth(t *testing.T) {
 const node = `"node":{"ran":"gNB","mcc":208,"mnc":95,"mnc_digits":2,"nb_id":3584}`
 
 func TestBadInputIsCountedAndSkipped(t *testing.T) {
-	for _, line := range []string{`not json`, `{"type":"mac"}`, `{"type":"mac",` + node + `,"ues":[{"rnti":"x"}]}`, `{}`, `[1]`} {
+	for _, line := range []string{`not json`, `{"type":"mac"}`, `{}`, `[1]`, `{"type":"mac",` + node + `,"ues":[}`,
+		`{"type":7,` + node + `}`, `{"type":"rlc","node":{"nb_id":-1}}`, `{"type":"mac",` + node + `,"cell":{"pci":"x"}}`,
+		`{"type":"mac",` + node + `} trailing`} {
 		if _, err := Decode([]byte(line)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err = %v, want ErrMalformed", line, err)
 		}
@@ -108,15 +110,16 @@ func TestBadInputIsCountedAndSkipped(t *testing.T) {
 	var asm Assembler
 	now := time.Now()
 	snap, dropped := decodeAll(t, &asm, `{"type":"rlc",`+node+`,"rbs":[{"rnti":7,"rbid":1,"txbuf_occ_bytes":100}]}
-{"type":"mac",`+node+`,"ues":[{"rnti":5,"wb_cqi":12},{"rnti":6,"wb_cqi":99},{"wb_cqi":3},{"rnti":5},{"rnti":8,"ue_ipv4":"::1"}]}
+{"type":"mac",`+node+`,"ues":[{"rnti":5,"wb_cqi":12},{"rnti":6,"wb_cqi":99},{"wb_cqi":3},{"rnti":5},{"rnti":8,"ue_ipv4":"::1"},{"rnti":"x"},7]}
 {"type":"rlc",`+node+`,"rbs":[{"rnti":5,"rbid":1,"txbuf_occ_bytes":100},{"rnti":9,"rbid":1},{"rnti":5,"txbuf_occ_bytes":-1}]}
 {"type":"mac",`+node+`,"ues":[{"rnti":5,"wb_cqi":12}]}`, now)
 	reasons := map[string]int{}
 	for _, d := range dropped {
 		reasons[d.Reason]++
 	}
-	// rnti 7 and 9 unknown; cqi 99, no rnti, rnti 5 twice, a bad address, no rbid: bad
-	if want := map[string]int{SkipUnknownUE: 2, SkipBadUE: 5}; !reflect.DeepEqual(reasons, want) {
+	// rnti 7 and 9 unknown; cqi 99, no rnti, rnti 5 twice, a bad address, rnti "x", not an
+	// object, no rbid: bad
+	if want := map[string]int{SkipUnknownUE: 2, SkipBadUE: 7}; !reflect.DeepEqual(reasons, want) {
 		t.Fatalf("dropped %v, want %v", dropped, want)
 	}
 	ues := snap.Stations[0].UEs

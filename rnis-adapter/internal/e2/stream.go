@@ -10,10 +10,11 @@
 package e2
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"mts.invalid/suite/rnis-adapter/internal/flexran"
 )
 
 // Stream name and version of the protocol (docs/e2.md).
@@ -28,66 +29,52 @@ const (
 	KindRLC = "rlc" // OAI RLC service model indication (RAN function 143)
 )
 
+// Int is an optional integer (unset: the source did not send it).
+type Int = flexran.Int
+
 // Node is the E2 node's global id (E2AP GlobalE2node-ID).
 type Node struct {
-	RAN       string  `json:"ran"` // gNB, eNB, gNB-CU, gNB-DU, ...
-	MCC       uint16  `json:"mcc"`
-	MNC       uint16  `json:"mnc"`
-	MNCDigits uint8   `json:"mnc_digits"`
-	NBID      uint32  `json:"nb_id"`
-	CUDUID    *uint64 `json:"cu_du_id"`
+	RAN                       string // gNB, eNB, gNB-DU, ...
+	MCC, MNC, MNCDigits, NBID int64
+	CUDUID                    Int
 }
 
 // Cell is what the source knows of the node's cell beyond the service models (MAC/RLC carry
 // no cell id nor bandwidth): the xApp takes them from the gNB's configuration.
 type Cell struct {
-	PCI           *int64 `json:"pci"`
-	DLPRBs        *int64 `json:"dl_prbs"`
-	SlotsPerFrame *int64 `json:"slots_per_frame"` // 10 × 2^µ; 10 (one slot per ms) when absent
-	HARQProcesses *int64 `json:"harq_processes"`
+	PCI, DLPRBs   Int
+	SlotsPerFrame Int // 10 × 2^µ; 10 (one slot per ms) when absent
+	HARQProcesses Int
 }
 
-// MACUE is one mac_ue_stats_impl_t of FlexRIC's MAC SM (field names kept), plus two
-// optional extensions a source may know: the UE's IMSI and IPv4 address.
+// MACUE is what the adapter reads of one mac_ue_stats_impl_t of FlexRIC's MAC SM (the
+// stream's field names are FlexRIC's), plus two optional extensions a source may know: the
+// UE's IMSI and IPv4 address. Other fields (uplink, BLER, SNR, ...) are skipped.
 type MACUE struct {
-	RNTI      *int64   `json:"rnti"`
-	Frame     *int64   `json:"frame"`
-	Slot      *int64   `json:"slot"`
-	WBCQI     *int64   `json:"wb_cqi"`
-	DLMCS1    *int64   `json:"dl_mcs1"`
-	ULMCS1    *int64   `json:"ul_mcs1"`
-	DLCurrTBS *int64   `json:"dl_curr_tbs"` // bytes in the last scheduled slot
-	ULCurrTBS *int64   `json:"ul_curr_tbs"`
-	DLSchedRB *int64   `json:"dl_sched_rb"`
-	ULSchedRB *int64   `json:"ul_sched_rb"`
-	DLBLER    *float64 `json:"dl_bler"`
-	ULBLER    *float64 `json:"ul_bler"`
-	BSR       *int64   `json:"bsr"`
-	PHR       *int64   `json:"phr"`
-	IMSI      string   `json:"imsi"`
-	UEIPv4    string   `json:"ue_ipv4"`
+	RNTI, Frame, Slot  Int
+	WBCQI, DLMCS1, PHR Int
+	DLCurrTBS          Int // dl_curr_tbs: bytes in the last scheduled slot
+	DLSchedRB          Int // dl_sched_rb
+	IMSI, UEIPv4       string
+	Bad                string // a value of the wrong type: why the entry is unusable
 }
 
-// RLCBearer is one rlc_radio_bearer_stats_t of FlexRIC's RLC SM (field names kept).
+// RLCBearer is what the adapter reads of one rlc_radio_bearer_stats_t of FlexRIC's RLC SM.
 type RLCBearer struct {
-	RNTI          *int64 `json:"rnti"`
-	RBID          *int64 `json:"rbid"`
-	Mode          *int64 `json:"mode"`            // 0 AM, 1 UM, 2 TM
-	TxBufOccBytes *int64 `json:"txbuf_occ_bytes"` // bytes waiting in the RLC transmit buffer
-	TxBufOccPkts  *int64 `json:"txbuf_occ_pkts"`
-	TxSDUWaitUs   *int64 `json:"txsdu_wt_us"` // head-of-line delay of the bearer, µs
-	TxPDURetxPkts *int64 `json:"txpdu_retx_pkts"`
-	TxPDUDropPkts *int64 `json:"txpdu_dd_pkts"`
+	RNTI, RBID    Int
+	TxBufOccBytes Int // txbuf_occ_bytes: bytes waiting in the RLC transmit buffer
+	TxSDUWaitUs   Int // txsdu_wt_us: head-of-line delay of the bearer, µs
+	Bad           string
 }
 
 // Indication is one decoded line of kind mac or rlc.
 type Indication struct {
-	Type     string      `json:"type"`
-	Node     *Node       `json:"node"`
-	Cell     *Cell       `json:"cell"`
-	TstampUs *int64      `json:"tstamp_us"` // when the agent filled it (its clock), µs
-	UEs      []MACUE     `json:"ues"`
-	Bearers  []RLCBearer `json:"rbs"`
+	Type     string
+	Node     *Node // nil when the line has none
+	Cell     *Cell // nil when the source knows nothing of the cell
+	TstampUs Int   // when the agent filled it (its clock), µs
+	UEs      []MACUE
+	Bearers  []RLCBearer
 }
 
 // Hello is the source's first line.
@@ -104,39 +91,238 @@ type Hello struct {
 // ErrMalformed marks a line that is not an mts-e2 v1 indication.
 var ErrMalformed = errors.New("malformed mts-e2 line")
 
-// Decode reads one line. Unknown kinds and fields are ignored by the caller's choice: an
-// unknown kind returns Type as sent and no error (a newer source may add kinds in v1).
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)
+}
+
+// Decode reads one line in one pass (flexran.Scanner: the hand-written reader the FlexRAN
+// parser uses), visiting the fields the adapter uses and skipping the rest. A UE or bearer
+// entry with a value of the wrong type is kept with Bad set (the line goes on); a line that
+// is not JSON, lacks a type, or is an indication without a node is ErrMalformed. Unknown
+// kinds come back with their Type and no error (v1 may add kinds).
 func Decode(line []byte) (Indication, error) {
 	var ind Indication
-	if err := json.Unmarshal(line, &ind); err != nil {
-		return ind, fmt.Errorf("%w: %v", ErrMalformed, err)
+	s := flexran.NewScanner(line)
+	if s.Kind() != 'o' {
+		return ind, malformed("not a JSON object")
 	}
-	switch ind.Type {
-	case KindMAC, KindRLC:
-		if ind.Node == nil {
-			return ind, fmt.Errorf("%w: %s indication without node", ErrMalformed, ind.Type)
+	err := s.Object(func(key []byte) error {
+		switch string(key) {
+		case "type":
+			t, ok, err := s.Text()
+			if err == nil && !ok {
+				err = errors.New("type is not a string")
+			}
+			ind.Type = kindOf(t)
+			return err
+		case "node":
+			ind.Node = &Node{}
+			return decodeNode(s, ind.Node)
+		case "cell":
+			ind.Cell = &Cell{}
+			return decodeCell(s, ind.Cell)
+		case "tstamp_us":
+			var err error
+			ind.TstampUs, err = s.Int(key)
+			return err
+		case "ues":
+			return list(s, func() error {
+				ind.UEs = append(ind.UEs, MACUE{})
+				return decodeUE(s, &ind.UEs[len(ind.UEs)-1])
+			})
+		case "rbs":
+			return list(s, func() error {
+				ind.Bearers = append(ind.Bearers, RLCBearer{})
+				return decodeBearer(s, &ind.Bearers[len(ind.Bearers)-1])
+			})
 		}
-	case "":
-		return ind, fmt.Errorf("%w: no type", ErrMalformed)
+		return s.Skip()
+	})
+	if err == nil {
+		err = s.End()
+	}
+	switch {
+	case err != nil:
+		return ind, malformed("%v", err)
+	case ind.Type == "":
+		return ind, malformed("no type")
+	case (ind.Type == KindMAC || ind.Type == KindRLC) && ind.Node == nil:
+		return ind, malformed("%s indication without node", ind.Type)
 	}
 	return ind, nil
+}
+
+// kindOf returns the kind as a constant for the known ones (no allocation per line).
+func kindOf(t []byte) string {
+	switch string(t) {
+	case KindMAC:
+		return KindMAC
+	case KindRLC:
+		return KindRLC
+	}
+	return string(t)
+}
+
+// list calls each for every element of an array; null is an empty list.
+func list(s *flexran.Scanner, each func() error) error {
+	if s.Kind() == 'l' {
+		return s.Skip()
+	}
+	return s.Array(func(int) error { return each() })
+}
+
+func decodeNode(s *flexran.Scanner, n *Node) error {
+	var mcc, mnc, digits, nb Int
+	err := s.Object(func(key []byte) error {
+		if string(key) == "ran" {
+			t, ok, err := s.Text()
+			if err == nil && !ok {
+				err = errors.New("node.ran is not a string")
+			}
+			n.RAN = string(t)
+			return err
+		}
+		var err error
+		switch string(key) {
+		case "mcc":
+			mcc, err = s.Int(key)
+		case "mnc":
+			mnc, err = s.Int(key)
+		case "mnc_digits":
+			digits, err = s.Int(key)
+		case "nb_id":
+			nb, err = s.Int(key)
+		case "cu_du_id":
+			n.CUDUID, err = s.Int(key)
+		default:
+			err = s.Skip()
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return err
+	case !nb.Set || nb.V < 0 || nb.V > 1<<32-1:
+		return fmt.Errorf("node.nb_id missing or outside 0..2^32-1")
+	case mcc.V < 0 || mcc.V > 999 || mnc.V < 0 || mnc.V > 999 || digits.V < 0 || digits.V > 3:
+		return fmt.Errorf("node PLMN %d-%d (%d digits) out of range", mcc.V, mnc.V, digits.V)
+	}
+	n.MCC, n.MNC, n.MNCDigits, n.NBID = mcc.V, mnc.V, digits.V, nb.V
+	return nil
+}
+
+// entry reads one object's fields through field, which names where an integer or a string
+// goes (neither: the key is skipped). A value of the wrong type sets bad and the line goes on.
+func entry(s *flexran.Scanner, bad *string, field func(key []byte) (*Int, *string)) error {
+	if s.Kind() != 'o' {
+		*bad = "not an object"
+		return s.Skip()
+	}
+	return s.Object(func(key []byte) error {
+		num, str := field(key)
+		switch {
+		case num != nil:
+			v, err := s.Int(key)
+			if flexran.IsTypeError(err) {
+				*bad = err.Error()
+				return nil
+			}
+			*num = v
+			return err
+		case str != nil:
+			t, ok, err := s.Text()
+			if err == nil && !ok {
+				*bad = string(key) + " is not a string"
+			}
+			*str = string(t)
+			return err
+		}
+		return s.Skip()
+	})
+}
+
+func decodeCell(s *flexran.Scanner, c *Cell) error {
+	var bad string
+	err := entry(s, &bad, func(key []byte) (*Int, *string) {
+		switch string(key) {
+		case "pci":
+			return &c.PCI, nil
+		case "dl_prbs":
+			return &c.DLPRBs, nil
+		case "slots_per_frame":
+			return &c.SlotsPerFrame, nil
+		case "harq_processes":
+			return &c.HARQProcesses, nil
+		}
+		return nil, nil
+	})
+	if err == nil && bad != "" {
+		err = errors.New("cell: " + bad)
+	}
+	return err
+}
+
+func decodeUE(s *flexran.Scanner, u *MACUE) error {
+	return entry(s, &u.Bad, func(key []byte) (*Int, *string) {
+		switch string(key) {
+		case "rnti":
+			return &u.RNTI, nil
+		case "frame":
+			return &u.Frame, nil
+		case "slot":
+			return &u.Slot, nil
+		case "wb_cqi":
+			return &u.WBCQI, nil
+		case "dl_mcs1":
+			return &u.DLMCS1, nil
+		case "phr":
+			return &u.PHR, nil
+		case "dl_curr_tbs":
+			return &u.DLCurrTBS, nil
+		case "dl_sched_rb":
+			return &u.DLSchedRB, nil
+		case "imsi":
+			return nil, &u.IMSI
+		case "ue_ipv4":
+			return nil, &u.UEIPv4
+		}
+		return nil, nil
+	})
+}
+
+func decodeBearer(s *flexran.Scanner, b *RLCBearer) error {
+	return entry(s, &b.Bad, func(key []byte) (*Int, *string) {
+		switch string(key) {
+		case "rnti":
+			return &b.RNTI, nil
+		case "rbid":
+			return &b.RBID, nil
+		case "txbuf_occ_bytes":
+			return &b.TxBufOccBytes, nil
+		case "txsdu_wt_us":
+			return &b.TxSDUWaitUs, nil
+		}
+		return nil, nil
+	})
 }
 
 // checkUE tells why a MAC UE entry cannot be used ("" when it can).
 func checkUE(u *MACUE) string {
 	switch {
-	case u.RNTI == nil:
+	case u.Bad != "":
+		return u.Bad
+	case !u.RNTI.Set:
 		return "no rnti"
-	case *u.RNTI < 0 || *u.RNTI > 65535:
-		return fmt.Sprintf("rnti %d outside 0..65535", *u.RNTI)
-	case u.WBCQI != nil && (*u.WBCQI < 0 || *u.WBCQI > 15):
-		return fmt.Sprintf("wb_cqi %d outside 0..15", *u.WBCQI)
-	case u.DLMCS1 != nil && (*u.DLMCS1 < 0 || *u.DLMCS1 > 31):
-		return fmt.Sprintf("dl_mcs1 %d outside 0..31", *u.DLMCS1)
-	case negative(u.DLCurrTBS, u.DLSchedRB, u.Frame, u.Slot):
-		return "negative tbs, rb, frame or slot"
-	case u.Frame != nil && *u.Frame > 1023:
-		return fmt.Sprintf("frame %d outside 0..1023", *u.Frame)
+	case outside(u.RNTI, 0, 65535):
+		return fmt.Sprintf("rnti %d outside 0..65535", u.RNTI.V)
+	case outside(u.WBCQI, 0, 15):
+		return fmt.Sprintf("wb_cqi %d outside 0..15", u.WBCQI.V)
+	case outside(u.DLMCS1, 0, 31):
+		return fmt.Sprintf("dl_mcs1 %d outside 0..31", u.DLMCS1.V)
+	case outside(u.Frame, 0, 1023):
+		return fmt.Sprintf("frame %d outside 0..1023", u.Frame.V)
+	case outside(u.DLCurrTBS, 0, 1<<31) || outside(u.DLSchedRB, 0, 275) || outside(u.Slot, 0, 159):
+		return "dl_curr_tbs, dl_sched_rb or slot out of range"
 	case u.UEIPv4 != "" && !validIPv4(u.UEIPv4):
 		return fmt.Sprintf("ue_ipv4 %q is not an IPv4 address", u.UEIPv4)
 	}
@@ -146,24 +332,20 @@ func checkUE(u *MACUE) string {
 // checkBearer tells why an RLC bearer entry cannot be used ("" when it can).
 func checkBearer(b *RLCBearer) string {
 	switch {
-	case b.RNTI == nil || b.RBID == nil:
+	case b.Bad != "":
+		return b.Bad
+	case !b.RNTI.Set || !b.RBID.Set:
 		return "no rnti or rbid"
-	case *b.RNTI < 0 || *b.RNTI > 65535 || *b.RBID < 0 || *b.RBID > 32:
-		return fmt.Sprintf("rnti %d or rbid %d out of range", *b.RNTI, *b.RBID)
-	case negative(b.TxBufOccBytes, b.TxSDUWaitUs, b.TxBufOccPkts):
+	case outside(b.RNTI, 0, 65535) || outside(b.RBID, 0, 32):
+		return fmt.Sprintf("rnti %d or rbid %d out of range", b.RNTI.V, b.RBID.V)
+	case outside(b.TxBufOccBytes, 0, 1<<40) || outside(b.TxSDUWaitUs, 0, 1<<40):
 		return "negative buffer or wait"
 	}
 	return ""
 }
 
-func negative(vs ...*int64) bool {
-	for _, v := range vs {
-		if v != nil && *v < 0 {
-			return true
-		}
-	}
-	return false
-}
+// outside tells whether a set value lies outside lo..hi (an unset one is not checked).
+func outside(v Int, lo, hi int64) bool { return v.Set && (v.V < lo || v.V > hi) }
 
 func validIPv4(s string) bool {
 	a, err := netip.ParseAddr(s)
@@ -173,8 +355,8 @@ func validIPv4(s string) bool {
 // Key is the node's identity as a map key (PLMN, id, and the CU/DU id of a split node).
 func (n *Node) Key() string {
 	k := fmt.Sprintf("%s/%03d-%0*d/%d", n.RAN, n.MCC, max(int(n.MNCDigits), 2), n.MNC, n.NBID)
-	if n.CUDUID != nil {
-		k += fmt.Sprintf("/%d", *n.CUDUID)
+	if n.CUDUID.Set {
+		k += fmt.Sprintf("/%d", n.CUDUID.V)
 	}
 	return k
 }
