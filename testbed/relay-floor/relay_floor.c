@@ -30,7 +30,12 @@
 struct flow;
 struct pump { int src, dst, pipe[2], fill, eof, shut; };
 struct end { struct flow *flow; int side; }; /* epoll cookie per socket */
-struct flow { int fd[2]; int connected; struct pump up, down; struct end end[2]; };
+struct flow {
+	int fd[2], connected, closed;
+	struct pump up, down;
+	struct end end[2];
+	struct flow *next_closed; /* freed after the epoll batch: later events may name it */
+};
 
 static int port;
 
@@ -54,18 +59,47 @@ static int listener(void) {
 	return fd;
 }
 
+static __thread struct flow *closed_flows;
+static __thread int pool[256][2], pooled; /* empty pipes kept for reuse, as the PEP does */
+
+static int get_pipe(int p[2]) {
+	if (pooled > 0) {
+		pooled--;
+		p[0] = pool[pooled][0], p[1] = pool[pooled][1];
+		return 0;
+	}
+	if (pipe2(p, O_NONBLOCK | O_CLOEXEC)) return -1;
+	fcntl(p[1], F_SETPIPE_SZ, PIPE_SIZE);
+	return 0;
+}
+
+static void put_pipe(struct pump *pp) {
+	if (pp->pipe[0] < 0) return;
+	if (pp->fill == 0 && pooled < 256) {
+		pool[pooled][0] = pp->pipe[0], pool[pooled][1] = pp->pipe[1];
+		pooled++;
+	} else {
+		close(pp->pipe[0]);
+		close(pp->pipe[1]);
+	}
+	pp->pipe[0] = pp->pipe[1] = -1;
+}
+
 static void end_flow(struct flow *f, int reset) {
 	struct linger l = {1, 0};
+	if (f->closed) return;
+	f->closed = 1;
 	struct pump *p[2] = {&f->up, &f->down};
 	for (int i = 0; i < 2; i++) {
 		if (reset) setsockopt(f->fd[i], SOL_SOCKET, SO_LINGER, &l, sizeof l);
 		close(f->fd[i]);
-		if (p[i]->pipe[0] >= 0) { close(p[i]->pipe[0]); close(p[i]->pipe[1]); }
+		put_pipe(p[i]);
 	}
-	free(f);
+	f->next_closed = closed_flows;
+	closed_flows = f;
 }
 
-/* Move what can be moved; -1 on error. Pipes are made on first data (no pool: simple). */
+/* Move what can be moved; -1 on error. A pump holds a pipe only while bytes are in it. */
 static int pump(struct pump *p) {
 	for (;;) {
 		while (p->fill > 0) {
@@ -75,16 +109,18 @@ static int pump(struct pump *p) {
 			p->fill -= n;
 		}
 		if (p->eof) {
+			put_pipe(p);
 			if (!p->shut) { p->shut = 1; shutdown(p->dst, SHUT_WR); }
 			return 0;
 		}
-		if (p->pipe[0] < 0) {
-			if (pipe2(p->pipe, O_NONBLOCK | O_CLOEXEC)) return -1;
-			fcntl(p->pipe[1], F_SETPIPE_SZ, PIPE_SIZE);
-		}
+		if (p->pipe[0] < 0 && get_pipe(p->pipe)) return -1;
 		ssize_t n = splice(p->src, NULL, p->pipe[1], NULL, PIPE_SIZE,
 				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-		if (n < 0) return errno == EAGAIN ? 0 : -1;
+		if (n < 0) {
+			if (errno != EAGAIN) return -1;
+			put_pipe(p); /* nothing in flight: an idle flow holds no pipe */
+			return 0;
+		}
 		if (n == 0) p->eof = 1;
 		p->fill = n;
 	}
@@ -128,6 +164,7 @@ static void *relay(void *unused) {
 			struct end *e = events[i].data.ptr;
 			if (e == NULL) { accept_all(lfd, ep); continue; }
 			struct flow *f = e->flow;
+			if (f->closed) continue;
 			if (events[i].events & EPOLLERR) { end_flow(f, 1); continue; }
 			if (!f->connected) {
 				if (e->side == 0 || !(events[i].events & EPOLLOUT)) continue;
@@ -135,6 +172,11 @@ static void *relay(void *unused) {
 			}
 			if (pump(&f->up) < 0 || pump(&f->down) < 0) { end_flow(f, 1); continue; }
 			if (f->up.shut && f->down.shut) end_flow(f, 0);
+		}
+		while (closed_flows) {
+			struct flow *f = closed_flows;
+			closed_flows = f->next_closed;
+			free(f);
 		}
 	}
 	return NULL;

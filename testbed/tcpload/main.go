@@ -9,7 +9,8 @@
 //	tcpload flows -targets A,B -clients 64 -request 10000 -response 10000 -seconds 5
 //	    one flow = connect, request, whole response, close; prints JSON (flows/s, p50/p99)
 //	tcpload idle -targets A,B -count 18000
-//	    opens -count connections, each checked with a 1-byte exchange, prints JSON, then
+//	    opens -count connections, each checked with a 1-byte exchange (3 attempts), prints
+//	    JSON (open, failed attempts), then
 //	    holds them until stdin closes (one process holds at most RLIMIT_NOFILE of them)
 //
 // Written in Go so that the client is not what limits a run on two cores.
@@ -221,9 +222,27 @@ func quantileMs(sorted []time.Duration, q float64) float64 {
 	return float64(sorted[i].Microseconds()) / 1000
 }
 
+// openChecked connects and checks that the connection is relayed end to end (not only
+// accepted by a proxy) with a 1-byte exchange.
+func openChecked(addr string, buf []byte) (net.Conn, error) {
+	conn, err := net.DialTimeout("tcp", addr, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := exchange(conn, 1, 1, buf); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, nil
+}
+
 type idleResult struct {
-	Open    int     `json:"open"`
-	Seconds float64 `json:"seconds"`
+	Open       int     `json:"open"`
+	Failed     int     `json:"failed"` // attempts that failed (each connection gets 3)
+	FirstError string  `json:"first_error,omitempty"`
+	Seconds    float64 `json:"seconds"`
 }
 
 func idle(args []string) error {
@@ -237,7 +256,7 @@ func idle(args []string) error {
 		return errors.New("idle needs -targets")
 	}
 	conns := make([]net.Conn, *count)
-	var next atomic.Int64
+	var next, failed atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -251,26 +270,32 @@ func idle(args []string) error {
 				if i >= *count {
 					return
 				}
-				conn, err := net.DialTimeout("tcp", addrs[i%len(addrs)], 30*time.Second)
-				if err == nil {
-					// Relayed end to end, not only accepted by the proxy.
-					_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-					err = exchange(conn, 1, 1, buf)
-					_ = conn.SetDeadline(time.Time{})
-				}
-				if err != nil {
+				for attempt := 0; conns[i] == nil; attempt++ {
+					conn, err := openChecked(addrs[i%len(addrs)], buf)
+					if err == nil {
+						conns[i] = conn
+						break
+					}
+					failed.Add(1)
 					firstErr.CompareAndSwap(nil, fmt.Sprintf("connection %d: %v", i, err))
-					return
+					if attempt == 2 {
+						return
+					}
 				}
-				conns[i] = conn
 			}
 		}()
 	}
 	wg.Wait()
-	if e, ok := firstErr.Load().(string); ok {
-		return errors.New(e)
+	result := idleResult{Open: *count, Failed: int(failed.Load()), Seconds: time.Since(start).Seconds()}
+	for _, conn := range conns {
+		if conn == nil {
+			result.Open--
+		}
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(idleResult{*count, time.Since(start).Seconds()}); err != nil {
+	if e, ok := firstErr.Load().(string); ok {
+		result.FirstError = e
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(result); err != nil {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin) // hold until the caller closes stdin

@@ -271,6 +271,17 @@ def _pep_healthy() -> bool:
         return sock.recv(64).startswith(b"HTTP/1.1 200")
 
 
+def _pep_stats() -> dict[str, Any]:
+    """The PEP's refusal and abort counters (GET /pep/v1/stats)."""
+    with socket.create_connection(("127.0.0.1", 8102), timeout=10) as sock:
+        sock.sendall(b"GET /pep/v1/stats HTTP/1.0\r\nAuthorization: Bearer bench\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    stats: dict[str, Any] = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+    return {k: stats.get(k) for k in ("accepted", "established", "refused", "aborted")}
+
+
 def _self_cmd() -> list[str]:
     return [sys.executable, "-m", "mts_lab.pep.bench"]
 
@@ -372,9 +383,10 @@ def short_flows(bench: Bench, system: str, size: int, seconds: float) -> dict[st
 def idle_connections(bench: Bench, system: str, count: int) -> dict[str, Any]:
     """``count`` idle connections through ``system``: RSS per connection, new-connection latency.
 
-    Each connection is checked end to end (a 1-byte exchange) when opened. The latency of a
-    new connection (connect, 1-byte exchange, close; one client) is measured before they are
-    opened and while they are open.
+    Each connection is checked end to end (a 1-byte exchange) when opened, with up to 3
+    attempts (failed attempts are counted, and for the PEP its refusal/abort counters kept).
+    The latency of a new connection (connect, 1-byte exchange, close; one client) is
+    measured before they are opened and while they are open.
     """
     proc = bench.process(system)
     targets = ",".join(bench.load_targets(system))
@@ -389,12 +401,15 @@ def idle_connections(bench: Bench, system: str, count: int) -> dict[str, Any]:
             cmd = [str(TCPLOAD), "idle", "-targets", targets, "-count", str(n)]
             holders.append(bench.lab.popen(bench.lab.client_ns, cmd, stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, text=True))  # fmt: skip
+        reports = []
         for holder in holders:
             assert holder.stdout is not None
             line = holder.stdout.readline()
             if not line:
                 raise RuntimeError(f"{system}: an idle client failed ({holder.wait()})")
+            reports.append(json.loads(line))
         opened_s = time.monotonic() - started
+        opened = sum(r["open"] for r in reports)
         time.sleep(1.0)
         after = rss_kib(proc) if proc is not None else 0
         busy = tcpload_flows(bench, system, clients=1, request=1, response=1, seconds=2.0)
@@ -404,12 +419,17 @@ def idle_connections(bench: Bench, system: str, count: int) -> dict[str, Any]:
             holder.stdin.close()
         for holder in holders:
             holder.wait(60)
+    errors = [r["first_error"] for r in reports if r.get("first_error")]
     return {
-        "connections": count,
+        "connections": opened,
+        "asked": count,
+        "failed_attempts": sum(r["failed"] for r in reports),
+        "first_error": errors[0] if errors else None,
+        "pep_stats": in_netns(bench.lab.pep_ns, _pep_stats) if system == "pep" else None,
         "open_seconds": opened_s,
         "rss_kib_before": before,
         "rss_kib_after": after,
-        "kib_per_connection": (after - before) / count if proc is not None else None,
+        "kib_per_connection": (after - before) / opened if proc is not None else None,
         "new_connection_ms_quiet": {"p50": quiet["p50_ms"], "p99": quiet["p99_ms"]},
         "new_connection_ms_loaded": {"p50": busy["p50_ms"], "p99": busy["p99_ms"]},
         "load": os.getloadavg()[0],
@@ -477,7 +497,8 @@ def _idle_all(bench: Bench, count: int) -> dict[str, Any]:
         results[system] = idle_connections(bench, system, n)
         m = results[system]
         per = m["kib_per_connection"]
-        print(f"idle {system:<8} {n} connections in {m['open_seconds']:.1f} s, "
+        print(f"idle {system:<8} {m['connections']} connections ({m['failed_attempts']} failed "
+              f"attempts: {m['first_error']}; PEP {m['pep_stats']}) in {m['open_seconds']:.1f} s, "
               f"{'-' if per is None else f'{per:.2f}'} KiB each, new connection p50/p99 "
               f"{m['new_connection_ms_quiet']['p50']:.2f}/{m['new_connection_ms_quiet']['p99']:.2f}"
               f" ms before, {m['new_connection_ms_loaded']['p50']:.2f}/"
