@@ -180,6 +180,7 @@ def test_proportional_adjustment_when_rtt_doubles(sigma: Sigma, bed: UplinkBed) 
 def unfed(sigma: Sigma) -> Iterator[Sigma]:
     """A second SIGMA instance no modem driver writes to."""
     other = Sigma.load(sigma.pin_dir.parent, sigma.pin_dir.name + "u")
+    other.configure(stale_ms=1000)  # hand-written grants from a thread on a loaded host
     try:
         yield other
     finally:
@@ -200,9 +201,9 @@ def test_without_a_grant_reno_grows_the_window(unfed: Sigma, bed: UplinkBed) -> 
         assert c is not None and c.acks > 0
         assert c.fallback_acks == c.no_grant == c.acks and c.sigma_acks == 0
         assert tcp_info(flow.sock)["snd_cwnd"] > 10  # Reno's slow start
-        # a stale grant (the modem driver stopped 1 s ago) is counted as stale
+        # a stale grant (the modem driver stopped 5 s ago) is counted as stale
         stale = Grant(
-            tti_start_ns=now_ns() - 10**9, tti_ns=1_000_000, p_cell=SCALE.prb, n_users=1,
+            tti_start_ns=now_ns() - 5 * 10**9, tti_ns=1_000_000, p_cell=SCALE.prb, n_users=1,
             p_current=SCALE.prb, mcs=MCS, rat=RAT_NR,
         )  # fmt: skip
         unfed.write_grant(ue, stale)
@@ -213,4 +214,62 @@ def test_without_a_grant_reno_grows_the_window(unfed: Sigma, bed: UplinkBed) -> 
         assert c2.fallback_acks == c2.acks
     finally:
         flow.close()
+        unfed.forget_grant(ue)
+
+
+class GrantWriter:
+    """A modem driver in a thread: writes the given grant, freshly dated, every 5 ms."""
+
+    def __init__(self, sigma: Sigma, ue: str, **grant: int) -> None:
+        self.sigma, self.ue, self.grant = sigma, ue, grant
+        self.stop = threading.Event()
+        self.write()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def write(self) -> None:
+        self.sigma.write_grant(self.ue, Grant(tti_start_ns=now_ns(), **self.grant))
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.005):
+            self.write()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def test_safe_increase_grows_only_by_the_unused_share(unfed: Sigma, bed: UplinkBed) -> None:
+    """Grants written by hand (a 4 Mbit/s TBS, far below the link's 38 Mbit/s, so RTT stays
+    near RTT_min): with P_current = P_max (Utz = 1) Safe Increase adds nothing and cwnd
+    stays at Max Start's IW; with P_current = P_max / 5 (Utz = 0.2) it adds 0.8 of a
+    segment per segment ACKed, and cwnd grows."""
+    bed.wait_drained()
+    ue = bed.ue_ip(0)
+    unfed.set_tbs_bytes(RAT_NR, 10, 50, 500)  # 500 B per 1 ms TTI
+    full = {"tti_ns": 1_000_000, "p_cell": 50, "n_users": 1, "mcs": 10, "rat": RAT_NR}
+    writer = GrantWriter(unfed, ue, **full, p_current=50, p_unused=0)
+    try:
+        with uploading(bed, unfed.reno) as flow:
+            state = unfed.flow(flow.sock)
+            assert state is not None and state.iw_segs >= 2
+            iw = state.iw_segs
+            busy = []
+            for _ in range(50):
+                busy.append(tcp_info(flow.sock)["snd_cwnd"])
+                time.sleep(0.01)
+            state = unfed.flow(flow.sock)
+            assert state is not None and Phase(state.phase) != Phase.FALLBACK
+            writer.grant = {**full, "p_current": 10, "p_unused": 40}  # P_max 50, Utz 0.2
+            idle = []
+            for _ in range(50):
+                idle.append(tcp_info(flow.sock)["snd_cwnd"])
+                time.sleep(0.01)
+        print(f"IW {iw}: cwnd at Utz 1 max {max(busy)}, at Utz 0.2 max {max(idle)}")
+        assert max(busy) <= iw  # nothing added (a Proportional Adjustment may cut)
+        assert max(idle) >= iw + 4
+        c = unfed.counters(ue)
+        assert c is not None and c.sigma_acks > 0
+    finally:
+        writer.close()
         unfed.forget_grant(ue)
