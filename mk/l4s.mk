@@ -1,7 +1,7 @@
 # l4s (issue 14): spin and delay bits over TCP with BPF (l4s/bpf/), the Python package
 # mec_l4s that loads and reads them (l4s/src/), their tests (l4s/tests/).
 APT_PACKAGES += clang libbpf-dev bpftool iproute2 nftables
-BUILD_TARGETS += build/bpf/efm_marker.bpf.o build/bpf/efm_observer.bpf.o
+BUILD_TARGETS += build/bpf/efm_marker.bpf.o build/bpf/efm_observer.bpf.o build/bpf/prague.bpf.o
 TEST_TARGETS += test-l4s
 
 L4S_VMLINUX := build/bpf/$(shell uname -r)/vmlinux.h
@@ -10,12 +10,12 @@ L4S_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 L4S_BPF_CFLAGS := -target bpf -mcpu=v3 -g -O2 -Wall -Werror -D__TARGET_ARCH_$(L4S_ARCH) \
 	-I$(dir $(L4S_VMLINUX)) -Il4s/bpf
 
-L4S_BPF := build/bpf/efm_marker.bpf.o build/bpf/efm_observer.bpf.o
+L4S_BPF := build/bpf/efm_marker.bpf.o build/bpf/efm_observer.bpf.o build/bpf/prague.bpf.o
 
 $(L4S_BPF): build/bpf/%.bpf.o: l4s/bpf/%.bpf.c l4s/bpf/efm.h l4s/bpf/efm_packet.h $(L4S_VMLINUX)
 	clang $(L4S_BPF_CFLAGS) -c $< -o $@.tmp
 	@mv $@.tmp $@
 
 .PHONY: test-l4s
-test-l4s: python $(L4S_BPF) build/bin/ran-emulator ## L4S: marking, observer, flowrtt service, DualPI2 through the emulator (root, BPF, namespaces)
+test-l4s: python $(L4S_BPF) build/bin/ran-emulator build/bin/meld-loader ## L4S: marking, observer, flowrtt service, DualPI2 through the emulator (root, BPF, namespaces)
 	uv run pytest -q l4s/tests

@@ -41,7 +41,8 @@ struct efm_config {
 	__u32 technique;	/* enum efm_technique */
 	__u32 t_max_us;		/* delay bit: the client injects a new sample after this, µs */
 	__u32 dynamic_t_max;	/* 1: T_max = max(t_max_us, 2 x SRTT) */
-	__u32 pad;
+	__u32 ect1;		/* 1: outgoing ECT(0) becomes ECT(1), the L4S identifier (this
+				 * kernel gives a BPF CCA no way to ask for ECT(1)) */
 };
 
 /* Endpoint state of one socket (socket storage). */
@@ -64,7 +65,8 @@ enum efm_counter {
 	EFM_C_GSO_MARKED = 6,	/* a delay sample on a GSO skb (copied to each segment!) */
 	EFM_C_SAMPLES_IN = 7,	/* delay samples received */
 	EFM_C_UNPARSED = 8,	/* TCP/IPv4 packets whose headers could not be read */
-	EFM_C_COUNT = 9,
+	EFM_C_ECT1 = 9,		/* ECT(0) packets sent as ECT(1) */
+	EFM_C_COUNT = 10,
 };
 
 

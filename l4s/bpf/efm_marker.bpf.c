@@ -245,6 +245,19 @@ static __always_inline void write_byte12(struct __sk_buff *skb, const struct tcp
 	bpf_skb_store_bytes(skb, seg->tcp_off + TCP_BYTE12, &byte12, 1, 0);
 }
 
+/* ECT(0) -> ECT(1) in the IP header (and its checksum: the word at 0 holds the DS field). */
+static __always_inline void make_ect1(struct __sk_buff *skb, const struct tcp_seg *seg)
+{
+	__u32 l3 = seg->tcp_off - seg->ip_hlen;
+	__u8 tos = (seg->tos & ~3) | 1;
+	__u16 old_word = ((__u16)seg->ver_ihl << 8) | seg->tos;
+	__u16 new_word = ((__u16)seg->ver_ihl << 8) | tos;
+
+	bpf_l3_csum_replace(skb, l3 + 10, bpf_htons(old_word), bpf_htons(new_word), 2);
+	bpf_skb_store_bytes(skb, l3 + 1, &tos, 1, 0);
+	count(EFM_C_ECT1);
+}
+
 SEC("tc")
 int efm_out(struct __sk_buff *skb)
 {
@@ -254,9 +267,11 @@ int efm_out(struct __sk_buff *skb)
 	__u8 byte12;
 	bool time;
 
-	if (!cfg || !cfg->technique || cfg->technique >= EFM_TECHNIQUE_COUNT)
+	if (!cfg || !parse(skb, skb->ifindex, &seg))
 		return TC_ACT_OK;
-	if (!parse(skb, skb->ifindex, &seg))
+	if (cfg->ect1 && (seg.tos & 3) == 2)
+		make_ect1(skb, &seg);
+	if (!cfg->technique || cfg->technique >= EFM_TECHNIQUE_COUNT)
 		return TC_ACT_OK;
 	count(EFM_C_SEGMENTS_OUT);
 	byte12 = seg.byte12 & ~EFM_BITS;

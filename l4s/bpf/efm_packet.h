@@ -35,7 +35,8 @@ struct tcp_seg {
 	__u8 byte12;		/* data offset and reserved bits */
 	__u8 flags;		/* byte 13: CWR ECE URG ACK PSH RST SYN FIN */
 	__u8 tos;		/* IP DS field (ECN in the low two bits) */
-	__u8 pad;
+	__u8 ver_ihl;		/* IP byte 0 (version, header length) */
+	__u32 ip_hlen;		/* IP header bytes */
 };
 
 /* l2: bytes of link-layer header before the IP header (14 Ethernet, 0 TUN). */
@@ -79,6 +80,8 @@ static __always_inline enum parse_result parse_tcp(struct __sk_buff *skb, __u32 
 	seg->byte12 = tcp[TCP_BYTE12];
 	seg->flags = tcp[TCP_BYTE12 + 1];
 	seg->tos = ip.tos;
+	seg->ver_ihl = 0x40 | ip.ihl;
+	seg->ip_hlen = ihl;
 	return PKT_TCP;
 }
 

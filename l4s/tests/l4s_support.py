@@ -44,6 +44,7 @@ class Seg:
     flags: int
     payload: int
     sack: bool
+    ecn: int  # the IP header's ECN field
 
     @property
     def time_bit(self) -> int:
@@ -90,6 +91,7 @@ def parse_frame(frame: bytes, t: float) -> Seg | None:
         flags=tcp[13],
         payload=total - ihl - doff,
         sack=_has_sack(tcp[20:doff]),
+        ecn=ip[1] & 3,
     )
 
 

@@ -1,6 +1,6 @@
 """ECN through the emulator and DualPI2 at its WAN bottleneck (root, namespaces).
 
-A UDP sender on the server side overloads a 20 Mbit/s WAN with packets of each ECN
+A UDP sender on the server side overloads a 5 Mbit/s WAN with packets of each ECN
 codepoint; the client reads the codepoint of every datagram it receives (IP_RECVTOS).
 The kernel drops IPv4 packets whose header checksum is wrong, so a CE mark that arrives
 proves the checksum fix too. The control law itself is tested in Go
@@ -28,7 +28,8 @@ NOT_ECT, ECT1, ECT0, CE = 0, 1, 2, 3
 
 @pytest.fixture(scope="module")
 def line() -> Iterator[WanLine]:
-    line = WanLine.create(5.0, rate_mbps=20, queue="dualpi2")
+    # a narrow bottleneck, so that even a sender slowed by a loaded machine overloads it
+    line = WanLine.create(5.0, rate_mbps=5, queue="dualpi2")
     try:
         yield line
     finally:
@@ -80,7 +81,8 @@ def blast(line: WanLine, ecn: int, seconds: float, mbps: float) -> Counter[int]:
         if delay > 0:
             time.sleep(delay)
     done.set()
-    reader.join(timeout=5)
+    reader.join(timeout=60)  # it drains what is still queued, then times out once
+    assert not reader.is_alive(), "the receiver did not finish"
     rx.close()
     tx.close()
     return got
@@ -91,10 +93,10 @@ def test_ecn_codepoints_cross_the_emulator_and_dualpi2_marks_them(line: WanLine)
     # packet may meet a queue when a loaded machine stalls the emulator's clock (a step
     # mark), which a few may show
     for ecn in (NOT_ECT, ECT1, ECT0):
-        got = blast(line, ecn, 1.0, 1)
+        got = blast(line, ecn, 1.0, 0.5)
         total = sum(got.values())
-        assert total > 50 and set(got) <= {ecn, CE} and got[ecn] >= 0.9 * total, (ecn, got)
-    assert set(blast(line, NOT_ECT, 0.3, 1)) == {NOT_ECT}
+        assert total > 25 and set(got) <= {ecn, CE} and got[ecn] >= 0.9 * total, (ecn, got)
+    assert set(blast(line, NOT_ECT, 0.3, 0.5)) == {NOT_ECT}
     # above the rate: L4S packets sit past the 1 ms step and are CE-marked, not dropped
     got = blast(line, ECT1, 2.0, 40)
     assert got[CE] > got[ECT1], got

@@ -60,6 +60,7 @@ class MarkerCounter(enum.IntEnum):
     GSO_MARKED = 6
     SAMPLES_IN = 7
     UNPARSED = 8
+    ECT1 = 9
 
 
 class EfmConfig(ctypes.Structure):
@@ -67,7 +68,7 @@ class EfmConfig(ctypes.Structure):
         ("technique", ctypes.c_uint32),
         ("t_max_us", ctypes.c_uint32),
         ("dynamic_t_max", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("ect1", ctypes.c_uint32),
     )
 
 
@@ -162,14 +163,21 @@ class Marker:
         return cls(EfmObject.load(obj, name))
 
     def configure(
-        self, technique: Technique, t_max_ms: float = T_MAX_MS, *, dynamic_t_max: bool = False
+        self,
+        technique: Technique,
+        t_max_ms: float = T_MAX_MS,
+        *,
+        dynamic_t_max: bool = False,
+        ect1: bool = False,
     ) -> None:
+        """``ect1``: send ECN-capable packets as ECT(1) (the sender of an L4S flow)."""
         if t_max_ms <= 0:
             raise ValueError(f"t_max_ms must be > 0, got {t_max_ms}")
         cfg = EfmConfig(
             technique=int(technique),
             t_max_us=round(t_max_ms * 1000),
             dynamic_t_max=int(dynamic_t_max),
+            ect1=int(ect1),
         )
         self.obj.maps["efm_config"].update(ctypes.c_uint32(0), cfg)
 
