@@ -50,11 +50,12 @@ static struct {
 static volatile sig_atomic_t stopping, initialized;
 
 /* A signal stops the subscription loop; before FlexRIC's init returned (it waits for the
- * RIC as long as it takes) there is nothing to undo: exit at once. */
+ * RIC as long as it takes) there is nothing to undo, and a second signal does not wait for
+ * the unsubscriptions (a RIC that is gone never answers them): exit at once. */
 static void on_signal(int sig)
 {
   (void)sig;
-  if (!initialized)
+  if (!initialized || stopping)
     _exit(1);
   stopping = 1;
 }
@@ -424,6 +425,7 @@ int main(int argc, char* argv[])
     subscribe_new();
     sleep(1);
   }
+  alarm(3); /* unsubscribing from a RIC that is gone would wait forever: SIGALRM ends it */
   for (int i = 0; i < nhandles; i++)
     rm_report_sm_xapp_api(handles[i]);
   while (!try_stop_xapp_api())

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -135,6 +136,10 @@ func (s *Source) session(ctx context.Context, handle Handler) error {
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		line, err := readLine(r)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.obs.PollFailed("idle")
+			return fmt.Errorf("no indication for %v: the xApp, the RIC or the E2 node stopped reporting", s.cfg.IdleTimeout)
+		}
 		if err != nil {
 			s.obs.PollFailed("read")
 			return err

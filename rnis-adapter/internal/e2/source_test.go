@@ -157,3 +157,30 @@ func TestSourceUnreachableIsRetried(t *testing.T) {
 		t.Fatalf("health %v %q", ups, d)
 	}
 }
+
+func TestSourceSilentStreamIsLost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = bufio.NewReader(conn).ReadString('\n')
+			fmt.Fprintln(conn, `{"type":"hello","stream":"mts-e2","v":1,"source":"test","sm":["mac"],"interval_ms":1}`)
+			defer conn.Close() // then silence: a RIC that went away under a live xApp
+		}
+	}()
+	rec := &recorder{}
+	src := New(Config{Addr: ln.Addr().String(), IdleTimeout: 100 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}, rec, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); src.Run(ctx, func(*flexran.Snapshot, time.Time) {}) }()
+	waitFor(t, "the silence in health", func() bool { _, d, _ := rec.state(); return strings.Contains(d, "no indication for 100ms") })
+	cancel()
+	<-done
+}
