@@ -3,12 +3,14 @@ reference on the 3GPP tables, at extreme grant values, and the layouts against t
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
 from mec_common.bpf import layout_mismatches
 from mec_common.tables import lte_tbs_bytes_for_mcs, nr_tbs_bits
+from mts_ue import cli
 from mts_ue.sigma import (
     LAYOUTS,
     MCS_MAX,
@@ -123,3 +125,17 @@ def test_extreme_values_neither_divide_by_zero_nor_overflow(sigma: Sigma) -> Non
     fill_tbs(sigma, RAT_LTE, 0, range(1, 2))
     out = run(sigma, mcs=0, p_cell=1, n_users=5, p_current=1)
     assert (out.verdict, out.p_max) == (Verdict.OK, 1)
+
+
+def test_cli_reads_the_grant_map(sigma: Sigma, capsys: pytest.CaptureFixture[str]) -> None:
+    """`mts-sigma grant|counters UE` against a loaded instance: JSON, exit 1 when absent."""
+    args = ["--pin-root", str(sigma.pin_dir.parent), "--instance", sigma.pin_dir.name]
+    sigma.write_grant("10.99.99.7", Grant(tti=42, p_cell=25, n_users=1, p_current=25, mcs=9))
+    try:
+        assert cli.main([*args, "grant", "10.99.99.7"]) == 0
+        grant = json.loads(capsys.readouterr().out)
+        assert (grant["tti"], grant["p_cell"], grant["p_current"], grant["mcs"]) == (42, 25, 25, 9)
+        assert cli.main([*args, "counters", "10.99.99.8"]) == 1  # no connection of that UE
+        assert json.loads(capsys.readouterr().out) is None
+    finally:
+        sigma.forget_grant("10.99.99.7")

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             sigma.close()
             return 0
         value = sigma.read_grant(args.ue) if args.cmd == "grant" else sigma.counters(args.ue)
+        sigma.detach()
         print(json.dumps(value.as_dict() if value is not None else None))
         return 0 if value is not None else 1
     except (OSError, StructOpsUnavailableError) as exc:

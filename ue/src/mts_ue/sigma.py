@@ -176,11 +176,11 @@ class Sigma:
                 self._maps[name] = BpfMap(str(self.pin_dir / name))
             self._capacity = BpfProgram(str(self.pin_dir / "prog_sigma_capacity"))
         except OSError:
-            self._close_fds()
+            self.detach()
             raise
         for name, layout in _MAPS.items():
             if self._maps[name].value_size != ctypes.sizeof(layout):
-                self._close_fds()
+                self.detach()
                 raise StructOpsUnavailableError(
                     f"map {name} holds {self._maps[name].value_size} B values, Python expects "
                     f"{ctypes.sizeof(layout)} B: rebuild the BPF object"
@@ -201,10 +201,11 @@ class Sigma:
 
     def close(self) -> None:
         """Unregister (unpin the links); connections keep their CC until they close."""
-        self._close_fds()
+        self.detach()
         unregister_struct_ops(self.pin_dir, self.names.values())
 
-    def _close_fds(self) -> None:
+    def detach(self) -> None:
+        """Close this process's map descriptors; SIGMA stays registered."""
         for m in self._maps.values():
             m.close()
         if hasattr(self, "_capacity"):
