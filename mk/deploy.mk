@@ -2,21 +2,24 @@
 # docs/kubernetes.md). Tools that Debian 12 lacks (compose v2, helm, Kubernetes) are built
 # once from pinned versions and cached in $(MTS_CACHE); so are the local base images.
 APT_PACKAGES += docker.io debootstrap etcd-server openssl
-TEST_TARGETS += test-deploy
+# The Kubernetes node of test-k8s (deploy/k8s/node.sh): its container runtime and CNI.
+APT_PACKAGES += containerd runc containernetworking-plugins conntrack
+TEST_TARGETS += test-deploy test-k8s
 
 MTS_CACHE ?= /var/cache/mts
 export MTS_CACHE
 
 .PHONY: deploy-tools compose-plugin kube-tools docker-engine base-images images test-deploy \
-	test-deploy-chart test-deploy-compose
+	test-deploy-chart test-deploy-compose test-k8s
 
 deploy-tools: compose-plugin ## build docker compose v2 and helm (once; cached in $(MTS_CACHE)/bin)
 	@deploy/scripts/tools.sh helm
 
 # Built here, not inside the chart test: a cold build takes 15-30 min, longer than the
 # test's hang guard, so a fresh machine would otherwise fail its first `make test`.
-kube-tools: system ## build the Kubernetes control-plane binaries (once; cached in $(MTS_CACHE)/bin)
+kube-tools: system ## build the Kubernetes binaries and CoreDNS (once; cached in $(MTS_CACHE)/bin)
 	@deploy/scripts/tools.sh kube
+	@deploy/scripts/tools.sh coredns
 
 compose-plugin: system ## docker compose v2 only (the MEC host of docs/oai-testbed.md; cached)
 	@deploy/scripts/tools.sh compose
@@ -38,3 +41,10 @@ test-deploy-chart: python deploy-tools kube-tools images ## helm lint, API-serve
 # The host-mode test runs the RAN emulator on the machine (build/bin/ran-emulator).
 test-deploy-compose: python deploy-tools images build/bin/ran-emulator ## compose up (emulated; host mode beside a RAN outside compose; a taken port), checks, down
 	uv run pytest -q deploy/tests/test_compose.py
+
+# A real single-node cluster on this machine (deploy/k8s/cluster.sh + node.sh): the chart's
+# Pods run, the suite works end to end through them, upgrade/rollback/uninstall
+# (docs/kubernetes.md). One node per machine at a time (a lock); the node's changes to the
+# machine are undone at the end.
+test-k8s: python deploy-tools kube-tools images build/bin/ran-emulator ## the chart on a real node: Pods Ready, end to end, upgrade, rollback, uninstall
+	uv run pytest -q deploy/tests/test_k8s.py

@@ -7,29 +7,16 @@
 #   cluster.sh up DIR     start it; prints the kubeconfig path (DIR/kubeconfig)
 #   cluster.sh down DIR   stop everything started from DIR and remove DIR
 #
-# There is no node (no kubelet, no scheduler): objects are validated, admitted, stored and
-# reconciled by the controllers (a Deployment gets a ReplicaSet, which creates Pods), but
-# Pods never run. docs/kubernetes.md says what that exercises and what it does not.
+# Alone, there is no node (no kubelet, no scheduler): objects are validated, admitted, stored
+# and reconciled by the controllers (a Deployment gets a ReplicaSet, which creates Pods), but
+# Pods never run. `node.sh up DIR` adds a scheduler and a node (docs/kubernetes.md).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$("$here/../scripts/tools.sh" path)
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-# start NAME CMD...: run CMD in the background, logging to DIR/NAME.log, pid in DIR/NAME.pid.
-start() {
-    local name=$1; shift
-    setsid "$@" >"$dir/$name.log" 2>&1 </dev/null &
-    echo $! >"$dir/$name.pid"
-}
-
-wait_for() { # wait_for WHAT SECONDS CMD...
-    local what=$1 seconds=$2; shift 2
-    for _ in $(seq 1 "$((seconds * 2))"); do "$@" >/dev/null 2>&1 && return; sleep 0.5; done
-    echo "cluster: $what not ready after $seconds s; logs in $dir" >&2
-    return 1
-}
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
 certs() {
     # A CA, the apiserver's serving cert (for 127.0.0.1), the service-account key pair.
@@ -40,6 +27,11 @@ certs() {
     printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n' >"$dir/san.ext"
     openssl x509 -req -in "$dir/apiserver.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
         -CAcreateserial -days 2 -extfile "$dir/san.ext" -out "$dir/apiserver.crt" 2>/dev/null
+    # The apiserver's client certificate towards kubelets (logs, exec, port-forward).
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+        -keyout "$dir/kubelet-client.key" -out "$dir/kubelet-client.csr" 2>/dev/null
+    openssl x509 -req -in "$dir/kubelet-client.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+        -CAcreateserial -days 2 -out "$dir/kubelet-client.crt" 2>/dev/null
     openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
     openssl rsa -in "$dir/sa.key" -pubout -out "$dir/sa.pub" 2>/dev/null
 }
@@ -89,7 +81,10 @@ up() {
         --service-cluster-ip-range 10.96.0.0/16 \
         --service-account-issuer https://kubernetes.default.svc \
         --service-account-key-file "$dir/sa.pub" \
-        --service-account-signing-key-file "$dir/sa.key"
+        --service-account-signing-key-file "$dir/sa.key" \
+        --kubelet-client-certificate "$dir/kubelet-client.crt" \
+        --kubelet-client-key "$dir/kubelet-client.key" \
+        --kubelet-preferred-address-types InternalIP,Hostname
     wait_for kube-apiserver 90 curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $token" \
         "$url/readyz"
 
@@ -105,6 +100,8 @@ up() {
 
 down() {
     local pidfile pid
+    # A node of this cluster first (it restores what it changed on the machine).
+    [[ -d $dir/node ]] && "$here/node.sh" down "$dir"
     for pidfile in "$dir"/{kube-controller-manager,kube-apiserver,etcd}.pid; do
         [[ -f $pidfile ]] || continue
         pid=$(cat "$pidfile")
@@ -119,6 +116,7 @@ cmd=${1:-}
 dir=${2:-}
 [[ -n $dir ]] || { echo "usage: $0 up|down DIR" >&2; exit 2; }
 dir=$(realpath -m "$dir")
+logdir=$dir
 case $cmd in
 up | down) "$cmd" ;;
 *) echo "usage: $0 up|down DIR" >&2; exit 2 ;;

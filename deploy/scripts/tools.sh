@@ -5,8 +5,11 @@
 #
 #   tools.sh compose   docker compose v2 plugin  -> /usr/local/lib/docker/cli-plugins/
 #   tools.sh helm      helm v3                    -> $MTS_CACHE/bin/helm
-#   tools.sh kube      kube-apiserver, kube-controller-manager (deploy/k8s/tools/go.mod)
+#   tools.sh kube      kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+#                      kube-proxy (deploy/k8s/tools/go.mod)
 #                      -> $MTS_CACHE/bin/
+#   tools.sh coredns   CoreDNS, the cluster DNS of deploy/k8s/cluster.sh's node
+#                      -> $MTS_CACHE/bin/coredns
 #   tools.sh path      print the directory to put on PATH
 set -euo pipefail
 
@@ -14,7 +17,8 @@ COMPOSE_VERSION=v2.29.7
 HELM_VERSION=v3.16.3
 HELM_KUBE_MINOR=31  # helm v3.16 is built with client-go v0.31
 KUBE_VERSION=v1.31.4
-KUBE_BINARIES=(kube-apiserver kube-controller-manager)
+COREDNS_VERSION=v1.11.3
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${MTS_CACHE:-/var/cache/mts}
@@ -55,6 +59,10 @@ helm() {
         "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION $k8s"
 }
 
+coredns() {
+    go_install github.com/coredns/coredns "$COREDNS_VERSION" coredns ""
+}
+
 kube() {
     local missing=() b
     for b in "${KUBE_BINARIES[@]}"; do
@@ -68,7 +76,7 @@ kube() {
         ldflags+=" -X k8s.io/component-base/version.gitMinor=${minor%%.*}"
         ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
         for b in "${missing[@]}"; do
-            (cd "$here/../k8s/tools" && nice -n 10 go build -trimpath -ldflags="$ldflags" \
+            (cd "$here/../k8s/tools" && nice -n 15 go build -p 2 -trimpath -ldflags="$ldflags" \
                 -o "$bin/$b-$KUBE_VERSION" "k8s.io/kubernetes/cmd/$b")
         done
     fi
@@ -76,7 +84,7 @@ kube() {
 }
 
 case ${1:-} in
-compose | helm | kube) "$1" ;;
+compose | helm | kube | coredns) "$1" ;;
 path) echo "$bin" ;;
-*) echo "usage: $0 compose|helm|kube|path" >&2; exit 2 ;;
+*) echo "usage: $0 compose|helm|kube|coredns|path" >&2; exit 2 ;;
 esac

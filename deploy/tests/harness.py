@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = "/usr/bin/docker"  # Debian's CLI (docker-engine.sh explains why)
 SERVICES = ("platform", "rnis-adapter", "pep", "path-manager", "dashboard")
+CHART = REPO / "charts/mec-transport-suite"
+CLUSTER = REPO / "deploy/k8s/cluster.sh"
 
 
 def run(*cmd: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
@@ -28,6 +33,15 @@ def run(*cmd: str, env: dict[str, str] | None = None, timeout: float = 300) -> s
     if done.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done.stdout
+
+
+def tool(name: str) -> str:
+    """A deployment tool built and cached by deploy/scripts/tools.sh (helm, kubectl)."""
+    return run(str(REPO / "deploy/scripts/tools.sh"), "path").strip() + f"/{name}"
+
+
+def helm() -> str:
+    return tool("helm")
 
 
 def free_port() -> int:
@@ -133,6 +147,51 @@ class Stack:
                        auth=("admin", self.settings["PLATFORM_ADMIN_CLIENT_SECRET"]))  # fmt: skip
         assert r.status_code == 200, r.text
         return str(r.json()["access_token"])
+
+
+@dataclass
+class Kube:
+    """A client of the test cluster's API, with the admin's token."""
+
+    kubeconfig: Path
+    http: httpx.Client
+
+    @classmethod
+    def connect(cls, kubeconfig: Path) -> Kube:
+        config = yaml.safe_load(kubeconfig.read_text())
+        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+        http = httpx.Client(
+            base_url=cluster["server"],
+            verify=ssl.create_default_context(cafile=cluster["certificate-authority"]),
+            headers={"Authorization": f"Bearer {user['token']}"},
+            timeout=30,
+        )
+        return cls(kubeconfig, http)
+
+    def resource_path(self, obj: dict[str, Any], namespace: str) -> str:
+        """The collection URL of an object's kind, found by API discovery."""
+        group_version = obj["apiVersion"]
+        base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+        resources = self.http.get(base).raise_for_status().json()["resources"]
+        kind = next(r for r in resources if r["kind"] == obj["kind"] and "/" not in r["name"])
+        ns = f"/namespaces/{namespace}" if kind["namespaced"] else ""
+        return f"{base}{ns}/{kind['name']}"
+
+    def dry_run_create(self, obj: dict[str, Any], namespace: str) -> httpx.Response:
+        return self.http.post(
+            self.resource_path(obj, namespace),
+            params={"dryRun": "All", "fieldValidation": "Strict"},
+            json=obj,
+        )
+
+    def apply_file(self, path: Path) -> None:
+        for obj in yaml.safe_load_all(path.read_text()):
+            r = self.http.post(self.resource_path(obj, "default"), json=obj)
+            assert r.status_code in (201, 409), r.text
+
+    def names(self, namespace: str, resource: str) -> list[str]:
+        r = self.http.get(f"{resource.format(ns=namespace)}").raise_for_status()
+        return sorted(item["metadata"]["name"] for item in r.json()["items"])
 
 
 def dump(stack: Stack) -> str:

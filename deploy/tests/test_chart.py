@@ -18,31 +18,22 @@ import base64
 import json
 import re
 import secrets
-import ssl
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
-from harness import REPO, run
+from harness import CHART, CLUSTER, REPO, Kube, helm, run
 
 pytestmark = [pytest.mark.slow]
 
-CHART = REPO / "charts/mec-transport-suite"
 VALUES = {"default": None} | {p.stem: p for p in sorted((CHART / "ci").glob("*.yaml"))}
-CLUSTER = REPO / "deploy/k8s/cluster.sh"
 # The Prometheus Operator's published CRD, from its Go module (the Go proxy serves it).
 PROM_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.78.2"
 SERVICEMONITOR_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
-
-
-def helm() -> str:
-    return run(str(REPO / "deploy/scripts/tools.sh"), "path").strip() + "/helm"
 
 
 def render(values: Path | None, *extra: str) -> list[dict[str, Any]]:
@@ -51,53 +42,11 @@ def render(values: Path | None, *extra: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
-@dataclass
-class Kube:
-    """A client of the test cluster's API, with the admin's token."""
-
-    kubeconfig: Path
-    http: httpx.Client
-
-    def resource_path(self, obj: dict[str, Any], namespace: str) -> str:
-        """The collection URL of an object's kind, found by API discovery."""
-        group_version = obj["apiVersion"]
-        base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
-        resources = self.http.get(base).raise_for_status().json()["resources"]
-        kind = next(r for r in resources if r["kind"] == obj["kind"] and "/" not in r["name"])
-        ns = f"/namespaces/{namespace}" if kind["namespaced"] else ""
-        return f"{base}{ns}/{kind['name']}"
-
-    def dry_run_create(self, obj: dict[str, Any], namespace: str) -> httpx.Response:
-        return self.http.post(
-            self.resource_path(obj, namespace),
-            params={"dryRun": "All", "fieldValidation": "Strict"},
-            json=obj,
-        )
-
-    def apply_file(self, path: Path) -> None:
-        for obj in yaml.safe_load_all(path.read_text()):
-            r = self.http.post(self.resource_path(obj, "default"), json=obj)
-            assert r.status_code in (201, 409), r.text
-
-    def names(self, namespace: str, resource: str) -> list[str]:
-        r = self.http.get(f"{resource.format(ns=namespace)}").raise_for_status()
-        return sorted(item["metadata"]["name"] for item in r.json()["items"])
-
-
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     state = tmp_path_factory.mktemp("kube")
     try:
-        kubeconfig = Path(run(str(CLUSTER), "up", str(state), timeout=1800).split()[-1])
-        config = yaml.safe_load(kubeconfig.read_text())
-        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
-        http = httpx.Client(
-            base_url=cluster["server"],
-            verify=ssl.create_default_context(cafile=cluster["certificate-authority"]),
-            headers={"Authorization": f"Bearer {user['token']}"},
-            timeout=30,
-        )
-        k = Kube(kubeconfig, http)
+        k = Kube.connect(Path(run(str(CLUSTER), "up", str(state), timeout=1800).split()[-1]))
         crd_dir = json.loads(run("go", "mod", "download", "-json", PROM_OPERATOR))["Dir"]
         k.apply_file(Path(crd_dir) / SERVICEMONITOR_CRD)
         yield k
@@ -159,6 +108,7 @@ def test_every_service_is_there_by_default() -> None:
         ("Deployment", "mts-platform"),
         ("Deployment", "mts-rnis-adapter"),
         ("PersistentVolumeClaim", "mts-platform"),
+        ("PersistentVolumeClaim", "mts-rnis-adapter"),
         ("Secret", "mts-credentials"),
         ("Service", "mts-dashboard"),
         ("Service", "mts-path-manager"),
@@ -179,12 +129,15 @@ def test_least_privilege() -> None:
             assert sc["readOnlyRootFilesystem"] is True, name
             assert sc["capabilities"]["drop"] == ["ALL"], name
             assert c["_pod"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            if name != "pep":  # the PEP's own: containerd's RuntimeDefault refuses unshare
+                assert "seccompProfile" not in sc, name
             if name in ("pep", "path-manager"):
                 assert sc["runAsUser"] == 0
             else:
                 assert sc["runAsNonRoot"] is True and "add" not in sc["capabilities"], name
-    pep = containers(render(None))["pep"]["securityContext"]["capabilities"]["add"]
-    assert pep == ["NET_ADMIN", "BPF", "PERFMON"]
+    pep = containers(render(None))["pep"]["securityContext"]
+    assert pep["capabilities"]["add"] == ["NET_ADMIN", "BPF", "PERFMON"]
+    assert pep["seccompProfile"] == {"type": "Unconfined"}
     no_bpf = containers(render(VALUES["no-bpf-values"]))["pep"]
     assert no_bpf["securityContext"]["capabilities"]["add"] == ["NET_ADMIN"]
     assert all(m["name"] != "bpffs" for m in no_bpf["volumeMounts"])

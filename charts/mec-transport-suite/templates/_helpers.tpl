@@ -120,3 +120,33 @@ allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end -}}
+
+{{/* The PersistentVolumeClaim of a Deployment's state (.c: the component's dict, .v: its
+values), when its persistence is enabled; named after the component. */}}
+{{- define "mts.stateClaim" -}}
+{{- if .v.persistence.enabled }}
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {{ include "mts.name" .c }}
+  labels: {{- include "mts.labels" .c | nindent 4 }}
+spec:
+  accessModes: [ReadWriteOnce]
+  {{- with .v.persistence.storageClass }}
+  storageClassName: {{ . }}
+  {{- end }}
+  resources:
+    requests: {storage: {{ .v.persistence.size }}}
+---
+{{- end }}
+{{- end -}}
+
+{{/* The state volume of a Deployment: its claim, or an emptyDir without persistence. */}}
+{{- define "mts.stateVolume" -}}
+- name: state
+  {{- if .v.persistence.enabled }}
+  persistentVolumeClaim: {claimName: {{ include "mts.name" .c }}}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+{{- end -}}
