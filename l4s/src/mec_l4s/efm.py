@@ -117,7 +117,7 @@ class EfmObject:
             ["bpftool", "prog", "loadall", str(obj), str(pin_dir), "pinmaps", str(maps)],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=300,  # bpftool waited over 60 s on this machine at load 20
         )
         if done.returncode != 0:
             shutil.rmtree(pin_dir, ignore_errors=True)

@@ -40,7 +40,7 @@ class Prague:
             [str(loader), str(obj), str(pin_dir), f"prague={name}"],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=300,
         )
         if done.returncode != 0:
             raise RuntimeError(f"{loader}: {done.stderr.strip()}")

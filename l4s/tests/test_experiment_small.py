@@ -1,0 +1,48 @@
+"""``make experiment-l4s`` in small (one 6 s run per technique at 20 Mbit/s): the bed, the
+two flows, the observer and the summary work together (root, BPF, namespaces)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+from l4s_support import NEEDS_ROOT
+
+from mec_l4s.efm import Technique
+from mec_l4s.prague import Prague
+from mts_lab.l4s.bed import WanLine
+from mts_lab.l4s.experiment import LOADER, PRAGUE_OBJ, aggregate, one_run, table
+
+pytestmark = [pytest.mark.netns, NEEDS_ROOT, pytest.mark.timeout(300)]
+
+
+def test_a_small_table_7_1() -> None:
+    tag = secrets.token_hex(3)
+    prague = Prague.load(
+        LOADER, PRAGUE_OBJ, Path(f"/sys/fs/bpf/mts-prague-t{tag}"), f"prague_t{tag}"
+    )
+    runs = []
+    try:
+        for technique in (Technique.SPIN, Technique.DELAY):
+            line = WanLine.create(30.0, rate_mbps=20, queue="dualpi2", prefix="l4t")
+            try:
+                runs.append(
+                    one_run(line, prague, technique, 6.0) | {"technique": technique.name.lower()}
+                )
+            finally:
+                line.down()
+    finally:
+        prague.close()
+    for run in runs:
+        for cca in ("prague", "cubic"):
+            flow = run[cca]
+            assert flow["mib"] > 0.5, (run["technique"], cca, flow)
+            assert flow["truth"]["n"] > 10 and flow["truth"]["mean_ms"] >= 60 * 0.97
+            assert flow["raw"]["n"] > 10 and flow["filtered"]["n"] > 10, (run["technique"], cca)
+        assert run["observer"]["malformed"] == 0
+    rows = aggregate([r | {"run": 0} for r in runs])
+    assert set(rows) == {"spin/prague", "spin/cubic", "delay/prague", "delay/cubic"}
+    assert "published" in table(
+        {"runs": 1, "seconds": 6, "load_before": [], "load_after": [], "table": rows}
+    )

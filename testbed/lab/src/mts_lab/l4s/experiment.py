@@ -1,0 +1,316 @@
+"""``make experiment-l4s``: research 001's Table 7.1 rebuilt in namespaces (issue 14).
+
+One Prague and one CUBIC flow share the emulator's WAN bottleneck (100 Mbit/s DualPI2,
+30 ms each way: base RTT 60 ms), from one server namespace to one client namespace,
+marked with the spin bit in some runs and the delay bit in others (one technique per
+run, as the research). The observer on the MEC host gives each flow's RTT samples in
+both modes (raw = Spindump's rules, filtered = ours); the truth is TCP_INFO's RTT of each
+sender, every 100 ms (the research read ``ss`` every second).
+
+Per run and flow: throughput (MiB per run), retransmissions, truth mean/std, observer
+mean/std, and the error of each observer sample against the truth at its time (|sample −
+truth|, p50/p90). Tables 7.2/7.3 (reordering) are absent: the emulator cannot reorder yet.
+
+    uv run python -m mts_lab.l4s.experiment --out docs/results/l4s [--runs 5 --seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import os
+import secrets
+import socket
+import statistics
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mec_l4s.efm import Marker, Technique
+from mec_l4s.observer import Mode, Observer, Sample
+from mec_l4s.prague import Prague
+from mts_lab.l4s.bed import MARKER_OBJ, OBSERVER_OBJ, REPO, WanLine, tcp_info_rtt_ms
+from mts_lab.results import Results, save_results
+
+PRAGUE_OBJ = REPO / "build/bpf/prague.bpf.o"
+LOADER = REPO / "build/bin/meld-loader"
+MIB = 1 << 20
+
+# research 001, Table 7.1 (virtual plant, 60 s, one run each): MiB, RTT mean/std (ms), retx
+PUBLISHED = {
+    ("spin", "prague"): {"mib": 391, "rtt_mean_ms": 60.3, "rtt_std_ms": 2.4, "retrans": 0},
+    ("spin", "cubic"): {"mib": 317, "rtt_mean_ms": 68.9, "rtt_std_ms": 7.2, "retrans": 11},
+    ("delay", "prague"): {"mib": 375, "rtt_mean_ms": 60.4, "rtt_std_ms": 2.1, "retrans": 0},
+    ("delay", "cubic"): {"mib": 331, "rtt_mean_ms": 70.1, "rtt_std_ms": 9.0, "retrans": 15},
+}
+
+
+@dataclass
+class FlowRun:
+    cca: str
+    port: int = 0
+    received: int = 0
+    retrans: int = 0
+    truth: list[tuple[int, float]] = field(default_factory=list)  # (monotonic ns, ms)
+
+
+def _retrans(sock: socket.socket) -> int:
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return int(struct.unpack_from("I", raw, 100)[0])
+
+
+def _sender(line: WanLine, flow: FlowRun, cca: str, seconds: float, ready: threading.Event) -> None:
+    """Listen, accept one connection, send for ``seconds``, sampling TCP_INFO."""
+    from mec_common.netns import in_netns
+
+    def listen() -> socket.socket:
+        s = socket.socket()
+        s.bind((line.server_ip, 0))
+        s.listen(1)
+        return s
+
+    ls = in_netns(line.server_ns, listen)
+    flow.port = ls.getsockname()[1]
+    ready.set()
+    conn, _ = ls.accept()
+    ls.close()
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca.encode())
+        end = time.monotonic() + seconds
+        next_tick = time.monotonic()
+        block = b"x" * 65536
+        while time.monotonic() < end:
+            conn.sendall(block)
+            if time.monotonic() >= next_tick:
+                flow.truth.append((time.monotonic_ns(), tcp_info_rtt_ms(conn)))
+                next_tick += 0.1
+        flow.retrans = _retrans(conn)
+
+
+def _receiver(line: WanLine, flow: FlowRun, cca: str) -> None:
+    def make() -> socket.socket:
+        s = socket.socket()
+        # a Prague receiver asks for ECN (a CCA with NEEDS_ECN does); CUBIC's does not
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca.encode())
+        s.settimeout(30)
+        s.connect((line.server_ip, flow.port))
+        return s
+
+    from mec_common.netns import in_netns
+
+    sock = in_netns(line.client_ns, make)
+    with sock:
+        while n := len(sock.recv(1 << 16)):
+            flow.received += n
+
+
+def one_run(line: WanLine, prague: Prague, technique: Technique, seconds: float) -> dict[str, Any]:
+    observer = Observer.load(OBSERVER_OBJ, f"mts-obs-x{secrets.token_hex(3)}")
+    markers: list[Marker] = []
+    try:
+        observer.configure()
+        observer.attach("m0", line.mec_ns)
+        observer.attach("wan0", line.mec_ns)
+        for ns, ifname, ect1 in ((line.client_ns, "c0", False), (line.server_ns, "wan0", True)):
+            m = Marker.load(MARKER_OBJ, f"mts-efm-x{secrets.token_hex(3)}")
+            markers.append(m)
+            m.configure(technique, dynamic_t_max=True, ect1=ect1)
+            m.attach(ifname, ns)
+        flows = {"prague": FlowRun("prague"), "cubic": FlowRun("cubic")}
+        ccas = {"prague": prague.name, "cubic": "cubic"}
+        threads = []
+        for name, flow in flows.items():
+            ready = threading.Event()
+            t = threading.Thread(target=_sender, args=(line, flow, ccas[name], seconds, ready))
+            t.start()
+            ready.wait(10)
+            threads.append(t)
+            r = threading.Thread(target=_receiver, args=(line, flow, ccas[name]))
+            r.start()
+            threads.append(r)
+        samples: list[Sample] = []
+        while any(t.is_alive() for t in threads):
+            samples += observer.poll()
+            time.sleep(0.05)
+        samples += observer.poll()
+        return {name: _summarise(flow, samples, line) for name, flow in flows.items()} | {
+            "observer": observer.counters()
+        }
+    finally:
+        for m in markers:
+            m.close()
+        observer.close()
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "mean_ms": statistics.fmean(values),
+        "std_ms": statistics.pstdev(values),  # population std dev, as the research
+        "p50_ms": statistics.median(values),
+    }
+
+
+def _summarise(flow: FlowRun, samples: list[Sample], line: WanLine) -> dict[str, Any]:
+    server = f"{line.server_ip}:{flow.port}"
+    mine = [s for s in samples if s.server == server and s.measurement == "e2e"]
+    times = [t for t, _ in flow.truth]
+    out: dict[str, Any] = {
+        "mib": flow.received / MIB,
+        "retrans": flow.retrans,
+        "truth": _stats([v for _, v in flow.truth[5:]]),
+    }
+    for mode in Mode:
+        rtts = [s for s in mine if s.mode == mode]
+        errors = []
+        for s in rtts:
+            i = bisect.bisect_left(times, s.t_ns)
+            if 0 < i < len(times):
+                errors.append(abs(s.rtt_ms - flow.truth[i][1]))
+        row = _stats([s.rtt_ms for s in rtts])
+        if errors:
+            errors.sort()
+            row["abs_error_p50_ms"] = errors[len(errors) // 2]
+            row["abs_error_p90_ms"] = errors[int(len(errors) * 0.9)]
+        out[mode.name.lower()] = row
+    return out
+
+
+def _mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % confidence interval (t, n - 1)."""
+    t95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+    if len(values) < 2:
+        return (values[0] if values else float("nan")), float("nan")
+    return statistics.fmean(values), t95.get(len(values) - 1, 2.0) * statistics.stdev(values) / len(
+        values
+    ) ** 0.5
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for technique in ("spin", "delay"):
+        for cca in ("prague", "cubic"):
+            rows = [r[cca] for r in runs if r["technique"] == technique]
+            if not rows:
+                continue
+
+            def ci(get: Any, rows: list[dict[str, Any]] = rows) -> list[float]:
+                vals = [v for v in (get(r) for r in rows) if v is not None]
+                return list(_mean_ci(vals))
+
+            table[f"{technique}/{cca}"] = {
+                "runs": len(rows),
+                "mib": ci(lambda r: r["mib"]),
+                "retrans": ci(lambda r: r["retrans"]),
+                "truth_mean_ms": ci(lambda r: r["truth"].get("mean_ms")),
+                "truth_std_ms": ci(lambda r: r["truth"].get("std_ms")),
+                **{
+                    f"{mode}_{key}": ci(lambda r, m=mode, k=key: r[m].get(k))
+                    for mode in ("raw", "filtered")
+                    for key in ("mean_ms", "std_ms", "abs_error_p90_ms")
+                },
+                "published": PUBLISHED[(technique, cca)],
+            }
+    return table
+
+
+def table(results: Results) -> str:
+    lines = [
+        f"L4S Table 7.1 rebuilt: {results['runs']} run(s) x {results['seconds']} s per technique, "
+        f"load before {results['load_before']}, after {results['load_after']}",
+        f"{'technique/cca':14} {'MiB':>14} {'retx':>10} {'truth ms':>18} "
+        f"{'raw ms':>18} {'filtered ms':>18} {'|err| p90 f':>12}  published (MiB, mean±std, retx)",
+    ]
+
+    def f(v: list[float], digits: int = 1) -> str:
+        return f"{v[0]:.{digits}f}±{v[1]:.{digits}f}"
+
+    for key, row in results["table"].items():
+        pub = row["published"]
+        lines.append(
+            f"{key:14} {f(row['mib']):>14} {f(row['retrans']):>10} "
+            f"{f(row['truth_mean_ms'])}/{row['truth_std_ms'][0]:.1f} "
+            f"{f(row['raw_mean_ms']):>12}/{row['raw_std_ms'][0]:.1f} "
+            f"{f(row['filtered_mean_ms']):>12}/{row['filtered_std_ms'][0]:.1f} "
+            f"{row['filtered_abs_error_p90_ms'][0]:>12.2f}  "
+            f"{pub['mib']}, {pub['rtt_mean_ms']}±{pub['rtt_std_ms']}, {pub['retrans']}"
+        )
+    lines.append(
+        "(values: mean ± 95 % CI half-width over runs; '/x' = mean of the per-run std dev)"
+    )
+    return "\n".join(lines)
+
+
+def plot(results: Results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(results["table"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, (label, field_) in enumerate(
+        [("TCP_INFO", "truth_mean_ms"), ("raw", "raw_mean_ms"), ("filtered", "filtered_mean_ms")]
+    ):
+        vals = [results["table"][k][field_] for k in keys]
+        ax.bar([j + i * 0.25 for j in range(len(keys))], [v[0] for v in vals], 0.25,
+               yerr=[v[1] if v[1] == v[1] else 0 for v in vals], label=label)  # fmt: skip
+    ax.scatter([j + 0.25 for j in range(len(keys))],
+               [results["table"][k]["published"]["rtt_mean_ms"] for k in keys],
+               marker="x", color="k", zorder=3, label="published (thesis)")  # fmt: skip
+    ax.set_xticks([j + 0.25 for j in range(len(keys))], keys)
+    ax.set_ylabel("mean RTT (ms)")
+    ax.set_title("Spin/delay-bit RTT vs TCP_INFO, Prague + CUBIC through DualPI2")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs/results/l4s")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--rate-mbps", type=float, default=100.0)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    tag = secrets.token_hex(3)
+    prague = Prague.load(
+        LOADER, PRAGUE_OBJ, Path(f"/sys/fs/bpf/mts-prague-x{tag}"), f"prague_x{tag}"
+    )
+    runs = []
+    try:
+        for run in range(args.runs):
+            for technique in (Technique.SPIN, Technique.DELAY):
+                line = WanLine.create(30.0, rate_mbps=args.rate_mbps, queue="dualpi2", prefix="l4x")
+                try:
+                    result = one_run(line, prague, technique, args.seconds)
+                finally:
+                    line.down()
+                result |= {"technique": technique.name.lower(), "run": run}
+                runs.append(result)
+                mib = {cca: round(result[cca]["mib"]) for cca in ("prague", "cubic")}
+                print(f"run {run} {technique.name.lower()}: MiB {mib}", flush=True)
+    finally:
+        prague.close()
+    results: Results = {
+        "runs": args.runs,
+        "seconds": args.seconds,
+        "rate_mbps": args.rate_mbps,
+        "base_rtt_ms": 60,
+        "load_before": [round(x, 1) for x in load_before],
+        "load_after": [round(x, 1) for x in os.getloadavg()],
+        "table": aggregate(runs),
+        "per_run": runs,
+        "absent": "Tables 7.2/7.3 (reordering) and 8.1-8.5: the emulator cannot reorder yet",
+    }
+    save_results(results, args.out, "table-7-1", plot, table)
+
+
+if __name__ == "__main__":
+    main()
