@@ -20,9 +20,16 @@ port=${E2_STREAM_PORT:-36431}
 work=$(mktemp -d)
 pids=()
 cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	# last started first: the xApp unsubscribes while the RIC is still there
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill "${pids[i]}" 2>/dev/null || true
+		sleep 0.3
+	done
 	sleep 0.5
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	if [ "${ADAPTER:-0}" = 1 ]; then # the adapter declared this (durable) exchange
+		rabbitmqadmin delete exchange name="rnis-live-check-$$" > /dev/null 2>&1 || true
+	fi
 	echo "logs in $work" >&2
 }
 trap cleanup EXIT
