@@ -231,6 +231,28 @@ class RanAwareBed:
             time.sleep(0.2)
         raise RuntimeError(f"no fresh radio state for {self.ue_ip}: {self.pep_log()}")
 
+    @contextlib.contextmanager
+    def radio_ages(self, period: float = 0.2) -> Iterator[list[float]]:
+        """Sample the age of the UE's radio state in the kernel meanwhile (ms): a loaded
+        machine delays the feed, and MELD/RAPID fall back to the growth function on
+        state older than the staleness bound."""
+        ages: list[float] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(period):
+                radio = self.ue_state()["radio"]
+                if radio is not None and radio["age_ms"] is not None:
+                    ages.append(radio["age_ms"])
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            yield ages
+        finally:
+            done.set()
+            watcher.join()
+
     # -- traffic
     def fetch(self, port: int, size: int) -> Download:
         """Start a download of ``size`` bytes from the server at the UE (mts_lab.traffic)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,21 +43,8 @@ def one_download(bed: RanAwareBed, mode: str, size: int) -> dict[str, Any]:
     bed.set_mode(mode)
     time.sleep(1.0)  # the previous run's queue drains
     before = bed.ue_state()["counters"]
-    ages: list[float] = []
-    done = threading.Event()
-
-    def watch_feed() -> None:
-        while not done.wait(0.2):
-            radio = bed.ue_state()["radio"]
-            if radio is not None and radio["age_ms"] is not None:
-                ages.append(radio["age_ms"])
-
-    watcher = threading.Thread(target=watch_feed, daemon=True)
-    watcher.start()
-    with bed.ping() as pings:
+    with bed.ping() as pings, bed.radio_ages() as ages:
         result = bed.result(bed.fetch(PORT, size))
-    done.set()
-    watcher.join()
     after = bed.ue_state()["counters"]
     if result["bytes"] != size:
         raise RuntimeError(f"got {result['bytes']} of {size} bytes")

@@ -73,13 +73,16 @@ def _bytes_at(timeline: list[list[float]], t: float) -> float:
 
 
 def cubic_bbr(bed: RanAwareBed, variant: str, size: int) -> dict[str, Any]:
-    with bed.ping() as pings:
+    with bed.ping() as pings, bed.radio_ages() as ages:
         downloads = {cca: bed.fetch(port(variant, cca), size) for cca in ("cubic", "bbr")}
         results = {cca: bed.result(d) for cca, d in downloads.items()}
     cubic, bbr = overlap_goodput([results["cubic"], results["bbr"]])
     rtts = [p[1] for p in pings]
     return {"cubic_mbps": cubic, "bbr_mbps": bbr, "ping": pings,
-            "rtt_ms_p80": percentile(rtts, 80), "rtt_ms_p90": percentile(rtts, 90)}  # fmt: skip
+            "rtt_ms_p80": percentile(rtts, 80), "rtt_ms_p90": percentile(rtts, 90),
+            # RAPID falls back to CUBIC while the radio state is stale (a loaded feed)
+            "radio_age_ms_p50": percentile(ages, 50),
+            "radio_age_ms_p90": percentile(ages, 90)}  # fmt: skip
 
 
 def short_transfer(bed: RanAwareBed, variant: str, size: int) -> dict[str, Any]:
