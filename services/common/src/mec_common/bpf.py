@@ -296,12 +296,17 @@ class BpfProgram:
 
     def run_packet(self, packet: bytes) -> int:
         """Run a tc program once on ``packet`` (an Ethernet frame); returns its verdict."""
+        return self.time_packet(packet, 1)[0]
+
+    def time_packet(self, packet: bytes, repeat: int) -> tuple[int, int]:
+        """Run a tc program ``repeat`` times on ``packet`` in the kernel; returns its verdict
+        and the kernel's mean time per run (ns)."""
         buf = ctypes.create_string_buffer(packet, len(packet))
         attr = _TestRunAttr(
-            prog_fd=self.fd, data_size_in=len(packet), data_in=ctypes.addressof(buf), repeat=1
+            prog_fd=self.fd, data_size_in=len(packet), data_in=ctypes.addressof(buf), repeat=repeat
         )
         _bpf(BPF_PROG_TEST_RUN, attr)
-        return ctypes.c_int32(attr.retval).value
+        return ctypes.c_int32(attr.retval).value, int(attr.duration)
 
 
 def ipv4_key(ip: str) -> ctypes.c_uint32:
