@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
-import yaml
+from conftest import official_spec
 
 from mec_platform.testing import Receiver, Running, onboard, running_platform, wait_op, wait_until
 
@@ -17,20 +17,9 @@ LCM = "/app_lcm/v1"
 
 
 def official_schema(specs: Path, name: str, file: str = "MEC01002_AppLcm.yaml") -> dict[str, Any]:
-    """A component schema of a MEC 010-2 v3.1.1 file. Its enumerations are the
-    placeholder ["SEE_DESCRIPTION"] (values only in the descriptions): those are dropped
-    here, in memory, and the values are checked against the descriptions by the tests."""
-    spec = yaml.safe_load((specs / "mec010-2-v3.1.1" / file).read_text())
-
-    def drop_placeholders(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: drop_placeholders(v) for k, v in node.items()
-                    if not (k == "enum" and v == ["SEE_DESCRIPTION"])}  # fmt: skip
-        if isinstance(node, list):
-            return [drop_placeholders(v) for v in node]
-        return node
-
-    components = drop_placeholders(spec["components"])
+    """A component schema of a MEC 010-2 v3.1.1 file, placeholder enumerations dropped
+    (``conftest.without_placeholders``)."""
+    components = official_spec(specs / "mec010-2-v3.1.1" / file)["components"]
     return {"$ref": f"#/components/schemas/{name}", "components": components}
 
 

@@ -19,7 +19,7 @@ import httpx
 import jsonschema_rs
 import pytest
 import schemathesis
-from conftest import SEED
+from conftest import SEED, official_spec
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import checks
@@ -55,7 +55,23 @@ def response_schema_by_type(ctx: Any, response: Any, case: Any) -> bool | None:
         return True
 
 
-POSITIVE = [checks.not_a_server_error, checks.status_code_conformance,
+# Status codes the platform answers that an official file leaves out, and why.
+UNLISTED_STATUS = {
+    # MEC 010-2 v3.1.1 lists no 409 for deleting a package; the platform refuses to delete
+    # one that is ENABLED or IN_USE with 409, as ETSI NFV SOL005 (which MEC 010-2's package
+    # management follows) does for VNF packages.
+    "DELETE /onboarded_app_packages/{appDId}": {409},
+}
+
+
+def status_code_or_unlisted(ctx: Any, response: Any, case: Any) -> bool | None:
+    """Schemathesis' status code check, allowing the codes of ``UNLISTED_STATUS``."""
+    if response.status_code in UNLISTED_STATUS.get(case.operation.label, ()):
+        return True
+    return checks.status_code_conformance(ctx, response, case)
+
+
+POSITIVE = [checks.not_a_server_error, status_code_or_unlisted,
             checks.content_type_conformance, checks.response_headers_conformance,
             response_schema_by_type]  # fmt: skip
 NEGATIVE = [checks.not_a_server_error, checks.negative_data_rejection]
@@ -70,20 +86,28 @@ ABSENT = ("/registrations", "/resource_uri_allocated_by_MEC_platform", "/queries
 # against those files only server errors, content types and headers are checked; bodies and
 # status codes are checked against v2.1.1 (ETSI Forge).
 PLACEHOLDER_SCHEMAS = ("mec011-v3.1.1",)
+# MEC 010-2 v3.1.1 has only the placeholder enumerations (no wrapped bodies, no other
+# version to check against): fuzzed with them dropped in memory (conftest.official_spec).
+PLACEHOLDER_ENUMS = ("mec010-2-v3.1.1",)
 PLACEHOLDER_CHECKS = [checks.not_a_server_error, checks.content_type_conformance,
                       checks.response_headers_conformance]  # fmt: skip
 
 
-def fuzz(spec: Path, base_url: str, token: str, real: dict[str, str]) -> list[str]:
+def fuzz(spec: Path, base_url: str, token: str, real: dict[str, str],
+         absent: tuple[str, ...] = ABSENT) -> list[str]:  # fmt: skip
     """Every implemented operation of ``spec``, in both modes; the failures found."""
     positive, negative = POSITIVE, NEGATIVE
     if spec.parent.name in PLACEHOLDER_SCHEMAS:
         positive, negative = PLACEHOLDER_CHECKS, [checks.not_a_server_error]
-    schema = schemathesis.openapi.from_path(str(spec))
+    if spec.parent.name in PLACEHOLDER_ENUMS:
+        schema = schemathesis.openapi.from_dict(official_spec(spec))
+    else:
+        schema = schemathesis.openapi.from_path(str(spec))
     failures = []
     for result in schema.get_all_operations():
         operation = result.ok()
-        if operation.path.startswith(ABSENT):
+        if operation.label in absent or operation.path.startswith(absent) \
+                or operation.path.endswith(absent):  # fmt: skip
             continue
         modes = [(GenerationMode.POSITIVE, positive)]
         if len(operation.query) or operation.body:  # string path ids have no invalid value
@@ -161,4 +185,27 @@ def test_rnis_conforms_to_mec012(specs: Path, tmp_path: Path, spec: str) -> None
                              headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)  # fmt: skip
         real = {"subscriptionId": created.headers["location"].rsplit("/", 1)[1]}
         failures = fuzz(specs / spec, adapter.url + RNI, TOKEN, real)
+    assert not failures, f"seed {SEED}:\n\n" + "\n\n".join(failures)
+
+
+# MEC 010-2 operations the platform does not implement (docs/conformance.md): by path, by
+# last path segment, or by "METHOD path".
+ABSENT_010_2 = ("/user_defined_notification", "/cancel", "/fail", "/retry",
+                "/configure_platform_for_app", "POST /onboarded_app_packages",
+                "PUT /onboarded_app_packages/{appDId}/package_content")  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "base"), [
+    ("mec010-2-v3.1.1/MEC01002_AppPkgMgmt.yaml", "/app_pkgm/v1"),
+    ("mec010-2-v3.1.1/MEC01002_AppLcm.yaml", "/app_lcm/v1"),
+])  # fmt: skip
+def test_platform_conforms_to_mec010_2(specs: Path, tmp_path: Path, spec: str, base: str) -> None:
+    with running_platform(tmp_path) as platform:
+        onboard(platform)
+        app_id, _ = external_app(platform)
+        ops = platform.admin.get("/app_lcm/v1/app_lcm_op_occs").json()
+        real = {"appDId": "test-app", "appPkgId": "test-app", "appInstanceId": app_id,
+                "appLcmOpOccId": ops[0]["id"] if ops else "none"}  # fmt: skip
+        token = platform.admin.headers["Authorization"].removeprefix("Bearer ")
+        failures = fuzz(specs / spec, platform.url + base, token, real, ABSENT_010_2)
     assert not failures, f"seed {SEED}:\n\n" + "\n\n".join(failures)

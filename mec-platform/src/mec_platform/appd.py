@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from mec_common.rest_policy import JsonObject
 from mec_platform.models import CategoryRef, DnsRule, TrafficRule
 
 PLATFORM_PREFIX = "PLATFORM_"  # the platform's own settings: never passed to an app
@@ -57,7 +58,7 @@ class ServiceDependency(AppdModel):
     ser_name: Name
     version: Name
     ser_category: CategoryRef | None = None
-    ser_transport_dependencies: list[dict[str, Any]] | None = None
+    ser_transport_dependencies: list[JsonObject] | None = None
     requested_permissions: list[Any] | None = None
 
 
@@ -65,7 +66,7 @@ class ServiceDescriptor(AppdModel):
     ser_name: Name
     version: Name
     ser_category: CategoryRef | None = None
-    transports_supported: list[dict[str, Any]] | None = None
+    transports_supported: list[JsonObject] | None = None
 
 
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -107,7 +108,7 @@ class DockerDeployment(AppdModel):
 
 class HelmDeployment(AppdModel):
     chart: Name
-    values: dict[str, Any] = {}
+    values: JsonObject = {}
     env_prefix: str | None = None
 
 

@@ -87,11 +87,24 @@ class Manager:
             "appSoftwareVersion": appd["appSoftVersion"],
             "appDVersion": appd["appDVersion"],
             "checksum": {"algorithm": "SHA-256", "hash": row.checksum},
-            "softwareImages": {"containerImage": image} if image else {},
+            # MEC 010-2 leaves AppPkgSWImageInfo "for further study": ours names the
+            # software, and its container image where the AppD gives one.
+            "softwareImages": [
+                {
+                    "name": appd["appName"],
+                    "version": appd["appSoftVersion"],
+                    **({"containerImage": image} if image else {}),
+                }
+            ],
             "onboardingState": "ONBOARDED",
             "operationalState": row.operational_state,
             "usageState": "IN_USE" if in_use else "NOT_IN_USE",
-            "_links": {"self": {"href": href}, "appD": {"href": f"{href}/appd"}},
+            "mecInfo": appd["mecVersion"],
+            "_links": {
+                "self": {"href": href},
+                "appD": {"href": f"{href}/appd"},
+                "appPkgContent": {"href": f"{href}/package_content"},
+            },
         }
 
     def onboard(self, raw: bytes) -> dict[str, Any]:
@@ -301,9 +314,18 @@ class Manager:
         for wrapper in ("AppLcmOpOccSubscriptionRequest", "AppInstSubscriptionRequest",
                         "AppPkgSubscription"):  # fmt: skip
             body = body.get(wrapper, body)  # v3.1.1 wraps the request in its type's name
+        if not isinstance(body, dict):
+            raise ProblemError(400, "the body must be a JSON object")
         kind = body.get("subscriptionType")
         if kind not in kinds:
             raise ProblemError(400, f"subscriptionType must be one of {', '.join(kinds)}")
+        allowed = {"subscriptionType", "callbackUri"}
+        if kind == INSTANCE_SUBSCRIPTION:
+            allowed.add("appInstanceState")
+        if unsupported := sorted(set(body) - allowed):
+            # A filter (appPkgFilter, appInstanceSubscriptionFilter, ...) left out would make
+            # the subscription notify more than asked: refused, never ignored.
+            raise ProblemError(400, f"not supported in a {kind}: {', '.join(unsupported)}")
         state = body.get("appInstanceState")
         if kind == INSTANCE_SUBSCRIPTION and state not in (None, *INSTANCE_STATES):
             raise ProblemError(400, f"appInstanceState must be one of {', '.join(INSTANCE_STATES)}")

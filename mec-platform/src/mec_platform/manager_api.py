@@ -125,6 +125,13 @@ def _package_routes(r: APIRouter, base: str) -> None:
     def appd(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
         return json_response(mgr.appd(appPkgId))
 
+    @r.get(item + "/package_content", summary="The package's content: its AppD")
+    def package_content(mgr: Mgr, who: Admin, appPkgId: str) -> JSONResponse:  # noqa: N803
+        """A package here is one AppD (onboarded as YAML or JSON), not the ZIP that MEC 010-2
+        fetches from ``appPkgPath``: its content is that AppD, as a JSON object (the type
+        the v3.1.1 file gives this answer)."""
+        return json_response(mgr.appd(appPkgId))
+
     @r.patch(item, summary="Enable or disable a package", responses=CONDITIONAL)
     def modify(request: Request, mgr: Mgr, who: Admin, appPkgId: str,  # noqa: N803
                body: PackageModification) -> Response:  # fmt: skip

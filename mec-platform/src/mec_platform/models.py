@@ -14,6 +14,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from mec_common.rest_policy import JsonObject
+
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
 
@@ -80,7 +82,7 @@ class EndPointInfo(Mp1Model):
 
     uris: list[NonEmpty] | None = None
     addresses: list[Address] | None = None
-    alternative: dict[str, Any] | None = None
+    alternative: JsonObject | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> EndPointInfo:
@@ -108,7 +110,7 @@ class TransportInfo(Mp1Model):
     version: NonEmpty
     endpoint: EndPointInfo
     security: SecurityInfo
-    impl_specific_info: dict[str, Any] | None = None
+    impl_specific_info: JsonObject | None = None
 
 
 class ServiceInfoBase(Mp1Model):

@@ -224,6 +224,13 @@ def _subscription_routes(r: APIRouter, api: str, model: type[Any]) -> None:
         return Response(status_code=204)
 
 
+async def _no_null_body(request: Request) -> None:
+    """MEC 011 v2.1.1 makes the confirmation bodies optional: none at all is accepted, but
+    a body that is the JSON ``null`` (which FastAPI reads as "none") is not an object."""
+    if (await request.body()).strip() == b"null":
+        raise ProblemError(400, "the body must be a JSON object (or absent), not null")
+
+
 def app_support_router() -> APIRouter:
     r = APIRouter(prefix=APP_SUPPORT, tags=["mec_app_support"])
     app_path = "/applications/{appInstanceId}"
@@ -234,19 +241,16 @@ def app_support_router() -> APIRouter:
 
     _subscription_routes(r, APP_SUPPORT, AppTerminationSubscription)
 
-    @r.post(app_path + "/confirm_ready", status_code=204, summary="The app is ready")
-    def confirm_ready(
-        reg: Reg,
-        who: Caller,
-        appInstanceId: str,  # noqa: N803
-        body: AppReadyConfirmation,
-    ) -> Response:  # required: a null body is a 400
-
+    @r.post(app_path + "/confirm_ready", status_code=204, summary="The app is ready",
+            dependencies=[Depends(_no_null_body)])  # fmt: skip
+    def confirm_ready(reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
+                      body: AppReadyConfirmation | None = None) -> Response:  # fmt: skip
         reg.confirm_ready(who, appInstanceId)
         return Response(status_code=204)
 
     @r.post(app_path + "/confirm_termination", status_code=204,
-            summary="The app has finished its termination work")  # fmt: skip
+            summary="The app has finished its termination work",
+            dependencies=[Depends(_no_null_body)])  # fmt: skip
     def confirm_termination(reg: Reg, who: Caller, appInstanceId: str,  # noqa: N803
                             body: AppTerminationConfirmation | None = None  # the spec: optional
                             ) -> Response:  # fmt: skip
