@@ -95,7 +95,7 @@ def wait_for_document(url: str, proc: subprocess.Popen[bytes], log: Path) -> dic
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise SystemExit(f"{url}: no answer within 60 s")
+    raise SystemExit(f"{url}: no answer within 60 s:\n{log.read_text(errors='replace')}")
 
 
 def render(document: dict[str, object]) -> str:
