@@ -285,7 +285,8 @@ class PepProcess:
         self.port = int(env.get("PEP_HTTP_PORT", "8102"))
         self._wait_ready()
 
-    def _wait_ready(self, timeout: float = 30) -> None:
+    def _wait_ready(self, timeout: float = 90) -> None:
+        # A hang guard: at load 20-40 on the shared 2 cores the imports alone took 15-40 s.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

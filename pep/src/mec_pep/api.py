@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query
@@ -29,9 +28,7 @@ from mec_pep.models import (
     UeList,
     UeState,
 )
-from mec_pep.relay import Conn, Relay
 from mec_pep.service import SER_NAME, PepService
-from mec_pep.state import buffered, flow_state
 
 BASE = "/pep/v1"
 TERMINATION_PATH = "/pep/v1/notifications/app_termination"
@@ -99,10 +96,7 @@ def _router(service: PepService) -> APIRouter:
         "/flows/{flow_id}", tags=["flows"], status_code=204, summary="Reset a flow (RST both legs)"
     )
     def reset_flow(flow_id: int) -> None:
-        flow = _flow(service, flow_id)
-        conn = flow._relay
-        if isinstance(conn, Conn):
-            conn.relay.call(lambda: conn.relay.abort(conn, "reset by API"))
+        dp.reset(_flow(service, flow_id), "reset by API")
 
     @router.get("/ues", tags=["stats"], summary="Per-UE aggregates")
     def list_ues() -> UeList:
@@ -131,7 +125,7 @@ def _router(service: PepService) -> APIRouter:
             bytes_to_ue=c.bytes_to_ue,
             bytes_from_ue=c.bytes_from_ue,
             pipes_in_use=dp.pipes_in_use(),
-            relay_threads=len(dp.relays),
+            relay_threads=dp.thread_count,
             descriptor_limit=service.descriptor_limit(),
             listeners=_listeners(service),
             tfo_server_enabled=service.tfo_server_enabled(),
@@ -171,47 +165,23 @@ def _select(flows: list[Flow], mode: Mode | None) -> list[Flow]:
     return [f for f in flows if mode is None or f.mode is mode]
 
 
-def _by_relay(flows: list[Flow]) -> dict[Relay, list[Conn]]:
-    grouped: dict[Relay, list[Conn]] = {}
-    for flow in flows:
-        conn = flow._relay
-        if isinstance(conn, Conn):
-            grouped.setdefault(conn.relay, []).append(conn)
-    return grouped
-
-
 def _states(service: PepService, flows: list[Flow], *, tcp: bool) -> list[FlowState]:
     """Flow states, read in each flow's relay thread (the sockets live there)."""
-    futures = [
-        relay.submit(partial(_read_states, conns, tcp)) for relay, conns in _by_relay(flows).items()
-    ]
-    raw: list[dict[str, Any]] = [s for f in futures for s in f.result(10)]
-    return [FlowState.model_validate(s) for s in sorted(raw, key=lambda s: s["id"])]
-
-
-def _read_states(conns: list[Conn], tcp: bool) -> list[dict[str, Any]]:
-    return [flow_state(c, tcp=tcp) for c in conns if c.alive]
-
-
-def _read_buffered(conns: list[Conn]) -> list[tuple[Flow, dict[str, dict[str, int]]]]:
-    return [(c.flow, buffered(c)) for c in conns if c.alive]
+    raw = service.dataplane.flow_states(flows, tcp=tcp)
+    return [FlowState.model_validate(s) for s in raw]
 
 
 def _ue_states(service: PepService, ues: list[str]) -> list[UeState]:
     flows = [f for ue in ues for f in service.flows.by_ue(ue)]
-    futures = [
-        relay.submit(partial(_read_buffered, conns)) for relay, conns in _by_relay(flows).items()
-    ]
     totals: dict[str, dict[str, int]] = {}
-    for future in futures:
-        for flow, b in future.result(10):
-            t = totals.setdefault(flow.ue, Counter())
-            t["flows"] += 1
-            t["bytes_to_ue"] += flow.bytes_to_ue
-            t["bytes_from_ue"] += flow.bytes_from_ue
-            t["buffered_toward_ue"] += b["toward_ue"]["total"]
-            t["unsent_toward_ue"] += b["toward_ue"]["ran_send_unsent"]
-            t["buffered_toward_server"] += b["toward_server"]["total"]
+    for flow, b in service.dataplane.buffered(flows):
+        t = totals.setdefault(flow.ue, Counter())
+        t["flows"] += 1
+        t["bytes_to_ue"] += flow.bytes_to_ue
+        t["bytes_from_ue"] += flow.bytes_from_ue
+        t["buffered_toward_ue"] += b["toward_ue"]["total"]
+        t["unsent_toward_ue"] += b["toward_ue"]["ran_send_unsent"]
+        t["buffered_toward_server"] += b["toward_server"]["total"]
     return [UeState(ue=ue, **totals[ue]) for ue in sorted(totals, key=_ip_key)]
 
 
@@ -221,7 +191,7 @@ def _listeners(service: PepService) -> dict[str, str]:
 
 def _config_view(service: PepService) -> ConfigView:
     s = service.settings
-    effective = service.dataplane.relays[0].call(service.dataplane.relays[0].listener_buffers)
+    effective = service.dataplane.listener_buffers()
     return ConfigView(
         listeners=_listeners(service),
         socks5_port=s.socks5_port,
@@ -239,14 +209,14 @@ def _config_view(service: PepService) -> ConfigView:
         effective_ran_buffers=BufferSizes(rcvbuf=effective[0], sndbuf=effective[1])
         if effective
         else None,
-        pipe_size=service.dataplane.relays[0].pipes.size,
+        pipe_size=service.dataplane.pipe_size,
         tlv_max_buffer=s.tlv_max_buffer,
         max_flows=s.max_flows,
         max_flows_per_client=s.max_flows_per_client,
         handshake_timeout=s.handshake_timeout,
         idle_timeout=s.idle_timeout,
         half_open_timeout=s.half_open_timeout,
-        relay_threads=len(service.dataplane.relays),
+        relay_threads=service.dataplane.thread_count,
         backlog_interval_ms=s.backlog_interval_ms,
     )
 

@@ -1,4 +1,9 @@
-"""The PEP's data plane: a group of relay threads sharing settings, policy and flows."""
+"""The PEP's data plane: a group of relay threads sharing settings, policy and flows.
+
+``DataPlane`` is the only way into the relays from other threads (the REST API, the
+backlog feed, extensions through ``for_flows``): every read of a flow's sockets runs in the
+flow's relay thread, where its descriptors are valid.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mec_common.logging import get_logger
 from mec_pep.config import PepSettings
 from mec_pep.flows import Flow, FlowTable, Hooks, Mode
 from mec_pep.policy import AccessPolicy
 from mec_pep.relay import Conn, Relay, RelayCounters, Shared, Stage
+from mec_pep.state import buffered, flow_state
 
 log = get_logger(__name__)
 
@@ -112,17 +118,53 @@ class DataPlane:
     def pipes_in_use(self) -> int:
         return sum(relay.pipes.in_use for relay in self.relays)
 
+    @property
+    def thread_count(self) -> int:
+        return len(self.relays)
+
+    @property
+    def pipe_size(self) -> int:
+        """The pipe size the kernel granted (F_SETPIPE_SZ may round or clamp the setting)."""
+        return self.relays[0].pipes.size
+
+    def listener_buffers(self) -> tuple[int, int] | None:
+        """(SO_RCVBUF, SO_SNDBUF) granted on the listeners: what new RAN legs get."""
+        first = self.relays[0]
+        return first.call(first.listener_buffers)
+
+    def flow_states(
+        self, flows: Iterable[Flow], *, tcp: bool, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """The API's view of each live flow (``state.flow_state``), sorted by flow id."""
+        raw = self._read(flows, lambda c: flow_state(c, tcp=tcp), timeout)
+        return sorted(raw, key=lambda s: s["id"])
+
+    def buffered(
+        self, flows: Iterable[Flow], timeout: float = 10.0
+    ) -> list[tuple[Flow, dict[str, dict[str, int]]]]:
+        """Bytes each live flow holds per direction (``state.buffered``)."""
+        return self._read(flows, lambda c: (c.flow, buffered(c)), timeout)
+
+    def reset(self, flow: Flow, reason: str) -> None:
+        """Reset a flow (RST on both legs); nothing if it has closed."""
+        conn = flow._relay
+        if isinstance(conn, Conn):
+            conn.relay.call(lambda: conn.relay.abort(conn, reason))
+
+    def _read(self, flows: Iterable[Flow], read: Callable[[Conn], T], timeout: float) -> list[T]:
+        """``read(conn)`` for each live flow, in its relay thread; the relays concurrently."""
+        futures = [
+            relay.submit(partial(_read_live, conns, read))
+            for relay, conns in _by_relay(flows).items()
+        ]
+        return [x for future in futures for x in future.result(timeout)]
+
     # ---- RelayAccess (the extension contract) ----------------------------------------
 
     def for_flows(
         self, flows: Iterable[Flow], fn: Callable[[Flow], None], *, wait: bool = True
     ) -> None:
-        by_relay: dict[Relay, list[Conn]] = defaultdict(list)
-        for flow in flows:
-            conn = flow._relay
-            if isinstance(conn, Conn):
-                by_relay[conn.relay].append(conn)
-        for relay, conns in by_relay.items():
+        for relay, conns in _by_relay(flows).items():
             job = _apply(conns, fn)
             if wait:
                 with contextlib.suppress(FutureTimeout, RuntimeError):
@@ -130,6 +172,20 @@ class DataPlane:
             else:
                 with contextlib.suppress(RuntimeError):
                     relay.post(job)
+
+
+def _by_relay(flows: Iterable[Flow]) -> dict[Relay, list[Conn]]:
+    """Live flows grouped by the relay thread that owns their sockets."""
+    grouped: dict[Relay, list[Conn]] = defaultdict(list)
+    for flow in flows:
+        conn = flow._relay
+        if isinstance(conn, Conn):
+            grouped[conn.relay].append(conn)
+    return grouped
+
+
+def _read_live(conns: list[Conn], read: Callable[[Conn], T]) -> list[T]:
+    return [read(c) for c in conns if c.alive]
 
 
 def _apply(conns: list[Conn], fn: Callable[[Flow], None]) -> Callable[[], None]:

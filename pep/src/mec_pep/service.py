@@ -61,7 +61,7 @@ class PepService:
         # Extensions first: descriptors they open (BPF maps) are then valid in the relays.
         self.hooks.extensions[:] = self._load_extensions()
         self.dataplane.start()
-        self.health.set("relay", True, f"{len(self.dataplane.relays)} relay threads")
+        self.health.set("relay", True, f"{self.dataplane.thread_count} relay threads")
         if s.transparent_port is not None and s.tproxy_install_rules:
             self.transparent = TransparentRules(s)
             self.transparent.remove_leftovers()
