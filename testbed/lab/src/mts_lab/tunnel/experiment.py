@@ -245,6 +245,12 @@ def measure(bed: EmulatedTunnel, case: Case, seconds: float) -> Results:
     results["split_down"] = path_split(before["mec"], after["mec"])
     results["split_up"] = path_split(before["ue"], after["ue"])
     results["path_state"] = after["mec"]
+    # a path silent for a retransmission timeout (>= 200 ms): on this shared machine, a stall
+    results["path_timeouts"] = sum(
+        a["timeouts"] - b["timeouts"]
+        for side in ("mec", "ue")
+        for a, b in zip(after[side], before[side], strict=True)
+    )
     if pinger:
         out, _ = pinger.communicate(timeout=seconds + 15)
         results["ping"] = ping_samples(out, t0)
@@ -335,8 +341,8 @@ def summarize(r: Results) -> None:
 
 def convergence(r: Results) -> Results:
     """Test 2: how long the second download takes to its fair share (its 0.5 s rate within
-    20 % of the first's, for good), Jain's index over the rest, and how long the queue's
-    sojourn takes from its slow-start peak back to the 5 ms target."""
+    20 % of the first's, for good; None if not within the run), Jain's index over the rest,
+    and how long the queue's sojourn takes from its slow-start peak back to the 5 ms target."""
     first, second = (f["timeline_mbit"] for f in r["flows"])
     start = int(r["flows"][1]["start_s"] / BIN_S)
     fair_at = None
@@ -354,6 +360,7 @@ def convergence(r: Results) -> Results:
         settle = back[0] - peak_t if back and peak > 5.0 else None
     return {
         "fair_share_after_s": fair_at,
+        "fair_share_reached": fair_at is not None,
         "jain_shared": statistics.fmean(jain([a, b]) for a, b in shared) if shared else None,
         "sojourn_settle_s": settle,
     }
