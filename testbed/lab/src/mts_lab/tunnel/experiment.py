@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mts_lab import traffic
@@ -369,8 +370,9 @@ def convergence(r: Results) -> Results:
 # ---- the experiment ----------------------------------------------------------------------------
 
 
-def run(cases: list[Case], runs: int, seconds: float) -> list[Results]:
-    """Every case in every run, one testbed per network per run (so drift hits all)."""
+def run(cases: list[Case], runs: int, seconds: float, raw: Path | None = None) -> list[Results]:
+    """Every case in every run, one testbed per network per run (so drift hits all); the
+    cases measured so far are kept in ``raw`` (JSON) after each one."""
     measured: list[Results] = []
     for n in range(1, runs + 1):
         for network, links in NETWORKS.items():
@@ -383,6 +385,8 @@ def run(cases: list[Case], runs: int, seconds: float) -> list[Results]:
                     result = run_case(topo, case, seconds)
                     result["run"] = n
                     measured.append(result)
+                    if raw:
+                        raw.write_text(json.dumps(measured))
     return measured
 
 
@@ -400,15 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "sample":
         sample_queue(args.token, 0.1, args.seconds)
         return 0
-    from pathlib import Path
-
     from mts_lab.results import save_results
     from mts_lab.tunnel import report
 
     wanted = set(args.tests.split(",")) if args.tests else None
     cases = [c for c in CASES if wanted is None or c.test in wanted]
     load_before = os.getloadavg()
-    measured = run(cases, args.runs, args.seconds)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    measured = run(cases, args.runs, args.seconds, out / "cases.partial.json")
     results: Results = {
         "runs": args.runs, "seconds": args.seconds, "load_before": load_before,
         "load_after": os.getloadavg(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -416,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         "cases": measured,
     }  # fmt: skip
     results["summary"] = report.summary(measured)
-    save_results(results, Path(args.out), "tunnel", report.plot, report.table)
+    save_results(results, out, "tunnel", report.plot, report.table)
+    (out / "cases.partial.json").unlink()
     return 0
 
 

@@ -58,8 +58,13 @@ def scalars(r: Results) -> dict[str, float]:
 
 
 def stat(values: list[float]) -> list[float]:
-    mean, half = mean_ci95(values)
-    return [mean, half, len(values)]
+    """[mean, CI half-width, n] of the finite values (a case may have none: no reply, no
+    datagram)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return [math.nan, math.nan, 0]
+    mean, half = mean_ci95(finite)
+    return [mean, half, len(finite)]
 
 
 def summary(cases: list[Results]) -> Results:
@@ -91,7 +96,7 @@ def fmt(s: Results, case: str, metric: str, unit: str = "", digits: int = 1) -> 
 
 
 def ci(value: list[float] | None, unit: str = "", digits: int = 1) -> str:
-    if value is None:
+    if value is None or not value[2]:
         return "–"
     mean, half, n = value
     spread = "" if math.isnan(half) else f" ± {half:.{digits}f}"
