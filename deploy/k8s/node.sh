@@ -9,6 +9,7 @@
 #   node.sh up DIR      after `cluster.sh up DIR`; waits for the Node to be Ready
 #   node.sh down DIR    stop it and undo every change it made to the machine (before
 #                       `cluster.sh down DIR`)
+#   node.sh restart DIR restart the kubelet and containerd (a node reboot, for the tests)
 #
 # A kubelet and kube-proxy change machine-wide state (iptables chains KUBE-*, CNI-*; the
 # sysctls of SYSCTLS): one node at a time on a machine, under a lock held while it runs;
@@ -240,6 +241,7 @@ up() {
     node_ip=$(ip -4 route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p')
     name=mts-node-$(basename "$dir" | tr -c 'a-z0-9\n' '-' | cut -c1-40)
     echo "$name" >"$node/name"
+    echo "$node_ip" >"$node/ip"
     save_sysctls
     nft list tables >"$node/nft-tables.before"
     bpffs_shared
@@ -360,6 +362,19 @@ stop_lock() {
     rm -f "$node/lock.pid" "$node/locked"
 }
 
+restart() {
+    # A node reboot as the runtime sees it: the kubelet and containerd stop and start again
+    # with the same configuration; the Pods' containers (their shims) live on meanwhile,
+    # and the kubelet takes them over again.
+    [[ -f $node/locked ]] || { echo "node: no node in $dir" >&2; exit 1; }
+    stop kubelet
+    stop containerd
+    start containerd containerd --config "$node/containerd/config.toml"
+    wait_for containerd 60 ctr --address "$node/containerd/containerd.sock" version
+    kubelet_up "$(cat "$node/ip")" "$(cat "$node/name")"
+    wait_for "node $(cat "$node/name")" 120 node_ready "$(cat "$node/name")"
+}
+
 cmd=${1:-}
 dir=${2:-}
 [[ -n $dir ]] || { echo "usage: $0 up|down DIR" >&2; exit 2; }
@@ -367,6 +382,6 @@ dir=$(realpath -m "$dir")
 node=$dir/node
 logdir=$node
 case $cmd in
-up | down) "$cmd" ;;
-*) echo "usage: $0 up|down DIR" >&2; exit 2 ;;
+up | down | restart) "$cmd" ;;
+*) echo "usage: $0 up|down|restart DIR" >&2; exit 2 ;;
 esac

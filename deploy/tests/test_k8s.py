@@ -12,6 +12,9 @@ The chart is installed with ci/node-values.yaml, then, through its Pods and Serv
 - `helm upgrade` with changed values (the platform and RNIS adapter Pods replaced) keeps
   the platform's packages, app instances, app credentials and subscriptions, the RNIS
   subscriptions and the Secret; `helm rollback` too;
+- faults: the RabbitMQ Pod deleted (back from its StatefulSet, the gap shown by
+  readiness, no restart), the PEP Pod deleted (its table and congestion controls not
+  duplicated), the kubelet and containerd restarted (the Pods run on);
 - `helm uninstall` leaves nothing on the node (no Pod, nftables table, congestion control
   or bpffs pin of the release), and the node's own teardown restores the machine.
 """
@@ -481,6 +484,73 @@ def test_rollback_keeps_the_data(release: Release, kept: Kept) -> None:
            release.pods()["platform"]["spec"]["containers"][0]["env"]}  # fmt: skip
     assert env["PLATFORM_LOG_LEVEL"] == "INFO"
     assert_kept(release, kept)
+
+
+def delete_pod(release: Release, component: str) -> str:
+    pod = release.pods()[component]["metadata"]
+    path = f"/api/v1/namespaces/{release.namespace}/pods/{pod['name']}"
+    release.node.kube.http.delete(path).raise_for_status()
+    return str(pod["uid"])
+
+
+def test_rabbitmq_pod_deleted(release: Release) -> None:
+    """The StatefulSet brings the broker back; its clients' readiness shows the gap (they
+    retry by themselves, never restart) and they are Ready again."""
+    old = delete_pod(release, "rabbitmq")
+    unready: set[str] = set()
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        pods = release.pods()
+        unready |= {c for c, p in pods.items() if not ready(p)}
+        back = "rabbitmq" in pods and pods["rabbitmq"]["metadata"]["uid"] != old
+        if back and all(ready(p) for p in pods.values()) and len(pods) == len(COMPONENTS):
+            break
+        time.sleep(0.5)
+    release.wait_ready()
+    release.wait_services()
+    assert "rabbitmq" in unready
+    assert unready & {"rnis-adapter", "pep", "path-manager"}, f"no gap shown: {unready}"
+    restarts = {c: sum(s["restartCount"] for s in p["status"]["containerStatuses"])
+                for c, p in release.pods().items()}  # fmt: skip
+    assert restarts == dict.fromkeys(COMPONENTS, 0), restarts
+    # The feed recovered: MEC 012 reports the UE again, from fresh polls.
+    r = release.api("rnis-adapter", "GET", "/rni/v2/queries/layer2_meas")
+    assert r.status_code == 200 and r.json().get("cellUEInfo"), r.text
+
+
+def release_ccas(release: Release) -> list[str]:
+    state, _ = pep_state(release, "10.30.0.1")
+    return sorted(state["kernel"]["congestion_controls"].values())
+
+
+def test_pep_pod_deleted(release: Release) -> None:
+    """The DaemonSet replaces the PEP; the old one removed its nftables table and
+    congestion controls, the new one installed them once."""
+    ccas = release_ccas(release)
+    old = delete_pod(release, "pep")
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while release.pods().get("pep", {}).get("metadata", {}).get("uid") in (old, None):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    release.wait_ready()
+    release.wait_services()
+    tables = run("nft", "list", "tables").split("\n")
+    assert tables.count(f"table ip mts_pep_{release.name}") == 1, tables
+    assert release_ccas(release) == ccas
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    assert sorted(c for c in available if c in ccas) == ccas
+
+
+def test_node_reboot_kubelet_and_containerd_restarted(release: Release) -> None:
+    """The kubelet and containerd restart (node.sh restart): the Pods run on, the same
+    ones, Ready, and the Services answer."""
+    before = pod_uids(release)
+    run(str(NODE), "restart", str(release.node.directory), timeout=300)
+    release.wait_ready()
+    release.wait_services()
+    assert pod_uids(release) == before
+    r = release.api("pep", "GET", "/pep/v1/flows")
+    assert r.status_code == 200, r.text
 
 
 def test_uninstall_leaves_nothing_on_the_node(release: Release) -> None:
