@@ -106,8 +106,7 @@ def fuzz(spec: Path, base_url: str, token: str, real: dict[str, str],
     failures = []
     for result in schema.get_all_operations():
         operation = result.ok()
-        if operation.label in absent or operation.path.startswith(absent) \
-                or operation.path.endswith(absent):  # fmt: skip
+        if is_absent(operation, absent):
             continue
         modes = [(GenerationMode.POSITIVE, positive)]
         if len(operation.query) or operation.body:  # string path ids have no invalid value
@@ -118,6 +117,12 @@ def fuzz(spec: Path, base_url: str, token: str, real: dict[str, str],
             except Exception as exc:  # every operation's failure, then report them all
                 failures.append(f"{operation.label} ({mode.value}): {exc}")
     return failures
+
+
+def is_absent(operation: Any, absent: tuple[str, ...]) -> bool:
+    """Whether ``absent`` names the operation: its path, last path segment or label."""
+    return (operation.label in absent or operation.path.startswith(absent)
+            or operation.path.endswith(absent))  # fmt: skip
 
 
 def _examples(operation: Any, mode: GenerationMode, run_checks: list[Any], base_url: str,
@@ -209,3 +214,49 @@ def test_platform_conforms_to_mec010_2(specs: Path, tmp_path: Path, spec: str, b
         token = platform.admin.headers["Authorization"].removeprefix("Bearer ")
         failures = fuzz(specs / spec, platform.url + base, token, real, ABSENT_010_2)
     assert not failures, f"seed {SEED}:\n\n" + "\n\n".join(failures)
+
+
+def walk_links(spec: Path, base_url: str, token: str, run_checks: list[Any],
+               absent: tuple[str, ...]) -> None:  # fmt: skip
+    """Schemathesis' stateful phase: sequences of calls that follow the file's links
+    (explicit, or inferred from response schemas and path parameters), the created
+    resource's id carried from POST to its GET/PATCH/DELETE. Derandomized: the seed
+    drives the single-operation part; the walk is the same every run."""
+    schema = schemathesis.openapi.from_dict(official_spec(spec))
+    gone = [op.label for op in (r.ok() for r in schema.get_all_operations())
+            if is_absent(op, absent)]  # fmt: skip
+    machine = schema.exclude(name=gone).as_state_machine() if gone else schema.as_state_machine()
+
+    class Walk(machine):  # type: ignore[misc, valid-type]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"base_url": base_url, "headers": {"Authorization": f"Bearer {token}"}}
+
+        def validate_response(self, response: Any, case: Any,
+                              additional_checks: Any = None, **kwargs: Any) -> None:  # fmt: skip
+            case.validate_response(response, checks=run_checks)
+
+    Walk.run(settings=settings(max_examples=EXAMPLES, stateful_step_count=6, deadline=None,
+                               database=None, derandomize=True,
+                               suppress_health_check=list(HealthCheck)))  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "base"), [
+    ("mec010-2-v3.1.1/MEC01002_AppPkgMgmt.yaml", "/app_pkgm/v1"),
+    ("mec010-2-v3.1.1/MEC01002_AppLcm.yaml", "/app_lcm/v1"),
+])  # fmt: skip
+def test_platform_links_mec010_2(specs: Path, tmp_path: Path, spec: str, base: str) -> None:
+    with running_platform(tmp_path) as platform:
+        onboard(platform)
+        token = platform.admin.headers["Authorization"].removeprefix("Bearer ")
+        walk_links(specs / spec, platform.url + base, token, POSITIVE, ABSENT_010_2)
+
+
+@pytest.mark.parametrize(("spec", "base"), [
+    ("mec011-v3.1.1/MecServiceMgmtApi.yaml", "/mec_service_mgmt/v1"),
+    ("mec011-v3.1.1/MecAppSupportApi.yaml", "/mec_app_support/v1"),
+])  # fmt: skip
+def test_platform_links_mec011_v3(
+    specs: Path, platform_target: tuple[str, str, dict[str, str]], spec: str, base: str
+) -> None:
+    url, token, _ = platform_target
+    walk_links(specs / spec, url + base, token, PLACEHOLDER_CHECKS, ABSENT)
