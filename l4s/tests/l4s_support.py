@@ -21,6 +21,7 @@ from mec_common.netns import in_netns
 
 NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, BPF)")
 ETH_P_ALL = 0x0003
+SO_TIMESTAMPNS = 35
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ SYN, ACK = 0x02, 0x10
 
 @dataclass(frozen=True)
 class Seg:
-    t: float
+    t: float  # the kernel's receive time (wall clock, s)
     src: str
     dst: str
     sport: int
@@ -102,6 +103,9 @@ class Capture:
         def open_socket() -> socket.socket:
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
+            # the kernel's time of each packet: the reader thread may run late on a
+            # loaded machine, and the tests compare times between packets
+            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             s.bind((ifname, 0))
             s.settimeout(0.2)
             return s
@@ -115,10 +119,15 @@ class Capture:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                frame = self.sock.recv(256)
+                frame, anc, _, _ = self.sock.recvmsg(256, 64)
             except TimeoutError:
                 continue
-            seg = parse_frame(frame, time.monotonic())
+            stamp = time.time()
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", data[:16])
+                    stamp = sec + nsec / 1e9
+            seg = parse_frame(frame, stamp)
             if seg is not None:
                 self.segs.append(seg)
 
