@@ -15,6 +15,8 @@ The chart is installed with ci/node-values.yaml, then, through its Pods and Serv
 - faults: the RabbitMQ Pod deleted (back from its StatefulSet, the gap shown by
   readiness, no restart), the PEP Pod deleted (its table and congestion controls not
   duplicated), the kubelet and containerd restarted (the Pods run on);
+- the MEC platform's Helm backend instantiates an AppD (this chart) as a release whose
+  Pod becomes Ready on the node;
 - `helm uninstall` leaves nothing on the node (no Pod, nftables table, congestion control
   or bpffs pin of the release), and the node's own teardown restores the machine.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 import socket
@@ -591,6 +594,52 @@ def test_an_unschedulable_pep_is_reported(node: Node) -> None:
         assert node.kube.http.get(ds).json()["status"]["desiredNumberScheduled"] == 0
     finally:
         run(helm(), "uninstall", name, *kc, "--wait")
+
+
+def test_platform_helm_backend_instantiates_an_app_on_the_node(node: Node, tmp_path: Path) -> None:
+    """The MEC platform (on the node's machine, helm backend with the node's kubeconfig)
+    instantiates an AppD whose deployment is this chart (the dashboard alone) as a real
+    release: `helm upgrade --install --wait` returns once its Pod is Ready on the node."""
+    from mec_platform.testing import Running, make_settings, onboard, wait_op
+
+    namespace = f"a{secrets.token_hex(3)}"
+    # On the pods' bridge (node.sh's gateway): PLATFORM_URL must be reachable from the Pod.
+    platform = Running(make_settings(tmp_path / "platform", backend="helm", helm_binary=helm(),
+                                     kubeconfig=str(node.kube.kubeconfig), http_host="10.244.0.1",
+                                     helm_namespace=namespace))  # fmt: skip
+    iid = ""
+    try:
+        off = {"enabled": False}
+        values = {"image": {"tag": "latest", "pullPolicy": "Never"},
+                  "amqp": {"host": "broker.invalid"}, "rabbitmq": off, "platform": off,
+                  "rnisAdapter": off, "pep": off, "pathManager": off}  # fmt: skip
+        appd = {"appDId": "k8s-dashboard", "appName": "k8s-dashboard", "appProvider": "mts",
+                "appSoftVersion": "1", "appDVersion": "1",
+                "deployment": {"helm": {"chart": str(CHART), "values": values,
+                                        "envPrefix": "DASHBOARD_"}}}  # fmt: skip
+        onboard(platform, json.dumps(appd))
+        admin = platform.admin
+        iid = admin.post("/app_lcm/v1/app_instances", json={"appDId": "k8s-dashboard"}).json()["id"]
+        started = time.monotonic()
+        op = admin.post(f"/app_lcm/v1/app_instances/{iid}/instantiate").json()
+        op = wait_op(platform, op, timeout=READY_TIMEOUT_S)
+        assert op["operationState"] == "COMPLETED", op
+        print(f"helm backend: instance Ready {time.monotonic() - started:.1f} s after instantiate")
+        pods = node.kube.http.get(f"/api/v1/namespaces/{namespace}/pods").json()["items"]
+        assert [p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods] == [
+            "dashboard"
+        ]
+        assert ready(pods[0]) and pods[0]["spec"]["nodeName"] == node.name
+        env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+        assert env["DASHBOARD_APP_INSTANCE_ID"] == iid
+        op = admin.post(f"/app_lcm/v1/app_instances/{iid}/terminate",
+                        json={"terminationType": "FORCEFUL"}).json()  # fmt: skip
+        assert wait_op(platform, op, timeout=300)["operationState"] == "COMPLETED"
+    finally:
+        platform.stop()
+        subprocess.run([helm(), "uninstall", f"mec-{iid[:12]}",
+                        "--kubeconfig", str(node.kube.kubeconfig), "--namespace", namespace],
+                       capture_output=True, timeout=120, check=False)  # fmt: skip
 
 
 def test_node_down_restores_the_machine(node: Node) -> None:
