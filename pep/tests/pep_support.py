@@ -283,7 +283,11 @@ class PepProcess:
             stderr=subprocess.STDOUT,
         )
         self.port = int(env.get("PEP_HTTP_PORT", "8102"))
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()  # else a PEP that was slow to start outlives its test and namespace
+            raise
 
     def _wait_ready(self, timeout: float = 90) -> None:
         # A hang guard: at load 20-40 on the shared 2 cores the imports alone took 15-40 s.
