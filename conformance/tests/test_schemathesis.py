@@ -10,7 +10,9 @@ operation and mode (default 5; the machine is shared).
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,23 @@ PLACEHOLDER_CHECKS = [checks.not_a_server_error, checks.content_type_conformance
                       checks.response_headers_conformance]  # fmt: skip
 
 
+# Status codes per operation, documented by the file and answered by the service (for the
+# "every documented status code reachable" measure: MTS_CONFORMANCE_REPORT=<file.json>).
+DOCUMENTED: dict[str, set[int]] = defaultdict(set)
+ANSWERED: dict[str, set[int]] = defaultdict(set)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def status_code_report() -> Iterator[None]:
+    yield
+    if path := os.environ.get("MTS_CONFORMANCE_REPORT"):
+        report = {op: {"documented": sorted(codes), "answered": sorted(ANSWERED[op]),
+                       "never_answered": sorted(codes - ANSWERED[op])}
+                  for op, codes in sorted(DOCUMENTED.items())}  # fmt: skip
+        Path(path).write_text(json.dumps({"seed": SEED, "examples": EXAMPLES,
+                                          "operations": report}, indent=1))  # fmt: skip
+
+
 def fuzz(spec: Path, base_url: str, token: str, real: dict[str, str],
          absent: tuple[str, ...] = ABSENT) -> list[str]:  # fmt: skip
     """Every implemented operation of ``spec``, in both modes; the failures found."""
@@ -108,12 +127,15 @@ def fuzz(spec: Path, base_url: str, token: str, real: dict[str, str],
         operation = result.ok()
         if is_absent(operation, absent):
             continue
+        key = f"{spec.parent.name}/{spec.name} {operation.label}"
+        DOCUMENTED[key] |= {int(c) for c in operation.definition.raw.get("responses", {})
+                            if str(c).isdigit()}  # fmt: skip
         modes = [(GenerationMode.POSITIVE, positive)]
         if len(operation.query) or operation.body:  # string path ids have no invalid value
             modes.append((GenerationMode.NEGATIVE, negative))
         for mode, run_checks in modes:
             try:
-                _examples(operation, mode, run_checks, base_url, token, real)
+                _examples(operation, mode, run_checks, base_url, token, real, key)
             except Exception as exc:  # every operation's failure, then report them all
                 failures.append(f"{operation.label} ({mode.value}): {exc}")
     return failures
@@ -126,7 +148,7 @@ def is_absent(operation: Any, absent: tuple[str, ...]) -> bool:
 
 
 def _examples(operation: Any, mode: GenerationMode, run_checks: list[Any], base_url: str,
-              token: str, real: dict[str, str]) -> None:  # fmt: skip
+              token: str, real: dict[str, str], key: str) -> None:  # fmt: skip
     """Path identifiers are real ones half of the time (else nearly every request is 404).
 
     MEC 012 v2.1.1 types subscriptionId as ``format: uri``, which no path segment can hold
@@ -135,11 +157,11 @@ def _examples(operation: Any, mode: GenerationMode, run_checks: list[Any], base_
     fixed = {p.name: real[p.name] for p in operation.path_parameters
              if p.definition.get("schema", {}).get("format") == "uri"}  # fmt: skip
     strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed or None)
-    _run(strategy, run_checks, base_url, token, real)
+    _run(strategy, run_checks, base_url, token, real, ANSWERED[key])
 
 
 def _run(strategy: Any, run_checks: list[Any], base_url: str, token: str,
-         real: dict[str, str]) -> None:  # fmt: skip
+         real: dict[str, str], answered: set[int]) -> None:  # fmt: skip
     @seed(SEED)
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))  # fmt: skip
@@ -149,6 +171,7 @@ def _run(strategy: Any, run_checks: list[Any], base_url: str, token: str,
             if use_real and name in real:
                 case.path_parameters[name] = real[name]
         response = case.call(base_url=base_url, headers={"Authorization": f"Bearer {token}"})
+        answered.add(response.status_code)
         case.validate_response(response, checks=run_checks)
 
     check()
