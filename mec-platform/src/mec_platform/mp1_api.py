@@ -224,9 +224,10 @@ def _subscription_routes(r: APIRouter, api: str, model: type[Any]) -> None:
         return Response(status_code=204)
 
 
-async def _no_null_body(request: Request) -> None:
+async def _no_null_body(request: Request, who: Caller) -> None:
     """MEC 011 v2.1.1 makes the confirmation bodies optional: none at all is accepted, but
-    a body that is the JSON ``null`` (which FastAPI reads as "none") is not an object."""
+    a body that is the JSON ``null`` (which FastAPI reads as "none") is not an object.
+    Depends on ``Caller`` so that a request without a valid token is a 401 first."""
     if (await request.body()).strip() == b"null":
         raise ProblemError(400, "the body must be a JSON object (or absent), not null")
 
