@@ -440,6 +440,7 @@ def idle_connections(bench: Bench, system: str, count: int) -> dict[str, Any]:
 
 
 def run(out: Path, seconds: float, rounds: int, idle: int, conn_seconds: float) -> dict[str, Any]:
+    load_at_start = os.getloadavg()
     lab = Lab.create("pb")
     bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-bench-")))
     try:
@@ -448,7 +449,7 @@ def run(out: Path, seconds: float, rounds: int, idle: int, conn_seconds: float) 
     finally:
         bench.stop()
         lab.down()
-    results["environment"] = _environment(seconds, rounds)
+    results["environment"] = _environment(seconds, rounds, load_at_start)
     save_results(results, out, "bench", plot, table)
     return results
 
@@ -551,13 +552,16 @@ def _summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str,
     return summary
 
 
-def _environment(seconds: float, rounds: int) -> dict[str, Any]:
+def _environment(seconds: float, rounds: int,
+                 load_at_start: tuple[float, float, float] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The conditions of a run. The load averages (1/5/15 min) include the benchmark's own
+    traffic; whatever else ran on the machine shows as load at the start."""
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
+        "loadavg_at_start": load_at_start,
         "loadavg_at_end": os.getloadavg(),
-        "shared_machine": "6 developers' sessions shared these 2 cores (see the per-sample load)",
         "iperf_seconds": seconds,
         "rounds": rounds,
         "haproxy": subprocess.run(
