@@ -552,8 +552,9 @@ def _summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str,
     return summary
 
 
-def _environment(seconds: float, rounds: int,
-                 load_at_start: tuple[float, float, float] | None = None) -> dict[str, Any]:  # fmt: skip
+def _environment(
+    seconds: float, rounds: int, load_at_start: tuple[float, float, float] | None = None
+) -> dict[str, Any]:
     """The conditions of a run. The load averages (1/5/15 min) include the benchmark's own
     traffic; whatever else ran on the machine shows as load at the start."""
     return {
