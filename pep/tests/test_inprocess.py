@@ -3,7 +3,6 @@ extension hooks, ``for_flows``, mounted routers, and the AMQP backlog feed."""
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import socket
@@ -88,20 +87,12 @@ def recorder() -> Recorder:
 
 @pytest.fixture
 def dataplane(lab: Lab, recorder: Recorder) -> Iterator[DataPlane]:
-    # Python's cyclic GC runs finalizers in whichever thread triggers it: a socket of an
-    # earlier test collected in a relay thread closes that number in the relay's private
-    # descriptor table (once its epoll: EBADF, the relay died, on a clean-clone CI run).
-    # Here the relays share the process with pytest's garbage, so collection is held
-    # while they run (an open defect of the product too: docs/pep.md).
-    gc.collect()
-    gc.disable()
     dp = DataPlane(settings(), FlowTable(), Hooks([recorder]), threads=2)
     in_netns(lab.pep_ns, dp.start)  # the relay threads inherit the namespace
     try:
         yield dp
     finally:
         dp.stop()
-        gc.enable()
 
 
 def socks_connect(lab: Lab, target: tuple[str, int]) -> socket.socket:

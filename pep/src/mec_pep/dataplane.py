@@ -19,6 +19,7 @@ from mec_pep.config import PepSettings
 from mec_pep.flows import Flow, FlowTable, Hooks, Mode
 from mec_pep.policy import AccessPolicy
 from mec_pep.relay import Conn, Relay, RelayCounters, Shared, Stage
+from mec_pep.relay_gc import collector
 from mec_pep.state import buffered, flow_state
 
 log = get_logger(__name__)
@@ -35,6 +36,7 @@ class DataPlane:
         self.shared = Shared(settings, flows, hooks)
         self.relays = [Relay(self.shared, i) for i in range(threads)]
         self.addresses: dict[Mode, tuple[str, int]] = {}
+        self._collecting = False
 
     @property
     def settings(self) -> PepSettings:
@@ -45,7 +47,13 @@ class DataPlane:
         return self.shared.flows
 
     def start(self) -> None:
-        """Start the relay threads (in the caller's network namespace) and the listeners."""
+        """Start the relay threads (in the caller's network namespace) and the listeners.
+
+        Cyclic garbage is collected outside the relay threads from here on (``relay_gc``).
+        """
+        if not self._collecting:
+            collector.acquire()
+            self._collecting = True
         for relay in self.relays:
             relay.start()
         s = self.settings
@@ -60,6 +68,9 @@ class DataPlane:
     def stop(self) -> None:
         for relay in self.relays:
             relay.stop()
+        if self._collecting:
+            collector.release()
+            self._collecting = False
 
     def listen(self, mode: Mode, port: int) -> tuple[str, int]:
         """(Re)open ``mode``'s listener on every relay thread; port 0 picks a free one."""

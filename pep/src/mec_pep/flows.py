@@ -16,7 +16,9 @@ fixed points of its life:
    state) so final ``TCP_INFO`` can be read; the relay closes them right afterwards.
 
 Hooks run **in the flow's relay thread**: they must be fast and must not block (no
-network I/O, no sleeping). An exception in a hook is logged and does not affect the flow.
+network I/O, no sleeping), and must not call ``gc.collect()`` (garbage is collected outside
+the relay threads: ``mec_pep.relay_gc``). An exception in a hook is logged and does not
+affect the flow.
 
 **Sockets belong to their relay thread.** Each relay thread has its own file-descriptor
 table (``unshare(CLONE_FILES)``: one process may hold only ``RLIMIT_NOFILE`` descriptors,

@@ -319,6 +319,11 @@ class Relay:
         os.close(self._wake)
 
     @property
+    def native_id(self) -> int | None:
+        """The relay thread's kernel id (its descriptor table: /proc/self/task/<id>/fd)."""
+        return self._thread.native_id if self._thread is not None else None
+
+    @property
     def in_relay_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
