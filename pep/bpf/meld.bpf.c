@@ -20,6 +20,11 @@
  * retransmission, so a suppressed RTO slow-starts back to the kept ssthresh (a few RTTs)
  * instead of halving it; docs/meld-rapid.md explains why we do not force cwnd back.
  *
+ * Modes (enum meld_mode): the thesis's MELD-DE and MELD-ME decide on the radio state at
+ * detection; MELD-overflow (ours) on the RLC queue while the lost data was in flight,
+ * from a per-UE history (struct ue_history); ignore-loss keeps every loss (the upper
+ * bound on goodput); RAPID sets cwnd itself. docs/meld-rapid.md.
+ *
  * Style after the kernel's tools/testing/selftests/bpf/progs/bpf_cubic.c and bpf_dctcp.c.
  */
 #include "vmlinux.h"
@@ -36,6 +41,7 @@ char _license[] SEC("license") = "GPL";
 #define NSEC_PER_USEC 1000ULL
 #define IPV4_HEADER 20
 #define TCP_INFINITE_SSTHRESH 0x7fffffffU
+#define U32_MAX 0xffffffffU
 
 extern void cubictcp_init(struct sock *sk) __ksym;
 extern __u32 cubictcp_recalc_ssthresh(struct sock *sk) __ksym;
@@ -53,6 +59,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ue_radio);
 } ue_radio SEC(".maps");
+
+/* 2 KiB per UE, allocated for the UEs present only (no preallocation of 65536). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct ue_history);
+} ue_history SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -85,7 +100,7 @@ struct {
 /* Every loss decision, in time order (struct meld_decision); one reader drains it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20);	/* bytes: ~13,000 decisions of 80 B */
+	__uint(max_entries, 1 << 20);	/* bytes: ~10,900 decisions of 88 B (+ 8 B header) */
 } decisions SEC(".maps");
 
 struct {
@@ -150,11 +165,73 @@ static __always_inline bool meld_notify(__u32 mode, const struct ue_radio *r, __
 	return small_tb || r->txq_bytes >= r->q_th_bytes;
 }
 
+/*
+ * The radio history over [from_ns, to_ns]: every bucket that overlaps the span. An empty
+ * window (buckets 0) has txq_peak_bytes 0 and d_tbs_low U32_MAX. The walk is a bpf_loop
+ * callback, verified once: a plain loop over 128 buckets with three branches each is
+ * more paths than the verifier explores (1,000,000 instructions).
+ */
+struct window_walk {
+	const struct ue_history *h;
+	__u64 from_ns;
+	__u64 to_ns;
+	struct radio_window w;
+};
+
+static long window_step(__u64 i, void *ctx)
+{
+	struct window_walk *walk = ctx;
+	const struct radio_bucket *b;
+
+	if (i >= HISTORY_BUCKETS)
+		return 1;
+	b = &walk->h->bucket[i];
+	if (!b->start_ns || b->start_ns > walk->to_ns ||
+	    b->start_ns + HISTORY_BUCKET_NS <= walk->from_ns)
+		return 0;	/* empty, or outside the span */
+	walk->w.buckets++;
+	if (b->txq_max_bytes > walk->w.txq_peak_bytes)
+		walk->w.txq_peak_bytes = b->txq_max_bytes;
+	if (b->d_tbs_min < walk->w.d_tbs_low)
+		walk->w.d_tbs_low = b->d_tbs_min;
+	return 0;
+}
+
+static __always_inline void radio_window_of(const struct ue_history *h, __u64 from_ns,
+					    __u64 to_ns, struct radio_window *w)
+{
+	struct window_walk walk = {
+		.h = h, .from_ns = from_ns, .to_ns = to_ns, .w = { .d_tbs_low = U32_MAX },
+	};
+
+	if (h)
+		bpf_loop(HISTORY_BUCKETS, window_step, &walk, 0);
+	*w = walk.w;
+}
+
+/*
+ * MELD-overflow: a loss is congestion iff the RLC buffer was full while the lost data was
+ * in flight. An overflow drop needs a full buffer, and a radio loss does not; the span is
+ * the episode's (see episode_window). It replaces both of Algorithm 2's tests: Q_th =
+ * TBS x N_HARQ is far below a full buffer (a standing queue above it is no overflow),
+ * and a small TB at detection says nothing of the drop an RTT earlier.
+ */
+static __always_inline enum meld_verdict overflow_verdict(const struct ue_radio *r,
+							   const struct radio_window *w)
+{
+	if (!r->full_bytes || !w->buckets)
+		return VERDICT_NO_DATA;	/* buffer size unknown, or no history of the span */
+	return w->txq_peak_bytes >= r->full_bytes ? VERDICT_NOTIFY : VERDICT_SUPPRESS;
+}
+
 static __always_inline enum meld_verdict decide(__u32 mode, const struct ue_radio *r,
-						__u64 now_ns, __u64 stale_ns, __u32 t_pdu)
+						const struct radio_window *w, __u64 now_ns,
+						__u64 stale_ns, __u32 t_pdu)
 {
 	if (mode == MODE_OFF || mode >= MODE_COUNT)
 		return VERDICT_OFF;
+	if (mode == MODE_IGNORE_LOSS)
+		return VERDICT_SUPPRESS;	/* whatever the radio says, or without it */
 	if (!r)
 		return VERDICT_NO_DATA;
 	/* A measurement from the future (clock step) is as unusable as an old one. */
@@ -162,7 +239,31 @@ static __always_inline enum meld_verdict decide(__u32 mode, const struct ue_radi
 		return VERDICT_STALE;
 	if (mode == MODE_RAPID)
 		return VERDICT_RAPID;
+	if (mode == MODE_MELD_OVERFLOW)
+		return overflow_verdict(r, w);
 	return meld_notify(mode, r, t_pdu) ? VERDICT_NOTIFY : VERDICT_SUPPRESS;
+}
+
+/*
+ * The episode's time in flight: the segments out at detection, [snd_una, snd_nxt), were
+ * sent within about one smoothed RTT, and each was dropped (if it was) between its
+ * sending and now. The span reaches back at least to the newest measurement `r` (fresh,
+ * else the verdict is stale): with a short RTT and a late feed, it is the state that
+ * held over the whole span. Returns the span looked back, µs.
+ */
+static __always_inline __u32 episode_window(__u32 ue, const struct tcp_sock *tp,
+					    const struct ue_radio *r, __u64 now,
+					    struct radio_window *w)
+{
+	struct ue_history *h = bpf_map_lookup_elem(&ue_history, &ue);
+	__u64 lookback_ns = (__u64)(tp->srtt_us >> 3) * NSEC_PER_USEC; /* srtt_us is 8 x srtt */
+
+	if (r && now > r->observed_ns && now - r->observed_ns > lookback_ns)
+		lookback_ns = now - r->observed_ns;
+	if (lookback_ns > HISTORY_BUCKETS * HISTORY_BUCKET_NS)
+		lookback_ns = HISTORY_BUCKETS * HISTORY_BUCKET_NS;	/* all there is */
+	radio_window_of(h, now > lookback_ns ? now - lookback_ns : 0, now, w);
+	return lookback_ns / NSEC_PER_USEC;
 }
 
 static __always_inline struct ue_counters *counters_of(__u32 ue)
@@ -216,7 +317,8 @@ static __always_inline bool loss_reaches_cca(struct sock *sk, struct meld_decisi
 	__u64 now = bpf_ktime_get_ns();
 	enum meld_verdict v;
 
-	v = decide(mode, r, now, cfg ? cfg->stale_ns : 0, t_pdu_of(tp));
+	d->lookback_us = episode_window(ue, tp, r, now, &d->window);
+	v = decide(mode, r, &d->window, now, cfg ? cfg->stale_ns : 0, t_pdu_of(tp));
 	count(ue, v);
 	d->time_ns = now;
 	d->ue = ue;
@@ -235,6 +337,7 @@ static __always_inline bool loss_reaches_cca(struct sock *sk, struct meld_decisi
 		d->n_harq = r->n_harq;
 		d->txq_bytes = r->txq_bytes;
 		d->q_th_bytes = r->q_th_bytes;
+		d->full_bytes = r->full_bytes;
 	}
 	return v != VERDICT_SUPPRESS && v != VERDICT_RAPID;
 }
@@ -410,7 +513,7 @@ static __always_inline bool rapid_cong_avoid(struct sock *sk)
 	if (!cfg || ue_mode_of(ue, cfg) != MODE_RAPID)
 		return false;
 	r = bpf_map_lookup_elem(&ue_radio, &ue);
-	if (decide(MODE_RAPID, r, bpf_ktime_get_ns(), cfg->stale_ns, 0) != VERDICT_RAPID)
+	if (decide(MODE_RAPID, r, NULL, bpf_ktime_get_ns(), cfg->stale_ns, 0) != VERDICT_RAPID)
 		return false;
 	cwnd = rapid_target(sk, r, cfg);
 	if (!cwnd)
@@ -594,11 +697,26 @@ struct tcp_congestion_ops meld_cubic = {
 
 /* ---- the decision alone, for tests (BPF_PROG_TEST_RUN) ---------------------------- */
 
+/* The inputs are copied out of the context: the verifier reads a context at fixed offsets only. */
 SEC("syscall")
 int meld_decide(struct decide_args *args)
 {
-	args->verdict = decide(args->mode, args->has_radio ? &args->radio : NULL,
+	struct ue_radio radio = args->radio;
+	struct radio_window window = args->window;
+
+	args->verdict = decide(args->mode, args->has_radio ? &radio : NULL, &window,
 			       args->now_ns, args->stale_ns, args->t_pdu);
+	return 0;
+}
+
+SEC("syscall")
+int meld_window(struct window_args *args)
+{
+	__u32 ue = args->ue;
+	struct radio_window w;
+
+	radio_window_of(bpf_map_lookup_elem(&ue_history, &ue), args->from_ns, args->to_ns, &w);
+	args->window = w;
 	return 0;
 }
 

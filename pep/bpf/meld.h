@@ -16,7 +16,12 @@ enum meld_mode {
 	MODE_MELD_DE = 1,	/* notify iff D_TBS < S_TB                         (Eq. 4.1) */
 	MODE_MELD_ME = 2,	/* notify iff D_TBS < S_TB or S_TxQueue >= Q_th    (Alg. 2) */
 	MODE_RAPID = 3,		/* cwnd = the flow's RAN BDP, losses ignored        (§5) */
-	MODE_COUNT = 4,
+	MODE_MELD_OVERFLOW = 4,	/* ours: notify iff the RLC buffer was full while the
+				 * lost data was in flight (history, not the state at
+				 * detection; see struct ue_history) */
+	MODE_IGNORE_LOSS = 5,	/* every loss kept from the growth function: the upper
+				 * bound on goodput, no congestion response at all */
+	MODE_COUNT = 6,
 };
 
 /* What ssthresh() decided at one loss event; also the test program's return value. */
@@ -25,7 +30,8 @@ enum meld_verdict {
 	VERDICT_NO_DATA = 1,	/* no radio state for this UE: standard reduction */
 	VERDICT_STALE = 2,	/* radio state older than stale_ns: standard reduction */
 	VERDICT_NOTIFY = 3,	/* MELD says congestion: standard reduction */
-	VERDICT_SUPPRESS = 4,	/* MELD says random loss: cwnd kept, TCP just retransmits */
+	VERDICT_SUPPRESS = 4,	/* MELD says random loss (or the mode ignores every loss):
+				 * cwnd kept, TCP just retransmits */
 	VERDICT_RAPID = 5,	/* RAPID: loss-agnostic, cwnd kept */
 };
 
@@ -37,6 +43,36 @@ struct ue_radio {
 	__u32 txq_bytes;	/* S_TxQueue: RLC queue toward the UE, bytes */
 	__u32 q_th_bytes;	/* Q_th = TBS(MCS(best CQI), current PRBs) * N_HARQ, BYTES */
 	__u32 n_harq;		/* N_HARQ: DL HARQ processes */
+	__u32 full_bytes;	/* S_TxQueue at or above this is a full RLC buffer, bytes
+				 * (0 = buffer size unknown; a per-deployment setting) */
+	__u32 pad;
+};
+
+/*
+ * The UE's recent radio state in time buckets, written by the PEP with each RNIS message
+ * (mec_pep.ran_aware.kernel.UeHistory.record). A loss is detected about one RTT after
+ * its drop; MELD-overflow judges the drop by the RLC queue while the lost data was in
+ * flight, which this history keeps, and not by the queue at detection. Bucket k of time
+ * ([k * HISTORY_BUCKET_NS, (k + 1) * HISTORY_BUCKET_NS)) lives in slot k % HISTORY_BUCKETS.
+ */
+#define HISTORY_BUCKETS 128
+#define HISTORY_BUCKET_NS 8000000ULL	/* 8 ms, the default RNIS poll: 128 buckets ~ 1 s */
+
+struct radio_bucket {
+	__u64 start_ns;		/* CLOCK_MONOTONIC start of the bucket, ns (0 = empty slot) */
+	__u32 txq_max_bytes;	/* largest S_TxQueue measured in it, bytes */
+	__u32 d_tbs_min;	/* smallest D_TBS measured in it, bytes */
+};
+
+struct ue_history {
+	struct radio_bucket bucket[HISTORY_BUCKETS];
+};
+
+/* What the history says about a span of time (a loss episode's time in flight). */
+struct radio_window {
+	__u32 txq_peak_bytes;	/* largest S_TxQueue measured in the span, bytes */
+	__u32 d_tbs_low;	/* smallest D_TBS measured in it, bytes (U32_MAX: none) */
+	__u32 buckets;		/* buckets with a measurement in the span */
 };
 
 /* Per-UE counters, written by the kernel only. */
@@ -74,6 +110,9 @@ struct meld_decision {
 	__u32 q_th_bytes;	/* Q_th, bytes */
 	__u32 cwnd;		/* snd_cwnd when the loss was detected, segments */
 	__u32 ssthresh;		/* the ssthresh returned, segments */
+	__u32 lookback_us;	/* the span looked back for the radio history: srtt, µs */
+	__u32 full_bytes;	/* S_TxQueue of a full RLC buffer, bytes (0 = unknown) */
+	struct radio_window window; /* the radio history over that span */
 	__u8 mode;		/* enum meld_mode applied */
 	__u8 verdict;		/* enum meld_verdict: SUPPRESS and RAPID kept cwnd, others cut it */
 	__u8 pad[2];
@@ -123,12 +162,22 @@ struct rapid_cwnd_args {
 /* Input of the `decide` test program (BPF_PROG_TEST_RUN): the decision, in isolation. */
 struct decide_args {
 	struct ue_radio radio;
+	struct radio_window window;	/* the history over the episode (MELD-overflow) */
+	__u32 has_radio;
 	__u64 now_ns;
 	__u64 stale_ns;
 	__u32 mode;
 	__u32 t_pdu;
-	__u32 has_radio;
 	__u32 verdict;		/* out */
+	__u32 pad;
+};
+
+/* Input of the `window` test program: the history walk over the `ue_history` map. */
+struct window_args {
+	__u64 from_ns;		/* CLOCK_MONOTONIC start of the span, ns */
+	__u64 to_ns;		/* ... its end, ns */
+	__u32 ue;		/* the UE's key in ue_history (IPv4, network byte order) */
+	struct radio_window window; /* out */
 };
 
 #endif /* MELD_H */

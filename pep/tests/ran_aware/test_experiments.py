@@ -44,12 +44,12 @@ def test_rapid_small(build: tuple[Path, Path], tmp_path: Path) -> None:
 def test_meld_discrimination_small(build: tuple[Path, Path], tmp_path: Path) -> None:
     """One short run per mode on the discrimination scenario: both kinds of drop labels
     occur, the kernel logged decisions, and the join scores them against the labels."""
-    results = discrimination.run(["reno"], ["off", "meld-de", "meld-me"], runs=1,
+    results = discrimination.run(["reno"], list(discrimination.MODES), runs=1,
                                  size=2_000_000, out=tmp_path)  # fmt: skip
-    assert set(results["summary"]["reno"]) == {"off", "meld-de", "meld-me"}
+    assert set(results["summary"]["reno"]) == set(discrimination.MODES)
     assert (tmp_path / "discrimination.png").stat().st_size > 0
     saved = json.loads((tmp_path / "discrimination.json").read_text())
-    runs = {m: saved["runs"]["reno"][m][0] for m in ("off", "meld-de", "meld-me")}
+    runs = {m: saved["runs"]["reno"][m][0] for m in discrimination.MODES}
     drops = sum((Counter(r["drops"]) for r in runs.values()), Counter())
     assert drops["radio"] > 0 and drops["overflow"] > 0, drops
     for mode, r in runs.items():
@@ -60,6 +60,14 @@ def test_meld_discrimination_small(build: tuple[Path, Path], tmp_path: Path) -> 
     # off never says radio; the MELD modes take decisions from fresh radio state
     assert set(runs["off"]["verdicts"]) == {"off"} and runs["off"]["discrimination"]["radio"][
         "fp"] + runs["off"]["discrimination"]["radio"]["tp"] == 0  # fmt: skip
-    for mode in ("meld-de", "meld-me"):
+    for mode in ("meld-de", "meld-me", "meld-overflow"):
         assert runs[mode]["verdicts"].get("suppress", 0) > 0, runs[mode]["verdicts"]
         assert {r["mode"] for r in runs[mode]["decisions"]} == {mode}
+    # ignore-loss keeps every loss; MELD-overflow decided on the history, against the
+    # scenario's buffer (120 kB at 90 %)
+    assert set(runs["ignore-loss"]["verdicts"]) == {"suppress"}, runs["ignore-loss"]["verdicts"]
+    decided = ("notify", "suppress")
+    fresh = [r for r in runs["meld-overflow"]["decisions"] if r["verdict"] in decided]
+    assert fresh and all(r["full_bytes"] == 108_000 and r["window_buckets"] >= 1 for r in fresh)
+    for r in fresh:
+        assert (r["verdict"] == "notify") == (r["window_txq_peak_bytes"] >= r["full_bytes"]), r

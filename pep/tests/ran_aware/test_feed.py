@@ -59,6 +59,7 @@ def make_feed(kernel: MeldKernel, exchange: str, health: Health, **kw: object) -
     options: dict[str, object] = {
         "amqp_url": AMQP_URL, "exchange": exchange, "explicit": {"url", "exchange"},
         "mp1": None, "ue_networks": [], "unbind_after_s": 0.0, "default_harq": 8,
+        "full_bytes": 108_000,
     }  # fmt: skip
     options.update(kw)
     return RnisFeed(kernel, health, **options)  # type: ignore[arg-type]
@@ -91,6 +92,8 @@ def test_served_ue_updates_the_kernel(kernel: MeldKernel, broker) -> None:  # ty
         wait_for(delivered, what="a measurement in the kernel map")
         r = kernel.radio(served)
         assert r is not None and r.q_th_bytes == 2292 * 8 and r.capacity_Bps == 2_000_000
+        assert r.full_bytes == 108_000  # the deployment's RLC buffer, for MELD-overflow
+        assert kernel.window(served, 0, 2**63).buckets >= 1  # and its history
         assert kernel.radio(other) is None  # not a UE of ours
 
         publisher.publish("rnis.v1.meas.10000-0.-.10_30_9_1", b"{not json", {})
@@ -101,6 +104,7 @@ def test_served_ue_updates_the_kernel(kernel: MeldKernel, broker) -> None:  # ty
                            ue_ipv4=served, time_ns=time.time_ns())  # type: ignore[arg-type]  # fmt: skip
         publisher.publish(detach.routing_key(), detach.model_dump_json().encode(), {})
         wait_for(lambda: kernel.radio(served) is None, what="detach to forget the UE")
+        assert kernel.window(served, 0, 2**63).buckets == 0
     finally:
         feed.stop()
 

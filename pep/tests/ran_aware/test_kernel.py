@@ -15,19 +15,23 @@ from hypothesis import strategies as st
 
 from mec_common.bpf import available_congestion_controls
 from mec_pep.ran_aware.kernel import (
+    HISTORY_BUCKET_NS,
+    HISTORY_BUCKETS,
     LAYOUTS,
     DecideArgs,
     KernelUnavailableError,
     MeldKernel,
     Mode,
+    RadioWindow,
     RapidCwndArgs,
     Tuning,
+    UeHistory,
     UeRadio,
     Verdict,
     _start_time,
     ca_names,
 )
-from mec_pep.ran_aware.radio import notify_cca
+from mec_pep.ran_aware.radio import notify_cca, overflow_notify
 
 pytestmark = pytest.mark.bpf
 
@@ -155,16 +159,31 @@ NOW = 10**12
 STALE = 50 * 10**6
 
 
-def decide(kernel: MeldKernel, mode: Mode, radio: UeRadio | None, t_pdu: int = 1500) -> Verdict:
+def decide(
+    kernel: MeldKernel,
+    mode: Mode,
+    radio: UeRadio | None,
+    t_pdu: int = 1500,
+    window: RadioWindow | None = None,
+) -> Verdict:
     args = DecideArgs(now_ns=NOW, stale_ns=STALE, mode=int(mode), t_pdu=t_pdu)
     if radio is not None:
         args.radio, args.has_radio = radio, 1
+    if window is not None:
+        args.window = window
     return kernel.decide(args)
 
 
-def fresh(d_tbs: int, txq: int = 0, q_th: int = 18336, n_harq: int = 8) -> UeRadio:
+def fresh(
+    d_tbs: int, txq: int = 0, q_th: int = 18336, n_harq: int = 8, full: int = 108_000
+) -> UeRadio:
     return UeRadio(observed_ns=NOW - 8 * 10**6, d_tbs=d_tbs, txq_bytes=txq,
-                   q_th_bytes=q_th, n_harq=n_harq)  # fmt: skip
+                   q_th_bytes=q_th, n_harq=n_harq, full_bytes=full)  # fmt: skip
+
+
+def peak(txq: int) -> RadioWindow:
+    """A history window of a few buckets whose largest queue was ``txq``."""
+    return RadioWindow(txq_peak_bytes=txq, d_tbs_low=2292, buckets=4)
 
 
 def test_s_tb_boundary(kernel: MeldKernel) -> None:
@@ -197,6 +216,104 @@ def test_modes_staleness_and_missing_data(kernel: MeldKernel) -> None:
     assert decide(kernel, Mode.MELD_ME, future) is Verdict.STALE
     assert decide(kernel, Mode.RAPID, fresh(10, txq=10**6)) is Verdict.RAPID
     assert decide(kernel, Mode.RAPID, None) is Verdict.NO_DATA
+
+
+def test_meld_overflow_decides_on_the_history_not_the_current_state(kernel: MeldKernel) -> None:
+    """Full = 108,000 B. The queue at detection (txq_bytes) and the small TB play no part:
+    only the largest queue while the data was out."""
+    now_empty = fresh(137, txq=0)
+    assert decide(kernel, Mode.MELD_OVERFLOW, now_empty, window=peak(108_000)) is Verdict.NOTIFY
+    assert decide(kernel, Mode.MELD_OVERFLOW, now_empty, window=peak(107_999)) is Verdict.SUPPRESS
+    now_full = fresh(2292, txq=120_000)
+    assert decide(kernel, Mode.MELD_OVERFLOW, now_full, window=peak(50_000)) is Verdict.SUPPRESS
+    # an unknown queue in the history (UNKNOWN_U32) is a full one
+    assert decide(kernel, Mode.MELD_OVERFLOW, now_empty, window=peak(2**32 - 1)) is Verdict.NOTIFY
+
+
+def test_meld_overflow_without_buffer_size_or_history_is_plain(kernel: MeldKernel) -> None:
+    assert decide(kernel, Mode.MELD_OVERFLOW, fresh(2292, full=0), window=peak(0)) is (
+        Verdict.NO_DATA)  # fmt: skip
+    no_history = RadioWindow(txq_peak_bytes=0, d_tbs_low=2**32 - 1, buckets=0)
+    assert decide(kernel, Mode.MELD_OVERFLOW, fresh(2292), window=no_history) is Verdict.NO_DATA
+    assert decide(kernel, Mode.MELD_OVERFLOW, None, window=peak(0)) is Verdict.NO_DATA
+    old = fresh(2292)
+    old.observed_ns = NOW - STALE - 1
+    assert decide(kernel, Mode.MELD_OVERFLOW, old, window=peak(0)) is Verdict.STALE
+
+
+def test_ignore_loss_keeps_every_loss(kernel: MeldKernel) -> None:
+    """The upper bound on goodput: no radio state, stale state or a full buffer alike."""
+    old = fresh(137, txq=10**6)
+    old.observed_ns = NOW - STALE - 1
+    for radio in (None, old, fresh(137, txq=10**6)):
+        assert decide(kernel, Mode.IGNORE_LOSS, radio, window=peak(10**6)) is Verdict.SUPPRESS
+
+
+@settings(max_examples=200, deadline=None)
+@given(peak_bytes=st.integers(0, 2**32 - 1), full=st.integers(0, 2**32 - 1),
+       buckets=st.integers(0, HISTORY_BUCKETS))  # fmt: skip
+def test_kernel_agrees_with_the_overflow_rule(
+    kernel: MeldKernel, peak_bytes: int, full: int, buckets: int
+) -> None:
+    window = RadioWindow(txq_peak_bytes=peak_bytes, d_tbs_low=0, buckets=buckets)
+    verdict = decide(kernel, Mode.MELD_OVERFLOW, fresh(2292, full=full), window=window)
+    expected = overflow_notify(peak_bytes, full) if buckets else None
+    want = {None: Verdict.NO_DATA, True: Verdict.NOTIFY, False: Verdict.SUPPRESS}[expected]
+    assert verdict is want
+
+
+# --- the radio history: what the PEP writes, what the kernel reads (meld_window) -----------
+
+
+def test_history_buckets_keep_the_extremes_of_their_time(kernel: MeldKernel) -> None:
+    ue = "10.31.250.1"
+    t0 = 10**12 // HISTORY_BUCKET_NS * HISTORY_BUCKET_NS  # a bucket's start
+    try:
+        for dt_ms, txq, d_tbs in ((0, 5_000, 2292), (3, 110_000, 137), (7, 1_000, 2292),
+                                  (8, 2_000, 1800), (40, 60_000, 2292)):  # fmt: skip
+            kernel.set_radio(ue, UeRadio(observed_ns=t0 + dt_ms * 10**6, txq_bytes=txq,
+                                         d_tbs=d_tbs))  # fmt: skip
+        first = kernel.window(ue, t0, t0 + 7 * 10**6)
+        assert (first.txq_peak_bytes, first.d_tbs_low, first.buckets) == (110_000, 137, 1)
+        later = kernel.window(ue, t0 + 8 * 10**6, t0 + 50 * 10**6)
+        assert (later.txq_peak_bytes, later.d_tbs_low, later.buckets) == (60_000, 1800, 2)
+        # one bucket's width before its start is outside; its last ns is inside
+        assert kernel.window(ue, t0 - 10**6, t0 - 1).buckets == 0
+        last_ns = t0 + HISTORY_BUCKET_NS - 1
+        assert kernel.window(ue, last_ns, last_ns).buckets == 1
+        # a measurement older than its slot's bucket is dropped, not mixed in
+        kernel.set_radio(ue, UeRadio(observed_ns=t0 - HISTORY_BUCKETS * HISTORY_BUCKET_NS,
+                                     txq_bytes=999_999))  # fmt: skip
+        assert kernel.window(ue, 0, t0 + 10**9).txq_peak_bytes == 110_000
+        kernel.forget_radio(ue)
+        assert kernel.window(ue, 0, 2**63).buckets == 0
+    finally:
+        kernel.forget_radio(ue)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    samples=st.lists(st.tuples(st.integers(0, 2_000), st.integers(0, 200_000),
+                               st.integers(0, 3_000)), min_size=1, max_size=300),
+    span=st.tuples(st.integers(0, 2_100), st.integers(0, 400)),
+)  # fmt: skip
+def test_kernel_window_agrees_with_the_python_history(
+    kernel: MeldKernel, samples: list[tuple[int, int, int]], span: tuple[int, int]
+) -> None:
+    """Times in ms from 1000 s on, in any order (a late message): the kernel's walk of
+    the map equals the reference walk of what the PEP wrote."""
+    ue, base = "10.31.250.2", 10**12
+    reference = UeHistory()
+    try:
+        for ms, txq, d_tbs in samples:
+            r = UeRadio(observed_ns=base + ms * 10**6, txq_bytes=txq, d_tbs=d_tbs)
+            kernel.set_radio(ue, r)
+            reference.record(r)
+        start = base + span[0] * 10**6
+        end = start + span[1] * 10**6
+        assert bytes(kernel.window(ue, start, end)) == bytes(reference.window(start, end))
+    finally:
+        kernel.forget_radio(ue)
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,7 +6,14 @@ import time
 
 from mec_common.bus.rnis import RnisMeasurement
 from mec_common.tables import lte_tbs_bytes_for_cqi
-from mec_pep.ran_aware.radio import U32_MAX, notify_cca, q_threshold_bytes, radio_state
+from mec_pep.ran_aware.radio import (
+    U32_MAX,
+    full_threshold_bytes,
+    notify_cca,
+    overflow_notify,
+    q_threshold_bytes,
+    radio_state,
+)
 
 
 def measurement(**fields: object) -> RnisMeasurement:
@@ -43,6 +50,18 @@ def test_s_tb_reference() -> None:
     assert not notify_cca("meld-de", 183, 8, 1460, 0, 18_336)
     assert notify_cca("meld-me", 2292, 8, 1460, 18_336, 18_336)
     assert not notify_cca("meld-me", 2292, 8, 1460, 18_335, 18_336)
+
+
+def test_full_buffer_threshold() -> None:
+    """The emulator's 120 kB buffer at 90 %; OAI's 1,000,000 B; unknown stays unknown."""
+    assert full_threshold_bytes(120_000, 90) == 108_000
+    assert full_threshold_bytes(1_000_000, 90) == 900_000
+    assert full_threshold_bytes(0, 90) == 0
+    assert full_threshold_bytes(2**40, 100) == U32_MAX
+    update = radio_state(measurement(), default_harq=8, full_bytes=108_000)
+    assert update is not None and update.radio.full_bytes == 108_000
+    assert overflow_notify(108_000, 108_000) and not overflow_notify(107_999, 108_000)
+    assert overflow_notify(0, 0) is None
 
 
 def test_units_and_fields() -> None:

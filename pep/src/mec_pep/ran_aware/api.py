@@ -21,11 +21,13 @@ from mec_pep.ran_aware.kernel import KernelUnavailableError, Mode
 if TYPE_CHECKING:
     from mec_pep.ran_aware.extension import RanAwareExtension
 
-ModeLabel = Literal["off", "meld-de", "meld-me", "rapid"]
+ModeLabel = Literal["off", "meld-de", "meld-me", "rapid", "meld-overflow", "ignore-loss"]
 
 
 class ModeChange(BaseModel):
-    mode: ModeLabel = Field(..., description="off, meld-de, meld-me or rapid")
+    mode: ModeLabel = Field(
+        ..., description="off, meld-de, meld-me, meld-overflow (ours), ignore-loss or rapid"
+    )
 
 
 class Counters(BaseModel):
@@ -47,6 +49,9 @@ class Radio(BaseModel):
     d_tbs_bytes: int = Field(..., description="D_TBS: transport block of the last TTI")
     rlc_queue_bytes: int = Field(..., description="S_TxQueue (4294967295 = unknown)")
     q_th_bytes: int = Field(..., description="Q_th = TBS(best CQI, PRBs) · N_HARQ")
+    full_bytes: int = Field(
+        ..., description="S_TxQueue of a full RLC buffer (MELD-overflow; 0 = unknown)"
+    )
     harq_processes: int
     capacity_bps: int = Field(..., description="RAPID C_i")
 

@@ -26,6 +26,7 @@ from mec_pep.ran_aware.kernel import (
     UeCounters,
     loader_paths,
 )
+from mec_pep.ran_aware.radio import full_threshold_bytes
 from mec_pep.ran_aware.rapid import RapidAllocator, RapidController
 from mec_pep.ran_aware.settings import RanAwareSettings
 
@@ -149,6 +150,7 @@ class RanAwareExtension(PepExtension):
             ue_networks=list(s.rnis_ue_networks),
             unbind_after_s=s.rnis_unbind_after_s,
             default_harq=s.meld_harq_processes,
+            full_bytes=full_threshold_bytes(s.meld_rlc_buffer_bytes, s.meld_rlc_full_pct),
             on_capacity=self.rapid.set_capacity,
             kind=s.rnis_feed,
         )
@@ -257,6 +259,7 @@ class RanAwareExtension(PepExtension):
                 "d_tbs_bytes": radio.d_tbs,
                 "rlc_queue_bytes": radio.txq_bytes,
                 "q_th_bytes": radio.q_th_bytes,
+                "full_bytes": radio.full_bytes,
                 "harq_processes": radio.n_harq,
                 "capacity_bps": radio.capacity_Bps * 8,
             },

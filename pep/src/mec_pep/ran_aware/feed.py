@@ -80,6 +80,7 @@ class RnisFeed:
         ue_networks: list[IPv4Network],
         unbind_after_s: float,
         default_harq: int,
+        full_bytes: int = 0,
         on_capacity: Callable[[str, float], None] | None = None,
         kind: Literal["ue", "cell"] = "ue",
     ) -> None:
@@ -90,6 +91,7 @@ class RnisFeed:
         self._mp1 = mp1
         self._unbind_after = unbind_after_s
         self._default_harq = default_harq
+        self._full_bytes = full_bytes  # a full RLC buffer (MELD-overflow), bytes; 0 = unknown
         self._on_capacity = on_capacity
         self._kind = kind  # "cell": one binding for every cell's batch, events still per UE
         self._lock = threading.Lock()
@@ -204,7 +206,7 @@ class RnisFeed:
     # --- messages -----------------------------------------------------------------------------
 
     def _on_measurement(self, m: RnisMeasurement) -> None:
-        update = radio_state(m, self._default_harq)
+        update = radio_state(m, self._default_harq, full_bytes=self._full_bytes)
         if update is None or not self.served(update.ue):
             self.stats.ignored += 1
             return

@@ -44,6 +44,8 @@ class Mode(enum.IntEnum):
     MELD_DE = 1
     MELD_ME = 2
     RAPID = 3
+    MELD_OVERFLOW = 4  # ours: congestion iff the RLC buffer was full while the data was out
+    IGNORE_LOSS = 5  # every loss kept from the growth function: the goodput upper bound
 
     @property
     def label(self) -> str:
@@ -75,6 +77,64 @@ class UeRadio(ctypes.Structure):
         ("txq_bytes", ctypes.c_uint32),
         ("q_th_bytes", ctypes.c_uint32),
         ("n_harq", ctypes.c_uint32),
+        ("full_bytes", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
+HISTORY_BUCKETS = 128  # meld.h
+HISTORY_BUCKET_NS = 8_000_000
+U32_MAX = 0xFFFFFFFF
+
+
+class RadioBucket(ctypes.Structure):
+    _fields_ = (
+        ("start_ns", ctypes.c_uint64),
+        ("txq_max_bytes", ctypes.c_uint32),
+        ("d_tbs_min", ctypes.c_uint32),
+    )
+
+
+class UeHistory(ctypes.Structure):
+    """A UE's radio history in time buckets (``struct ue_history``): MELD-overflow's input."""
+
+    _fields_ = (("bucket", RadioBucket * HISTORY_BUCKETS),)
+
+    def record(self, radio: UeRadio) -> None:
+        """Add one measurement to the bucket of its time (a bucket keeps the largest queue
+        and the smallest D_TBS measured in it). A measurement older than what its slot
+        holds now is dropped: the slot has moved on."""
+        k = radio.observed_ns // HISTORY_BUCKET_NS
+        start = k * HISTORY_BUCKET_NS
+        b = self.bucket[k % HISTORY_BUCKETS]
+        if start < b.start_ns:
+            return
+        if start > b.start_ns:
+            b.start_ns, b.txq_max_bytes, b.d_tbs_min = start, radio.txq_bytes, radio.d_tbs
+            return
+        b.txq_max_bytes = max(b.txq_max_bytes, radio.txq_bytes)
+        b.d_tbs_min = min(b.d_tbs_min, radio.d_tbs)
+
+    def window(self, from_ns: int, to_ns: int) -> RadioWindow:
+        """The buckets that overlap [from_ns, to_ns]: the kernel's ``radio_window_of`` in
+        Python, its test reference."""
+        found = [
+            b
+            for b in self.bucket
+            if b.start_ns and b.start_ns <= to_ns and b.start_ns + HISTORY_BUCKET_NS > from_ns
+        ]
+        return RadioWindow(
+            txq_peak_bytes=max((b.txq_max_bytes for b in found), default=0),
+            d_tbs_low=min((b.d_tbs_min for b in found), default=U32_MAX),
+            buckets=len(found),
+        )
+
+
+class RadioWindow(ctypes.Structure):
+    _fields_ = (
+        ("txq_peak_bytes", ctypes.c_uint32),
+        ("d_tbs_low", ctypes.c_uint32),
+        ("buckets", ctypes.c_uint32),
     )
 
 
@@ -126,12 +186,23 @@ class FlowPriv(ctypes.Structure):
 class DecideArgs(ctypes.Structure):
     _fields_ = (
         ("radio", UeRadio),
+        ("window", RadioWindow),
+        ("has_radio", ctypes.c_uint32),
         ("now_ns", ctypes.c_uint64),
         ("stale_ns", ctypes.c_uint64),
         ("mode", ctypes.c_uint32),
         ("t_pdu", ctypes.c_uint32),
-        ("has_radio", ctypes.c_uint32),
         ("verdict", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
+class WindowArgs(ctypes.Structure):
+    _fields_ = (
+        ("from_ns", ctypes.c_uint64),
+        ("to_ns", ctypes.c_uint64),
+        ("ue", ctypes.c_uint32),
+        ("window", RadioWindow),
     )
 
 
@@ -168,6 +239,9 @@ class MeldDecision(ctypes.Structure):
         ("q_th_bytes", ctypes.c_uint32),
         ("cwnd", ctypes.c_uint32),
         ("ssthresh", ctypes.c_uint32),
+        ("lookback_us", ctypes.c_uint32),
+        ("full_bytes", ctypes.c_uint32),
+        ("window", RadioWindow),
         ("mode", ctypes.c_uint8),
         ("verdict", ctypes.c_uint8),
         ("pad", ctypes.c_uint8 * 2),
@@ -191,6 +265,12 @@ class MeldDecision(ctypes.Structure):
             "n_harq": self.n_harq,
             "txq_bytes": self.txq_bytes,
             "q_th_bytes": self.q_th_bytes,
+            "full_bytes": self.full_bytes,
+            # the radio history over the episode's time in flight (one srtt back)
+            "lookback_ms": self.lookback_us / 1e3,
+            "window_txq_peak_bytes": self.window.txq_peak_bytes,
+            "window_d_tbs_low_bytes": self.window.d_tbs_low if self.window.buckets else None,
+            "window_buckets": self.window.buckets,
             "radio_age_ms": self.radio_age_ns / 1e6,
             "cwnd_segments": self.cwnd,
             "ssthresh_segments": self.ssthresh,
@@ -219,6 +299,10 @@ class DecisionLog:
 
 LAYOUTS: dict[str, type[ctypes.Structure]] = {
     "ue_radio": UeRadio,
+    "radio_bucket": RadioBucket,
+    "ue_history": UeHistory,
+    "radio_window": RadioWindow,
+    "window_args": WindowArgs,
     "ue_counters": UeCounters,
     "meld_config": MeldConfig,
     "flow_ctl": FlowCtl,
@@ -267,6 +351,7 @@ class MeldKernel:
         try:
             for name in (
                 "ue_radio",
+                "ue_history",
                 "ue_mode",
                 "ue_counters",
                 "meld_config",
@@ -276,10 +361,13 @@ class MeldKernel:
                 self._maps[name] = BpfMap(str(pin_dir / name))
             self._decide = BpfProgram(str(pin_dir / "prog_meld_decide"))
             self._rapid_cwnd = BpfProgram(str(pin_dir / "prog_meld_rapid_cwnd"))
+            self._window = BpfProgram(str(pin_dir / "prog_meld_window"))
         except OSError:
             self._close_fds()
             raise
-        for name, layout in (("ue_radio", UeRadio), ("ue_counters", UeCounters),
+        self._histories: dict[str, UeHistory] = {}  # what the PEP wrote to ue_history
+        for name, layout in (("ue_radio", UeRadio), ("ue_history", UeHistory),
+                             ("ue_counters", UeCounters),
                              ("meld_config", MeldConfig), ("flow_ctl", FlowCtl),
                              ("flow_priv", FlowPriv)):  # fmt: skip
             if self._maps[name].value_size != ctypes.sizeof(layout):
@@ -319,7 +407,7 @@ class MeldKernel:
     def _close_fds(self) -> None:
         for m in self._maps.values():
             m.close()
-        for prog in ("_decide", "_rapid_cwnd"):
+        for prog in ("_decide", "_rapid_cwnd", "_window"):
             if hasattr(self, prog):
                 getattr(self, prog).close()
 
@@ -366,6 +454,12 @@ class MeldKernel:
     # --- radio state and counters -------------------------------------------------------------
 
     def set_radio(self, ue: str, radio: UeRadio) -> None:
+        """The measurement into the UE's history, then as its current state (in that order:
+        the kernel's window reaches back to the current state's time, which must be in the
+        history already)."""
+        history = self._histories.setdefault(ue, UeHistory())
+        history.record(radio)
+        self._maps["ue_history"].update(ue_key(ue), history)
         self._maps["ue_radio"].update(ue_key(ue), radio)
 
     def radio(self, ue: str) -> UeRadio | None:
@@ -374,6 +468,8 @@ class MeldKernel:
     def forget_radio(self, ue: str) -> None:
         """Drop a UE's radio state: its flows fall back to plain behaviour ("no data")."""
         self._maps["ue_radio"].delete(ue_key(ue))
+        self._maps["ue_history"].delete(ue_key(ue))
+        self._histories.pop(ue, None)
 
     def reset_counters(self, ue: str) -> None:
         self._maps["ue_counters"].delete(ue_key(ue))
@@ -412,6 +508,13 @@ class MeldKernel:
         """RAPID's cwnd arithmetic alone, in segments."""
         self._rapid_cwnd.run(args)
         return int(args.cwnd)
+
+    def window(self, ue: str, from_ns: int, to_ns: int) -> RadioWindow:
+        """The kernel's walk of the UE's history over [from_ns, to_ns]."""
+        args = WindowArgs(from_ns=from_ns, to_ns=to_ns, ue=ue_key(ue).value)
+        self._window.run(args)
+        window: RadioWindow = args.window
+        return window
 
 
 _U32 = ctypes.c_uint32

@@ -11,6 +11,14 @@ Everything here is in **bytes**. The research code computed ``(2292*8)*8 = 146,6
 TBS in bits times N_HARQ — and compared it with FlexRAN's queue in bytes, an 8x too high
 threshold (digest §9, erratum 2); the thesis formula gives 2292 B · 8 = 18,336 B.
 
+MELD-overflow (ours, ``docs/meld-rapid.md``) compares, at each loss, the largest RLC
+queue measured while the lost data was in flight (the kernel's ``ue_history``, one smoothed
+RTT back) with the queue of a **full** RLC buffer, ``full_bytes``. No RAN we read reports its
+RLC buffer size (FlexRAN's ``rlcReport`` has the queue, not its limit; OAI's LTE RLC has a
+fixed 1,000,000 B per DRB), so the buffer is a per-deployment setting
+(``PEP_MELD_RLC_BUFFER_BYTES``), and a queue within ``PEP_MELD_RLC_FULL_PCT`` of it counts as
+full: the queue is sampled once per RNIS poll and drains between two samples.
+
 Unknown and stale inputs follow ``mec_common.radio_view``'s one policy: no information,
 so the plain congestion response. No D_TBS → no update (the entry goes stale: STALE
 verdict, notify); no RLC queue → ``UNKNOWN_U32`` in the map, which MELD-ME's queue test
@@ -24,9 +32,8 @@ from dataclasses import dataclass
 
 from mec_common.bus.rnis import RnisMeasurement
 from mec_common.radio_view import measured_ns, monotonic_ns_from_wall
-from mec_pep.ran_aware.kernel import UeRadio
+from mec_pep.ran_aware.kernel import U32_MAX, UeRadio
 
-U32_MAX = 0xFFFFFFFF
 UNKNOWN_U32 = U32_MAX
 """The map's encoding of a value the RAN did not report (its test then notifies)."""
 
@@ -36,6 +43,11 @@ def q_threshold_bytes(best_cqi_tbs_bytes: int | None, n_harq: int) -> int:
     if best_cqi_tbs_bytes is None:
         return 0
     return min(best_cqi_tbs_bytes * n_harq, U32_MAX)
+
+
+def full_threshold_bytes(rlc_buffer_bytes: int, full_pct: int) -> int:
+    """The queue at which the RLC buffer counts as full (0: buffer size unknown)."""
+    return min(rlc_buffer_bytes * full_pct // 100, U32_MAX)
 
 
 def notify_cca(
@@ -48,13 +60,23 @@ def notify_cca(
     return small_tb or txq_bytes >= q_th_bytes
 
 
+def overflow_notify(window_txq_peak_bytes: int, full_bytes: int) -> bool | None:
+    """MELD-overflow's rule: congestion iff the buffer was full while the lost data was in
+    flight; None when it cannot tell (buffer size unknown): the plain response."""
+    if not full_bytes:
+        return None
+    return window_txq_peak_bytes >= full_bytes
+
+
 @dataclass(frozen=True)
 class RadioUpdate:
     ue: str
     radio: UeRadio
 
 
-def radio_state(m: RnisMeasurement, default_harq: int) -> RadioUpdate | None:
+def radio_state(
+    m: RnisMeasurement, default_harq: int, *, full_bytes: int = 0
+) -> RadioUpdate | None:
     """The kernel entry for the UE of ``m``, or None when the message cannot feed MELD."""
     if m.ue_ipv4 is None or m.radio_tbs_bytes is None:
         return None
@@ -68,5 +90,6 @@ def radio_state(m: RnisMeasurement, default_harq: int) -> RadioUpdate | None:
         txq_bytes=txq,
         q_th_bytes=q_threshold_bytes(m.best_cqi_tbs_bytes, n_harq),
         n_harq=n_harq,
+        full_bytes=full_bytes,
     )
     return RadioUpdate(str(m.ue_ipv4), radio)

@@ -23,7 +23,9 @@ class RanAwareSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PEP_", extra="ignore")
 
     meld_mode: str = Field(
-        "meld-me", description="global mode: off, meld-de, meld-me or rapid (per UE via the API)"
+        "meld-me",
+        description="global mode: off, meld-de, meld-me, meld-overflow, ignore-loss or rapid "
+        "(per UE via the API)",
     )
     meld_cca: Literal["cubic", "reno"] = Field(
         "cubic", description="growth function of the RAN leg: the kernel's CUBIC or Reno"
@@ -33,6 +35,18 @@ class RanAwareSettings(BaseSettings):
     )
     meld_harq_processes: int = Field(
         8, ge=1, le=32, description="N_HARQ when the RAN does not report it"
+    )
+    # No RAN we read reports its RLC buffer size (FlexRAN: the queue only); OAI's LTE RLC
+    # holds 1,000,000 B per DRB (rlc_v2, add_drb_um/add_drb_am), the live capture's
+    # saturated queue was ~950 kB (docs/meld-rapid.md).
+    meld_rlc_buffer_bytes: int = Field(
+        1_000_000,
+        ge=0,
+        description="RLC buffer per UE bearer, bytes, for MELD-overflow's full-buffer test; "
+        "not reported by the RAN, set it per deployment (0 = unknown: MELD-overflow notifies)",
+    )
+    meld_rlc_full_pct: int = Field(
+        90, ge=1, le=100, description="a queue at this % of the RLC buffer counts as full"
     )
     meld_pin_root: Path = Field(
         Path("/sys/fs/bpf/mts-pep"), description="bpffs directory for the pinned maps and links"

@@ -108,7 +108,7 @@ class Session(BaseModel):
 
 
 class ModeChange(BaseModel):
-    mode: Literal["off", "meld-de", "meld-me", "rapid"]
+    mode: Literal["off", "meld-de", "meld-me", "rapid", "meld-overflow", "ignore-loss"]
 
 
 def _session(viewer: Viewer) -> Session:

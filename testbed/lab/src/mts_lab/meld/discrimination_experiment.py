@@ -3,7 +3,8 @@
 The scenario (``testbed/configs/lte-25prb-meld-discrimination.yaml``) makes MELD decide:
 bursty radio loss whose bursts drop the CQI so that D_TBS falls below S_TB, residual radio
 loss at high CQI, and RLC-overflow drops from two downloads sharing a 120 kB RLC buffer,
-all in the same run. Per CCA (Reno, CUBIC) and mode (off, MELD-DE, MELD-ME), the UE
+all in the same run. Per CCA (Reno, CUBIC) and mode (off, MELD-DE, MELD-ME, our
+MELD-overflow, and ignore-loss as the upper bound on goodput), the UE
 downloads SIZE bytes on each of two ports at once through the PEP (both RAN legs use the
 mode). Each loss decision comes from the kernel's decision log (one record per
 ``ssthresh`` call, with its flow and [snd_una, snd_nxt)); each drop from the emulator's
@@ -12,7 +13,8 @@ class of the issue's goal (MELD keeps cwnd); "congestion" is scored too.
 
 Output: ``discrimination.json`` (per CCA and mode: confusion counts and precision/recall
 of both classes over all runs, goodput and per-run RTT p50/p90 as mean ± 95 % CI, drops
-by cause, verdicts), ``discrimination.png`` (goodput vs RTT p90, precision/recall).
+by cause, verdicts, each verdict per episode truth, the load average per run),
+``discrimination.png`` (goodput vs RTT p90, precision/recall).
 
     uv run python -m mts_lab.meld.discrimination_experiment --out docs/results/meld [--runs 10]
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from mec_pep.ran_aware.kernel import DecisionLog
 from mts_lab import REPO
@@ -40,10 +44,11 @@ from mts_lab.meld.discrimination import (
     episode_truths,
     read_drops,
 )
-from mts_lab.meld.experiment import MODE_COLORS, MODES
+from mts_lab.meld.experiment import MODE_COLORS
 from mts_lab.results import save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld-discrimination.yaml"
+MODES = ("off", "meld-de", "meld-me", "meld-overflow", "ignore-loss")
 PORTS = (5001, 5002)
 PIN_ROOT = "sys/fs/bpf/mts-pep"  # the PEP's default PEP_MELD_PIN_ROOT, without the "/"
 # How far back from a decision its drops may lie: the loss is detected about one RTT
@@ -62,6 +67,13 @@ def emulator_api(bed: RanAwareBed) -> Get:
         return dict(r.json())
 
     return get
+
+
+def rlc_buffer_bytes(scenario: Path) -> int:
+    """The UE's RLC buffer in the scenario: what PEP_MELD_RLC_BUFFER_BYTES is set to in a
+    deployment (no RAN reports it)."""
+    ue = yaml.safe_load(scenario.read_text())["ues"][0]
+    return int(ue["cells"][0]["queue"]["limit_bytes"])
 
 
 def pep_pin_dir(bed: RanAwareBed) -> Path:
@@ -100,6 +112,7 @@ def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) 
     rtts = [p[1] for p in pings]
     return {
         "mode": mode,
+        "loadavg_1min": os.getloadavg()[0],
         "fct_s": [r["fct_s"] for r in results],
         # both downloads' bytes over the time from the first start to the last end
         "goodput_mbps": len(PORTS) * size * 8 / span_s(results) / 1e6,
@@ -107,18 +120,30 @@ def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) 
         "rtt_ms_p90": percentile(rtts, 90),
         "drops": dict(collections.Counter(d.cause for d in drops)),
         "verdicts": dict(collections.Counter(r["verdict"] for r in records)),
+        # what each verdict was given, per truth: where a mode's misses come from
+        "verdicts_by_truth": verdicts_by_truth(records),
         "discrimination": joined.as_dict(),
         "decisions": records,
     }
 
 
+def verdicts_by_truth(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    out: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for r in records:
+        out[r["truth"]][r["verdict"]] += 1
+    return {truth: dict(c) for truth, c in out.items()}
+
+
 def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
         scenario: Path = SCENARIO) -> dict[str, Any]:  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="meld-disc-"))
+    load_at_start = os.getloadavg()
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    buffer = rlc_buffer_bytes(scenario)
+    pep_env = {"PEP_MELD_RLC_BUFFER_BYTES": str(buffer)}
     for cca in ccas:
         config = BedConfig(scenario, servers=dict.fromkeys(PORTS, cca), intercepted=list(PORTS),
-                           ran_cca=cca)  # fmt: skip
+                           ran_cca=cca, pep_env=pep_env)  # fmt: skip
         bed = RanAwareBed(config, workdir)
         raw[cca] = {m: [] for m in modes}
         try:
@@ -133,11 +158,7 @@ def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
                         if r > 0:  # the JSON keeps the first run's decision log only
                             del d["decisions"]
                         raw[cca][mode].append(d)
-                        j = d["discrimination"]
-                        print(f"{cca:<6} run {r + 1}/{runs} {mode:<8} {d['goodput_mbps']:6.2f} "
-                              f"Mbit/s RTT p90 {d['rtt_ms_p90']:6.1f} ms drops {d['drops']} "
-                              f"radio tp/fp/fn {j['radio']['tp']}/{j['radio']['fp']}/"
-                              f"{j['radio']['fn']} unknown {j['unknown']}", flush=True)  # fmt: skip
+                        print(f"{cca:<6} run {r + 1}/{runs} {progress(d)}", flush=True)
             finally:
                 log.close()
         finally:
@@ -146,14 +167,24 @@ def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
         "setup": {"scenario": str(scenario.relative_to(REPO)), "size_bytes_per_flow": size,
                   "flows": len(PORTS), "runs": runs, "ccas": ccas, "modes": modes,
                   "rnis_poll": "8ms", "join_window_ms": WINDOW_NS / 1e6,
+                  "rlc_buffer_bytes": buffer,
                   "rtt": "ping UE->server, 10 Hz, during each run",
                   "positive_class": "radio (MELD keeps cwnd: verdict suppress)"},
         "summary": {cca: {m: summarize(ds) for m, ds in raw[cca].items()} for cca in ccas},
-        "environment": environment(),
+        "environment": {**environment(), "loadavg_at_start": load_at_start},
         "runs": raw,
     }  # fmt: skip
     save_results(results, out, "discrimination", plot, table)
     return results
+
+
+def progress(d: dict[str, Any]) -> str:
+    """One run's line on the console."""
+    j = d["discrimination"]["radio"]
+    return (f"{d['mode']:<13} {d['goodput_mbps']:6.2f} Mbit/s RTT p90 {d['rtt_ms_p90']:6.1f} ms "
+            f"drops {d['drops']} radio tp/fp/fn {j['tp']}/{j['fp']}/{j['fn']} unknown "
+            f"{d['discrimination']['unknown']} verdicts {d['verdicts']} "
+            f"load {d['loadavg_1min']:.1f}")  # fmt: skip
 
 
 def summarize(ds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -173,6 +204,13 @@ def summarize(ds: list[dict[str, Any]]) -> dict[str, Any]:
     out["verdicts"] = dict(
         sum((collections.Counter(d["verdicts"]) for d in ds), collections.Counter())
     )
+    by_truth: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for d in ds:
+        for truth, verdicts in d["verdicts_by_truth"].items():
+            by_truth[truth].update(verdicts)
+    out["verdicts_by_truth"] = {truth: dict(c) for truth, c in by_truth.items()}
+    loads = [d["loadavg_1min"] for d in ds]
+    out["loadavg_1min"] = {"min": min(loads), "max": max(loads)}
     return out
 
 
@@ -181,16 +219,17 @@ def _fmt(v: float | None) -> str:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["CCA    mode      radio P / R      congestion P / R  unknown  goodput Mbit/s  "
-             "RTT p90 ms      drops"]  # fmt: skip
+    lines = ["CCA    mode           radio P / R      congestion P / R  unknown  stale  "
+             "goodput Mbit/s  RTT p90 ms      drops"]  # fmt: skip
     for cca, summary in results["summary"].items():
         for mode, s in summary.items():
             r, c = s["radio"], s["congestion"]
             g, p90 = s["goodput_mbps"], s["rtt_ms_p90"]
             lines.append(
-                f"{cca:<6} {mode:<8}  {_fmt(r['precision'])} / {_fmt(r['recall'])}  "
+                f"{cca:<6} {mode:<13}  {_fmt(r['precision'])} / {_fmt(r['recall'])}  "
                 f"{_fmt(c['precision'])} / {_fmt(c['recall'])}   {s['unknown']:>6}  "
-                f"{g['mean']:6.2f} ± {g['ci95']:<5.2f}  {p90['mean']:6.1f} ± {p90['ci95']:<5.1f}  "
+                f"{s['verdicts'].get('stale', 0):>5}  {g['mean']:6.2f} ± {g['ci95']:<5.2f}  "
+                f"{p90['mean']:6.1f} ± {p90['ci95']:<5.1f}  "
                 f"{s['drops']}"
             )
     return "\n".join(lines)

@@ -32,7 +32,8 @@ from mts_lab.results import save_results
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 PORT = 5001
 MODES = ("off", "meld-de", "meld-me")
-MODE_COLORS = {"off": "#888888", "meld-de": "#d62728", "meld-me": "#1f77b4"}
+MODE_COLORS = {"off": "#888888", "meld-de": "#d62728", "meld-me": "#1f77b4",
+               "meld-overflow": "#2ca02c", "ignore-loss": "#9467bd"}  # fmt: skip
 PUBLISHED_GAIN = {  # % goodput over the legacy CCA (digest §3.4)
     ("reno", "meld-de"): 131, ("reno", "meld-me"): 80,
     ("cubic", "meld-de"): 9, ("cubic", "meld-me"): 8,
