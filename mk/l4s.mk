@@ -16,13 +16,20 @@ $(L4S_BPF): build/bpf/%.bpf.o: l4s/bpf/%.bpf.c l4s/bpf/efm.h l4s/bpf/efm_packet.
 	clang $(L4S_BPF_CFLAGS) -c $< -o $@.tmp
 	@mv $@.tmp $@
 
+# the lab's truth for the observer: each sender's own RTT samples (mts_lab.l4s.truth)
+L4S_LAB_BPF := build/bpf/sender_rtt.bpf.o
+BUILD_TARGETS += $(L4S_LAB_BPF)
+$(L4S_LAB_BPF): build/bpf/%.bpf.o: testbed/lab/bpf/%.bpf.c $(L4S_VMLINUX)
+	clang $(L4S_BPF_CFLAGS) -c $< -o $@.tmp
+	@mv $@.tmp $@
+
 .PHONY: test-l4s
-test-l4s: python $(L4S_BPF) build/bin/ran-emulator build/bin/meld-loader ## L4S: marking, observer, flowrtt service, DualPI2 through the emulator (root, BPF, namespaces)
+test-l4s: python $(L4S_BPF) $(L4S_LAB_BPF) build/bin/ran-emulator build/bin/meld-loader ## L4S: marking, observer, flowrtt service, DualPI2 through the emulator (root, BPF, namespaces)
 	uv run pytest -q l4s/tests
 
 EXPERIMENT_TARGETS += experiment-l4s
 .PHONY: experiment-l4s
-experiment-l4s: python $(L4S_BPF) build/bin/ran-emulator build/bin/meld-loader ## research 001 Table 7.1 (spin/delay RTT vs TCP_INFO, Prague + CUBIC through DualPI2), 5 x 60 s -> docs/results/l4s/
+experiment-l4s: python $(L4S_BPF) $(L4S_LAB_BPF) build/bin/ran-emulator build/bin/meld-loader ## research 001 Table 7.1 (spin/delay RTT vs TCP_INFO, Prague + CUBIC through DualPI2), 5 x 60 s -> docs/results/l4s/
 	nice -n 10 uv run python -m mts_lab.l4s.experiment --out docs/results/l4s $(L4S_ARGS)
 
 BENCH_TARGETS += bench-l4s

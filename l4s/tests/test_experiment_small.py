@@ -1,5 +1,6 @@
 """``make experiment-l4s`` in small (one 6 s run per technique at 20 Mbit/s): the bed, the
-two flows, the observer and the summary work together (root, BPF, namespaces)."""
+two flows, the observer, the senders' own RTT samples (the like-for-like truth) and the
+summary work together (root, BPF, namespaces, a cgroup)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,17 @@ def test_a_small_table_7_1() -> None:
             assert flow["mib"] > 0.5, (run["technique"], cca, flow)
             assert flow["truth"]["n"] > 10 and flow["truth"]["mean_ms"] >= 60 * 0.97
             assert flow["raw"]["n"] > 10 and flow["filtered"]["n"] > 10, (run["technique"], cca)
+            # the sender's own samples: about one per round trip of >= 60 ms, not per ACK
+            tcp = flow["tcp_mrtt"]
+            assert tcp["n"] >= 10 and tcp["mean_ms"] >= 60 * 0.97, (run["technique"], cca, tcp)
+            assert tcp["per_s"] < 1000 / 60 * 1.5 < tcp["acks_in_per_s"], (cca, tcp)
+            # the observer against them, over its own round trip: close at the median
+            for mode in ("raw", "filtered"):
+                row = flow[mode]
+                assert row["vs_tcp_matched"] > 10, (run["technique"], cca, mode, row)
+                assert row["vs_tcp_p50_ms"] < 10, (run["technique"], cca, mode, row)
         assert run["observer"]["malformed"] == 0
+        assert run["sender_rtt"]["ring_full"] == 0 and run["sender_rtt"]["sockets"] >= 2
     rows = aggregate([r | {"run": 0} for r in runs])
     assert set(rows) == {"spin/prague", "spin/cubic", "delay/prague", "delay/cubic"}
     assert "published" in table(

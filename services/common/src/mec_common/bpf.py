@@ -36,6 +36,7 @@ BPF_PROG_TEST_RUN = 10
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_LINK_CREATE = 28
 
+BPF_CGROUP_SOCK_OPS = 3
 BPF_TCX_INGRESS = 46
 BPF_TCX_EGRESS = 47
 
@@ -144,7 +145,13 @@ def tcx_attach(prog_fd: int, ifindex: int, attach_type: int) -> int:
     so a process that dies takes its programs along. ``attach_type`` is
     ``BPF_TCX_INGRESS`` or ``BPF_TCX_EGRESS``; other tcx programs on the interface stay.
     """
-    attr = _LinkCreateAttr(prog_fd=prog_fd, target_ifindex=ifindex, attach_type=attach_type)
+    return link_create(prog_fd, ifindex, attach_type)
+
+
+def link_create(prog_fd: int, target: int, attach_type: int) -> int:
+    """BPF_LINK_CREATE: attach a program to ``target`` (an ifindex for tcx, a cgroup
+    directory's fd for cgroup programs); returns the link's fd (attached while it is open)."""
+    attr = _LinkCreateAttr(prog_fd=prog_fd, target_ifindex=target, attach_type=attach_type)
     return _bpf(BPF_LINK_CREATE, attr)
 
 

@@ -4,12 +4,14 @@ One Prague and one CUBIC flow share the emulator's WAN bottleneck (100 Mbit/s Du
 30 ms each way: base RTT 60 ms), from one server namespace to one client namespace,
 marked with the spin bit in some runs and the delay bit in others (one technique per
 run, as the research). The observer on the MEC host gives each flow's RTT samples in
-both modes (raw = Spindump's rules, filtered = ours); the truth is TCP_INFO's RTT of each
-sender, every 100 ms (the research read ``ss`` every second).
+both modes (raw = Spindump's rules, filtered = ours). Two truths: TCP_INFO's RTT of each
+sender every 100 ms (the research read ``ss`` every second: smoothed), and, like for like,
+the senders' own RTT samples (``mts_lab.l4s.truth``: TCP's mrtt, once per round trip).
 
 Per run and flow: throughput (MiB per run), retransmissions, truth mean/std, observer
 mean/std, and the error of each observer sample against the truth at its time (|sample −
-truth|, p50/p90). Tables 7.2/7.3 (reordering) are absent: the emulator cannot reorder yet.
+truth|, p50/p90), and against the median of the sender's samples over the sample's own
+round trip. Tables 7.2/7.3 (reordering) are absent: the emulator cannot reorder yet.
 
     uv run python -m mts_lab.l4s.experiment --out docs/results/l4s [--runs 5 --seconds 60]
 """
@@ -33,9 +35,16 @@ from mec_l4s.efm import Marker, Technique
 from mec_l4s.observer import Mode, Observer, Sample
 from mec_l4s.prague import Prague
 from mts_lab.l4s.bed import MARKER_OBJ, OBSERVER_OBJ, REPO, WanLine, tcp_info_rtt_ms
+from mts_lab.l4s.truth import (
+    SenderRtt,
+    TcpRtt,
+    TcpSeries,
+    sender_rtt_name,
+)
 from mts_lab.results import Results, save_results
 
 PRAGUE_OBJ = REPO / "build/bpf/prague.bpf.o"
+SENDER_RTT_OBJ = REPO / "build/bpf/sender_rtt.bpf.o"
 LOADER = REPO / "build/bin/meld-loader"
 MIB = 1 << 20
 
@@ -54,12 +63,14 @@ class FlowRun:
     port: int = 0
     received: int = 0
     retrans: int = 0
+    segs_in: int = 0  # segments the sender received (its ACKs)
     truth: list[tuple[int, float]] = field(default_factory=list)  # (monotonic ns, ms)
 
 
-def _retrans(sock: socket.socket) -> int:
-    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    return int(struct.unpack_from("I", raw, 100)[0])
+def _retrans_and_segs_in(sock: socket.socket) -> tuple[int, int]:
+    """tcpi_total_retrans (byte 100) and tcpi_segs_in (byte 140) of struct tcp_info."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 144)
+    return struct.unpack_from("I", raw, 100)[0], struct.unpack_from("I", raw, 140)[0]
 
 
 def _sender(line: WanLine, flow: FlowRun, cca: str, seconds: float, ready: threading.Event) -> None:
@@ -87,7 +98,7 @@ def _sender(line: WanLine, flow: FlowRun, cca: str, seconds: float, ready: threa
             if time.monotonic() >= next_tick:
                 flow.truth.append((time.monotonic_ns(), tcp_info_rtt_ms(conn)))
                 next_tick += 0.1
-        flow.retrans = _retrans(conn)
+        flow.retrans, flow.segs_in = _retrans_and_segs_in(conn)
 
 
 def _receiver(line: WanLine, flow: FlowRun, cca: str) -> None:
@@ -110,6 +121,7 @@ def _receiver(line: WanLine, flow: FlowRun, cca: str) -> None:
 def one_run(line: WanLine, prague: Prague, technique: Technique, seconds: float) -> dict[str, Any]:
     observer = Observer.load(OBSERVER_OBJ, f"mts-obs-x{secrets.token_hex(3)}")
     markers: list[Marker] = []
+    truth: SenderRtt | None = None
     try:
         observer.configure()
         observer.attach("m0", line.mec_ns)
@@ -119,9 +131,41 @@ def one_run(line: WanLine, prague: Prague, technique: Technique, seconds: float)
             markers.append(m)
             m.configure(technique, dynamic_t_max=True, ect1=ect1)
             m.attach(ifname, ns)
+        truth = SenderRtt.load(SENDER_RTT_OBJ, sender_rtt_name())
         flows = {"prague": FlowRun("prague"), "cubic": FlowRun("cubic")}
         ccas = {"prague": prague.name, "cubic": "cubic"}
-        threads = []
+        threads = _start_flows(line, flows, ccas, seconds, truth)
+        samples: list[Sample] = []
+        tcp: list[TcpRtt] = []
+        while any(t.is_alive() for t in threads):
+            samples += observer.poll()
+            tcp += truth.poll()
+            time.sleep(0.05)
+        samples += observer.poll()
+        tcp += truth.poll()
+        return {name: _summarise(flow, samples, tcp, line) for name, flow in flows.items()} | {
+            "observer": observer.counters(),
+            "sender_rtt": truth.counters(),
+        }
+    finally:
+        if truth is not None:
+            truth.close()
+        for m in markers:
+            m.close()
+        observer.close()
+
+
+def _start_flows(
+    line: WanLine,
+    flows: dict[str, FlowRun],
+    ccas: dict[str, str],
+    seconds: float,
+    truth: SenderRtt,
+) -> list[threading.Thread]:
+    """Each flow's sender and receiver in threads; the senders' listeners are created in
+    the truth's cgroup, so their connections report TCP's own RTT samples."""
+    threads = []
+    with truth.sockets():
         for name, flow in flows.items():
             ready = threading.Event()
             t = threading.Thread(target=_sender, args=(line, flow, ccas[name], seconds, ready))
@@ -131,18 +175,7 @@ def one_run(line: WanLine, prague: Prague, technique: Technique, seconds: float)
             r = threading.Thread(target=_receiver, args=(line, flow, ccas[name]))
             r.start()
             threads.append(r)
-        samples: list[Sample] = []
-        while any(t.is_alive() for t in threads):
-            samples += observer.poll()
-            time.sleep(0.05)
-        samples += observer.poll()
-        return {name: _summarise(flow, samples, line) for name, flow in flows.items()} | {
-            "observer": observer.counters()
-        }
-    finally:
-        for m in markers:
-            m.close()
-        observer.close()
+    return threads
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -156,29 +189,82 @@ def _stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def _summarise(flow: FlowRun, samples: list[Sample], line: WanLine) -> dict[str, Any]:
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def _errors(errors: list[float], prefix: str) -> dict[str, float]:
+    """p50/p90 of |error| and the median signed error (the bias), as ``<prefix>_...``."""
+    if not errors:
+        return {}
+    magnitudes = [abs(e) for e in errors]
+    return {
+        f"{prefix}_p50_ms": _percentile(magnitudes, 0.5),
+        f"{prefix}_p90_ms": _percentile(magnitudes, 0.9),
+        f"{prefix}_bias_ms": statistics.median(errors),
+    }
+
+
+def _summarise(
+    flow: FlowRun, samples: list[Sample], tcp: list[TcpRtt], line: WanLine
+) -> dict[str, Any]:
+    """One flow of one run: throughput, retransmissions, the truths and the observer's
+    samples against each: TCP_INFO's smoothed RTT at the sample's time (``abs_error``),
+    and the sender's own RTT samples over the observer sample's round trip (``vs_tcp``:
+    the median mrtt TCP took in [t − rtt, t])."""
     server = f"{line.server_ip}:{flow.port}"
-    mine = [s for s in samples if s.server == server and s.measurement == "e2e"]
-    times = [t for t, _ in flow.truth]
+    mine = [s for s in samples if s.server == server]
+    sender = TcpSeries([s for s in tcp if s.local == server])
+    info_times = [t for t, _ in flow.truth]
+
+    def tcp_info_at(t_ns: int) -> float | None:
+        i = bisect.bisect_left(info_times, t_ns)
+        return flow.truth[i][1] if 0 < i < len(info_times) else None
+
+    mrtts = [s.mrtt_ms for s in sender.samples]
+    seconds = _span_s(sender.times)
     out: dict[str, Any] = {
         "mib": flow.received / MIB,
         "retrans": flow.retrans,
         "truth": _stats([v for _, v in flow.truth[5:]]),
+        # TCP's own samples: how often against the ACKs the sender got; how far TCP_INFO
+        # (smoothed, every 100 ms) is from them (the old measure's floor for any
+        # per-round-trip sample); how far one is from the next (TCP against itself)
+        "tcp_mrtt": _stats(mrtts)
+        | {
+            "per_s": len(mrtts) / seconds if seconds else 0.0,
+            "acks_in_per_s": flow.segs_in / seconds if seconds else 0.0,
+        }
+        | _errors(
+            [s.mrtt_ms - v for s in sender.samples if (v := tcp_info_at(s.t_ns)) is not None],
+            "vs_tcp_info",
+        )
+        | _errors(sender.round_to_round(), "round_to_round"),
     }
     for mode in Mode:
-        rtts = [s for s in mine if s.mode == mode]
-        errors = []
-        for s in rtts:
-            i = bisect.bisect_left(times, s.t_ns)
-            if 0 < i < len(times):
-                errors.append(abs(s.rtt_ms - flow.truth[i][1]))
-        row = _stats([s.rtt_ms for s in rtts])
-        if errors:
-            errors.sort()
-            row["abs_error_p50_ms"] = errors[len(errors) // 2]
-            row["abs_error_p90_ms"] = errors[int(len(errors) * 0.9)]
+        e2e = [s for s in mine if s.mode == mode and s.measurement == "e2e"]
+        row = _stats([s.rtt_ms for s in e2e])
+        row |= _errors(
+            [s.rtt_ms - v for s in e2e if (v := tcp_info_at(s.t_ns)) is not None], "abs_error"
+        )
+        errors = [
+            s.rtt_ms - v for s in e2e if (v := sender.over_round_trip(s.t_ns, s.rtt_ms)) is not None
+        ]
+        row |= _errors(errors, "vs_tcp") | {"vs_tcp_matched": len(errors)}
+        # gross errors (a delay sample spanning a regenerated one, T_max): their share
+        row["vs_tcp_over_20ms"] = sum(abs(e) > 20 for e in errors) / len(errors) if errors else 0.0
+        for side in ("client_side", "server_side"):
+            half = [s.rtt_ms for s in mine if s.mode == mode and s.measurement == side]
+            if half:
+                row[f"{side}_p50_ms"] = _percentile(half, 0.5)
+                row[f"{side}_p90_ms"] = _percentile(half, 0.9)
         out[mode.name.lower()] = row
     return out
+
+
+def _span_s(times_ns: list[int]) -> float:
+    return (times_ns[-1] - times_ns[0]) / 1e9 if len(times_ns) > 1 else 0.0
 
 
 def _mean_ci(values: list[float]) -> tuple[float, float]:
@@ -189,6 +275,18 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), t95.get(len(values) - 1, 2.0) * statistics.stdev(values) / len(
         values
     ) ** 0.5
+
+
+# per mode: the observer against TCP_INFO (abs_error) and against TCP's own samples
+OBSERVER_KEYS = (
+    "mean_ms", "std_ms", "abs_error_p50_ms", "abs_error_p90_ms", "vs_tcp_p50_ms",
+    "vs_tcp_p90_ms", "vs_tcp_bias_ms", "vs_tcp_over_20ms", "client_side_p50_ms",
+    "client_side_p90_ms", "server_side_p50_ms", "server_side_p90_ms",
+)  # fmt: skip
+TCP_KEYS = (
+    "mean_ms", "per_s", "acks_in_per_s", "vs_tcp_info_p50_ms", "vs_tcp_info_p90_ms",
+    "round_to_round_p50_ms", "round_to_round_p90_ms",
+)  # fmt: skip
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -212,8 +310,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 **{
                     f"{mode}_{key}": ci(lambda r, m=mode, k=key: r[m].get(k))
                     for mode in ("raw", "filtered")
-                    for key in ("mean_ms", "std_ms", "abs_error_p90_ms")
+                    for key in OBSERVER_KEYS
                 },
+                **{f"tcp_{key}": ci(lambda r, k=key: r["tcp_mrtt"].get(k)) for key in TCP_KEYS},
                 "published": PUBLISHED[(technique, cca)],
             }
     return table
@@ -224,7 +323,8 @@ def table(results: Results) -> str:
         f"L4S Table 7.1 rebuilt: {results['runs']} run(s) x {results['seconds']} s per technique, "
         f"load before {results['load_before']}, after {results['load_after']}",
         f"{'technique/cca':14} {'MiB':>14} {'retx':>10} {'truth ms':>18} "
-        f"{'raw ms':>18} {'filtered ms':>18} {'|err| p90 f':>12}  published (MiB, mean±std, retx)",
+        f"{'raw ms':>18} {'filtered ms':>18} {'|e| p90 info':>12} {'|e| p50/p90 tcp':>15} "
+        f"{'tcp self p90':>12}  published (MiB, mean±std, retx)",
     ]
 
     def f(v: list[float], digits: int = 1) -> str:
@@ -237,11 +337,16 @@ def table(results: Results) -> str:
             f"{f(row['truth_mean_ms'])}/{row['truth_std_ms'][0]:.1f} "
             f"{f(row['raw_mean_ms']):>12}/{row['raw_std_ms'][0]:.1f} "
             f"{f(row['filtered_mean_ms']):>12}/{row['filtered_std_ms'][0]:.1f} "
-            f"{row['filtered_abs_error_p90_ms'][0]:>12.2f}  "
+            f"{row['filtered_abs_error_p90_ms'][0]:>12.2f} "
+            f"{row['filtered_vs_tcp_p50_ms'][0]:>7.2f}/{row['filtered_vs_tcp_p90_ms'][0]:<7.2f} "
+            f"{row['tcp_round_to_round_p90_ms'][0]:>12.2f}  "
             f"{pub['mib']}, {pub['rtt_mean_ms']}±{pub['rtt_std_ms']}, {pub['retrans']}"
         )
     lines.append(
-        "(values: mean ± 95 % CI half-width over runs; '/x' = mean of the per-run std dev)"
+        "(values: mean ± 95 % CI half-width over runs; '/x' = mean of the per-run std dev; "
+        "|e| info = filtered sample vs TCP_INFO at its time; |e| tcp = vs the median of the "
+        "sender's own RTT samples over the sample's round trip; tcp self = |mrtt - previous "
+        "mrtt| of the sender)"
     )
     return "\n".join(lines)
 

@@ -1,0 +1,174 @@
+"""The lab's like-for-like truth for the observer: each TCP sender's own RTT samples.
+
+``sender_rtt.bpf.o`` (``testbed/lab/bpf/``) is a sockops program attached to a cgroup of
+its own; sockets created while this process is in that cgroup (``SenderRtt.sockets``)
+report the RTT samples TCP's estimator takes (mrtt), with the time of the ACK that gave
+them on the observer's clock (``bpf_ktime_get_ns``, CLOCK_MONOTONIC), through
+``BPF_SOCK_OPS_RTT_CB``: once per round trip, since this kernel calls it only when
+snd_una passes rtt_seq (why not per ACK: ``testbed/lab/bpf/sender_rtt.bpf.c``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import os
+import secrets
+import socket
+import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from mec_common.bpf import BPF_CGROUP_SOCK_OPS, RingBuffer, link_create, obj_get
+from mec_l4s.efm import EfmObject
+
+
+class RttRecord(ctypes.Structure):
+    """``struct rtt_record`` of sender_rtt.bpf.c."""
+
+    _fields_ = (
+        ("t_ns", ctypes.c_uint64),
+        ("local_addr", ctypes.c_uint32),
+        ("remote_addr", ctypes.c_uint32),
+        ("local_port", ctypes.c_uint16),
+        ("remote_port", ctypes.c_uint16),
+        ("mrtt_us", ctypes.c_uint32),
+        ("srtt_us", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
+COUNTERS = ("sockets", "samples", "ring_full")  # enum rtt_counter
+
+
+@dataclass(frozen=True)
+class TcpRtt:
+    """One RTT sample of a sender: its local and remote endpoint, 'a.b.c.d:port'."""
+
+    t_ns: int
+    local: str
+    remote: str
+    mrtt_ms: float
+    srtt_ms: float
+
+    @classmethod
+    def decode(cls, raw: bytes) -> TcpRtt:
+        r = RttRecord.from_buffer_copy(raw)
+
+        def ip(addr: int) -> str:
+            return socket.inet_ntoa(addr.to_bytes(4, "little"))
+
+        return cls(
+            t_ns=r.t_ns,
+            local=f"{ip(r.local_addr)}:{r.local_port}",
+            remote=f"{ip(r.remote_addr)}:{r.remote_port}",
+            mrtt_ms=r.mrtt_us / 1000,
+            srtt_ms=r.srtt_us / 1000,
+        )
+
+
+def cgroup2_root() -> Path:
+    """Where the unified (v2) cgroup hierarchy is mounted."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == "cgroup2":
+            return Path(fields[1])
+    raise RuntimeError("no cgroup2 hierarchy mounted: a sockops program needs one")
+
+
+def own_cgroup() -> str:
+    """This process's cgroup in the v2 hierarchy (the '0::' line), e.g. '/'."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    raise RuntimeError("this process is in no v2 cgroup")
+
+
+class SenderRtt:
+    """``sender_rtt.bpf.o`` loaded and attached to a fresh cgroup (removed at close)."""
+
+    def __init__(self, obj: EfmObject, cgroup: Path) -> None:
+        self.obj = obj
+        self.cgroup = cgroup
+        self.ring = RingBuffer(obj.maps["rtt_samples"])
+        self._link = -1
+
+    @classmethod
+    def load(cls, obj: Path, name: str) -> SenderRtt:
+        cgroup = cgroup2_root() / name
+        cgroup.mkdir()
+        try:
+            truth = cls(EfmObject.load(obj, name), cgroup)
+        except BaseException:
+            cgroup.rmdir()
+            raise
+        try:
+            truth._attach()
+        except BaseException:
+            truth.close()
+            raise
+        return truth
+
+    def _attach(self) -> None:
+        prog = obj_get(str(self.obj.pin_dir / "sender_sockops"))
+        cg = os.open(self.cgroup, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self._link = link_create(prog, cg, BPF_CGROUP_SOCK_OPS)
+        finally:
+            os.close(cg)
+            os.close(prog)
+
+    @contextmanager
+    def sockets(self) -> Iterator[None]:
+        """TCP sockets created in the block (by any thread of this process) are measured:
+        the process is in the cgroup for the block (a socket keeps the cgroup it was
+        created in; an accepted one, its listener's)."""
+        home = cgroup2_root() / own_cgroup().lstrip("/")
+        (self.cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        try:
+            yield
+        finally:
+            (home / "cgroup.procs").write_text(str(os.getpid()))
+
+    def poll(self) -> list[TcpRtt]:
+        return [TcpRtt.decode(raw) for raw in self.ring.drain()]
+
+    def counters(self) -> dict[str, int]:
+        m = self.obj.maps["rtt_counters"]
+        return {name: m.lookup_percpu_sum(ctypes.c_uint32(i)) for i, name in enumerate(COUNTERS)}
+
+    def close(self) -> None:
+        if self._link >= 0:
+            os.close(self._link)
+            self._link = -1
+        self.ring.close()
+        self.obj.close()
+        self.cgroup.rmdir()
+
+
+def sender_rtt_name() -> str:
+    """A pin and cgroup name no other run uses."""
+    return f"mts-rtt-{secrets.token_hex(3)}"
+
+
+class TcpSeries:
+    """One sender's RTT samples, in time order."""
+
+    def __init__(self, samples: list[TcpRtt]) -> None:
+        self.samples = sorted(samples, key=lambda s: s.t_ns)
+        self.times = [s.t_ns for s in self.samples]
+
+    def over_round_trip(self, t_ns: int, rtt_ms: float) -> float | None:
+        """The sender's RTT over one observer sample's own round trip: the median mrtt of
+        the samples TCP took in [t − rtt, t], None if it took none."""
+        lo = bisect.bisect_left(self.times, t_ns - round(rtt_ms * 1e6))
+        hi = bisect.bisect_right(self.times, t_ns)
+        if lo == hi:
+            return None
+        return statistics.median(s.mrtt_ms for s in self.samples[lo:hi])
+
+    def round_to_round(self) -> list[float]:
+        """TCP against itself one round trip later: mrtt minus the previous mrtt."""
+        return [b.mrtt_ms - a.mrtt_ms for a, b in zip(self.samples, self.samples[1:], strict=False)]
