@@ -78,7 +78,7 @@ POSITIVE = [checks.not_a_server_error, status_code_or_unlisted,
             response_schema_by_type]  # fmt: skip
 NEGATIVE = [checks.not_a_server_error, checks.negative_data_rejection]
 # Operations of the claimed files that the suite does not implement (docs/conformance.md).
-ABSENT = ("/registrations", "/resource_uri_allocated_by_MEC_platform", "/queries/s1_bearer_info")
+ABSENT = ("/resource_uri_allocated_by_MEC_platform", "/queries/s1_bearer_info")
 
 
 # The harvested v3.1.1 renderings of MEC 011 replace enumerations by a "SEE_DESCRIPTION"
@@ -185,6 +185,9 @@ def platform_target(tmp_path: Path) -> Iterator[tuple[str, str, dict[str, str]]]
         service = app.post(f"/mec_service_mgmt/v1/applications/{app_id}/services", json={
             "serName": "seed", "version": "1", "state": "ACTIVE", "serializer": "JSON",
             "transportId": "rest-http"}).json()  # fmt: skip
+        app.post("/mec_app_support/v1/registrations", json={  # MEC 011 v3.1.1
+            "appName": "test-app", "appDId": "test-app", "appInstanceId": app_id,
+            "isInsByMec": True}).raise_for_status()  # fmt: skip
         real = {"appInstanceId": app_id, "serviceId": service["serInstanceId"],
                 "trafficRuleId": "intercept-http", "dnsRuleId": "dns1"}  # fmt: skip
         yield platform.url, app.headers["Authorization"].removeprefix("Bearer "), real

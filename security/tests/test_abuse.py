@@ -118,6 +118,10 @@ HARMFUL = {
     "/pm/v1/ues/{ue}": {"paths": ["10.1.0.1"]},
     "/pep/v1/notifications/app_termination/{secret}": {"operationAction": "TERMINATING"},
     "/mec/notifications/app_termination/{secret}": {"operationAction": "TERMINATING"},
+    # the victim's registration, posted with another app's token (MEC 011 v3.1.1)
+    "/mec_app_support/v1/registrations": lambda ids: {
+        "appName": "mts-pep", "appDId": "mts-pep", "appInstanceId": ids["appInstanceId"],
+        "isInsByMec": True, "endpoint": {"uris": ["http://attacker.example/"]}},
 }  # fmt: skip
 
 FUZZ_EXAMPLES = 8  # per operation; the seed changes every run
@@ -172,6 +176,7 @@ def test_every_route_refuses_every_bad_token(system: System, revoked: str, servi
             continue
         url = base + fill(template, values)
         body = HARMFUL.get(template, {})
+        body = body(values) if callable(body) else body
         for kind, token in [*tokens.items(), ("other app's", other_app)]:
             if kind == "other app's" and method == "GET" and OPEN_TO_APPS.match(template):
                 continue  # discovery is open to every app (docs/security.md)

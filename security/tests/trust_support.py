@@ -150,6 +150,8 @@ def snapshot(system: System) -> dict[str, Any]:
         for api in ("mec_service_mgmt", "mec_app_support"):
             out[f"{api} {app.instance}"] = admin.get(
                 f"/{api}/v1/applications/{app.instance}/subscriptions").json()  # fmt: skip
+        registration = admin.get(f"/mec_app_support/v1/registrations/{app.instance}")
+        out[f"registration {app.instance}"] = (registration.status_code, registration.text)
     static = bearer(STATIC)
     pep, pm, rnis = (system.services[k].url for k in ("pep", "pm", "rnis"))
     out["pep config"] = HTTP.get(f"{pep}/pep/v1/config", headers=static).json()

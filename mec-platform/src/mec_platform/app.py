@@ -25,6 +25,7 @@ from mec_platform.manager_api import lcm_router, oauth_router, pkgm_router
 from mec_platform.models import TransportInfo
 from mec_platform.mp1_api import app_support_router, service_mgmt_router
 from mec_platform.notifier import Notifier
+from mec_platform.registrations import Registrations
 from mec_platform.registry import Registry
 from mec_platform.security import Authority, LoginLimiter
 
@@ -106,6 +107,7 @@ def build_platform(settings: PlatformSettings) -> Platform:
         public_url=base,
     )
     app.state.registry, app.state.manager = registry, manager
+    app.state.registrations = Registrations(db, base)
 
     async def database_down(request: Request, exc: Exception) -> Response:
         health.set("database", False, f"{type(exc).__name__}")

@@ -127,6 +127,15 @@ class AppRule(Base):
     body: Mapped[dict[str, Any]]
 
 
+class AppRegistration(Base):
+    """An app instance's registration (MEC 011 v3.1.1 ``/registrations``): its AppInfo."""
+
+    __tablename__ = "app_registrations"
+    app_instance_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    app_info: Mapped[dict[str, Any]]
+    created: Mapped[float] = mapped_column(Float, default=_now)
+
+
 class Database:
     def __init__(self, url: str) -> None:
         self.url = url

@@ -78,17 +78,18 @@ class Address(Mp1Model):
 
 
 class EndPointInfo(Mp1Model):
-    """Exactly one of ``uris``, ``addresses``, ``alternative``."""
+    """Exactly one of ``uris``, ``fqdn`` (MEC 011 v3.1.1), ``addresses``, ``alternative``."""
 
     uris: list[NonEmpty] | None = None
+    fqdn: list[NonEmpty] | None = None
     addresses: list[Address] | None = None
     alternative: JsonObject | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> EndPointInfo:
-        given = [k for k in ("uris", "addresses", "alternative") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError("endpoint needs exactly one of uris, addresses or alternative")
+        kinds = ("uris", "fqdn", "addresses", "alternative")
+        if sum(getattr(self, k) is not None for k in kinds) != 1:
+            raise ValueError("endpoint needs exactly one of uris, fqdn, addresses or alternative")
         return self
 
 
@@ -261,3 +262,28 @@ class DnsRule(Mp1Model):
     ip_address: NonEmpty
     ttl: UInt32 | None = None
     state: ServiceState = ServiceState.ACTIVE
+
+
+class AppInfo(Mp1Model):
+    """A MEC app instance's registration (MEC 011 v3.1.1, 7.1.2.6). The v3.1.1 file wraps
+    the body in ``{"AppInfo": ...}``; that form is accepted too, and answers are bare."""
+
+    app_name: NonEmpty
+    app_provider: NonEmpty | None = None
+    app_category: CategoryRef | None = None
+    app_d_id: NonEmpty | None = Field(None, alias="appDId")
+    app_instance_id: NonEmpty | None = None
+    endpoint: EndPointInfo | None = None
+    app_service_required: list[JsonObject] | None = None
+    app_service_optional: list[JsonObject] | None = None
+    app_feature_required: list[JsonObject] | None = None
+    app_feature_optional: list[JsonObject] | None = None
+    is_ins_by_mec: bool = False  # "Default to FALSE if absent"
+    app_profile: JsonObject | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unwrap(cls, data: Any) -> Any:
+        if isinstance(data, dict) and list(data) == ["AppInfo"]:
+            return data["AppInfo"]
+        return data

@@ -1,4 +1,5 @@
-"""Mp1 REST APIs: ``/mec_service_mgmt/v1`` and ``/mec_app_support/v1`` (MEC 011 v2.1.1)."""
+"""Mp1 REST APIs: ``/mec_service_mgmt/v1`` and ``/mec_app_support/v1`` (MEC 011 v2.1.1, and
+v3.1.1's app registration)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mec_common.api import ProblemDetails, ProblemError
 from mec_common.auth import Principal
 from mec_common.rest_policy import boolean_param, enum_param, preconditions, tagged
 from mec_platform.models import (
+    AppInfo,
     AppReadyConfirmation,
     AppTerminationConfirmation,
     AppTerminationSubscription,
@@ -26,6 +28,7 @@ from mec_platform.models import (
     TrafficRule,
     timestamp,
 )
+from mec_platform.registrations import Registrations
 from mec_platform.registry import APP_SUPPORT, SERVICE_MGMT, Registry
 
 _bearer = HTTPBearer(auto_error=False, description="OAuth2 access token from /oauth2/token")
@@ -62,6 +65,14 @@ async def registry(request: Request) -> Registry:
 
 
 Reg = Annotated[Registry, Depends(registry)]
+
+
+async def registrations(request: Request) -> Registrations:
+    book: Registrations = request.app.state.registrations
+    return book
+
+
+AppRegistrations = Annotated[Registrations, Depends(registrations)]
 
 
 def json_response(body: Any, status: int = 200, location: str | None = None) -> JSONResponse:
@@ -258,6 +269,8 @@ def app_support_router() -> APIRouter:
         reg.confirm_termination(who, appInstanceId, body.operation_action if body else None)
         return Response(status_code=204)
 
+    _registration_routes(r)
+
     @r.get("/timing/timing_caps", summary="Timing capabilities")
     def timing_caps(who: Caller) -> JSONResponse:
         return json_response({"timeStamp": timestamp(time.time())})
@@ -268,6 +281,33 @@ def app_support_router() -> APIRouter:
         return json_response({**timestamp(time.time()), "timeSourceStatus": "NONTRACEABLE"})
 
     return r
+
+
+def _registration_routes(r: APIRouter) -> None:
+    """MEC 011 v3.1.1 app registration (``mec_platform.registrations`` says who may)."""
+    item = "/registrations/{appInstanceId}"
+
+    @r.post("/registrations", status_code=201, summary="Register this app instance (v3.1.1)")
+    def register(book: AppRegistrations, who: Caller, body: AppInfo) -> JSONResponse:
+        created = book.register(who, body)
+        return json_response(created, 201, book.location(str(who.app_instance_id)))
+
+    @r.get(item, summary="This app instance's registration", responses=CONDITIONAL_GET)
+    def registration(request: Request, book: AppRegistrations, who: Caller,
+                     appInstanceId: str) -> Response:  # noqa: N803  # fmt: skip
+        return tagged(request, book.get(appInstanceId))
+
+    @r.put(item, status_code=204, summary="Update the registration", responses=CONDITIONAL)
+    def update(request: Request, book: AppRegistrations, who: Caller, appInstanceId: str,  # noqa: N803
+               body: AppInfo) -> Response:  # fmt: skip
+        book.update(appInstanceId, body, preconditions(request))
+        return Response(status_code=204)
+
+    @r.delete(item, status_code=204, summary="Deregister", responses=CONDITIONAL)
+    def deregister(request: Request, book: AppRegistrations, who: Caller,
+                   appInstanceId: str) -> Response:  # noqa: N803  # fmt: skip
+        book.deregister(appInstanceId, preconditions(request))
+        return Response(status_code=204)
 
 
 def _rule_routes(r: APIRouter, kind: str, model: type[Any], id_name: str) -> None:

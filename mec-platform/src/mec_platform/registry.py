@@ -21,7 +21,15 @@ from mec_common.api import ProblemError
 from mec_common.auth import Principal
 from mec_common.logging import get_logger
 from mec_common.rest_policy import Precondition, unconditional
-from mec_platform.db import AppInstance, AppPackage, AppRule, Database, Service, Subscription
+from mec_platform.db import (
+    AppInstance,
+    AppPackage,
+    AppRegistration,
+    AppRule,
+    Database,
+    Service,
+    Subscription,
+)
 from mec_platform.models import (
     AppTerminationSubscription,
     DnsRule,
@@ -227,9 +235,10 @@ class Registry:
         self._notify_availability(removed, "REMOVED")
 
     def remove_app_resources(self, app_instance_id: str) -> None:
-        """At termination: the app's services (notified as REMOVED), subscriptions, rules."""
+        """At termination: the app's services (notified as REMOVED), subscriptions, rules and
+        registration."""
         with self.db.session() as s:
-            for model in (Subscription, AppRule):
+            for model in (Subscription, AppRule, AppRegistration):
                 for item in s.scalars(select(model).where(
                         model.app_instance_id == app_instance_id)):  # fmt: skip
                     s.delete(item)
