@@ -337,7 +337,8 @@ func (s *Server) getWAN(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
 	for _, d := range s.emu.WAN() {
 		out = append(out, map[string]any{"direction": d.Name, "arrived_pkts": d.Pkts.Load(),
-			"arrived_bytes": d.Bytes.Load(), "drop_pkts": d.Drops.Load(), "delivered_pkts": d.DelivPkts.Load()})
+			"arrived_bytes": d.Bytes.Load(), "drop_pkts": d.Drops.Load(), "delivered_pkts": d.DelivPkts.Load(),
+			"reordered_pkts": d.Reordered.Load()})
 	}
 	writeJSON(w, out)
 }

@@ -107,6 +107,10 @@ type WANConfig struct {
 	// Queue is the bottleneck's discipline: "fifo" (tail drop at limit_bytes, default) or
 	// "dualpi2" (RFC 9332, Linux defaults; CE marks; wan_aqm.go).
 	Queue string `json:"queue,omitempty"`
+	// ReorderPct is the share of each direction's packets (in %) sent on without the
+	// delay, so that they overtake what is in it, as netem's `delay d reorder p` does
+	// (research 001's Tables 7.2/7.3). 0: in order.
+	ReorderPct float64 `json:"reorder_pct,omitempty"`
 }
 
 // LoadConfig reads and validates a configuration file.
@@ -223,6 +227,9 @@ func (c *Config) validate() error {
 	}
 	if c.StatsPeriodMS < 1 {
 		return fmt.Errorf("stats_period_ms must be >= 1")
+	}
+	if c.WAN != nil && !(c.WAN.ReorderPct >= 0 && c.WAN.ReorderPct <= 100) {
+		return fmt.Errorf("wan.reorder_pct %v: want 0..100", c.WAN.ReorderPct)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package ran
 
 import (
+	"math/rand/v2"
 	"sync/atomic"
 
 	"mts.invalid/suite/services/common/go/aqm"
@@ -8,8 +9,9 @@ import (
 )
 
 // WANDir is one direction of the WAN stage (server → MEC or MEC → server): a byte-limited
-// FIFO served at the configured rate, then the one-way delay. The kernel here has no
-// netem, so the emulator provides the WAN delay that makes an experiment's RTT.
+// FIFO served at the configured rate, then the one-way delay (which a reorder_pct share
+// of the packets skips). The kernel here has no netem, so the emulator provides the WAN
+// delay that makes an experiment's RTT.
 type WANDir struct {
 	Name        string
 	inbox       *pkt.SPSC
@@ -20,9 +22,11 @@ type WANDir struct {
 	out         *writer
 	cfg         *WANConfig
 	lost        func(p *pkt.Packet, now int64) // labels and frees a dropped packet
+	rng         *rand.Rand                     // draws which packets skip the delay
 	Pkts, Bytes atomic.Uint64
 	Drops       atomic.Uint64
 	DelivPkts   atomic.Uint64
+	Reordered   atomic.Uint64 // packets that skipped the delay
 }
 
 func (e *Emulator) openWAN(cfg *WANConfig) error {
@@ -38,10 +42,12 @@ func (e *Emulator) openWAN(cfg *WANConfig) error {
 		lost: e.wanLost((*pkt.Packet).Dst4)}
 	up := &WANDir{Name: "mec_to_server", cfg: cfg, out: e.startWriter(server, nil), inbox: pkt.NewSPSC(inboxSize),
 		lost: e.wanLost((*pkt.Packet).Src4)}
-	for _, d := range []*WANDir{down, up} {
+	for i, d := range []*WANDir{down, up} {
 		if err := d.setQueue(); err != nil {
 			return err
 		}
+		seed := e.Cfg.Seed + uint64(i)
+		d.rng = rand.New(rand.NewPCG(seed, seed^0x0fde7))
 	}
 	e.wan = []*WANDir{down, up}
 	e.goReader(server, func(p *pkt.Packet) { down.enqueue(p, e.Now()) })
@@ -88,11 +94,25 @@ func (w *WANDir) serve(now, tick int64) {
 		w.q.Push(p)
 	}
 	serveRate(&w.q, &w.credit, perTick, w.cfg.RateMbps == 0, func(p *pkt.Packet) {
-		p.Born = max(p.Born, now-tick) + delay // arrival (or start of service) + delay
-		w.delay.push(p)
+		w.toDelay(p, max(p.Born, now-tick)+delay) // arrival (or start of service) + delay
 	})
 	if n := w.delay.popDue(now+tick/2, w.out, nil); n > 0 { // nearest tick, as the uplink
 		w.DelivPkts.Add(uint64(n))
 		w.out.kick()
 	}
+}
+
+// toDelay puts a served packet on the delay line, due at due; with probability
+// reorder_pct it goes to the writer at once instead and overtakes the packets in the delay
+// (netem's reorder: "sent immediately").
+func (w *WANDir) toDelay(p *pkt.Packet, due int64) {
+	if w.cfg.ReorderPct > 0 && w.rng.Float64()*100 < w.cfg.ReorderPct {
+		w.Reordered.Add(1)
+		w.DelivPkts.Add(1)
+		w.out.add(p)
+		w.out.kick()
+		return
+	}
+	p.Born = due
+	w.delay.push(p)
 }

@@ -55,8 +55,7 @@ func (w *WANDir) serveAQM(now, tick int64, perTick float64, delay int64) {
 			break
 		}
 		w.credit -= float64(p.N)
-		p.Born = now + delay
-		w.delay.push(p)
+		w.toDelay(p, now+delay)
 	}
 	if n := w.delay.popDue(now+tick/2, w.out, nil); n > 0 {
 		w.DelivPkts.Add(uint64(n))

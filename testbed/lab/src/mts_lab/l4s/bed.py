@@ -46,6 +46,7 @@ class WanLine:
     delay_ms: float
     rate_mbps: float = 0.0
     queue: str = "fifo"  # the WAN bottleneck: fifo or dualpi2
+    reorder_pct: float = 0.0  # the WAN's packets (%) that skip its delay (netem's reorder)
     client_ip: str = "10.203.1.2"
     mec_client_side_ip: str = "10.203.1.1"
     mec_wan_ip: str = "10.203.2.1"
@@ -67,9 +68,14 @@ class WanLine:
 
     @classmethod
     def create(
-        cls, delay_ms: float, rate_mbps: float = 0.0, queue: str = "fifo", prefix: str = "l4s"
+        cls,
+        delay_ms: float,
+        rate_mbps: float = 0.0,
+        queue: str = "fifo",
+        prefix: str = "l4s",
+        reorder_pct: float = 0.0,
     ) -> WanLine:
-        line = cls(f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps, queue)
+        line = cls(f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps, queue, reorder_pct)
         try:
             line._build()
             line._start_emulator()
@@ -119,6 +125,7 @@ class WanLine:
                 "delay_ms": self.delay_ms,
                 "rate_mbps": self.rate_mbps,
                 "queue": self.queue,
+                "reorder_pct": self.reorder_pct,
             },
         }
 

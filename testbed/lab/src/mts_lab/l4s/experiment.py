@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
+import json
 import os
 import secrets
 import socket
@@ -39,6 +41,8 @@ from mts_lab.l4s.truth import (
     SenderRtt,
     TcpRtt,
     TcpSeries,
+    coincident_share,
+    in_excess,
     sender_rtt_name,
 )
 from mts_lab.results import Results, save_results
@@ -55,6 +59,19 @@ PUBLISHED = {
     ("delay", "prague"): {"mib": 375, "rtt_mean_ms": 60.4, "rtt_std_ms": 2.1, "retrans": 0},
     ("delay", "cubic"): {"mib": 331, "rtt_mean_ms": 70.1, "rtt_std_ms": 9.0, "retrans": 15},
 }
+
+# research 001, Tables 7.2 (mean RTT, ms) and 7.3 (std dev, ms) per WAN reorder rate (%):
+# per CCA, socket statistics ("ss", from the delay-bit runs' hosts), spin bit, delay bit
+PUBLISHED_REORDER = {
+    "0": {"prague": {"ss": [60.4, 0.0], "spin": [60.3, 2.4], "delay": [60.4, 2.1]},
+          "cubic": {"ss": [70.4, 5.8], "spin": [68.9, 7.2], "delay": [70.1, 9.0]}},
+    "0.001": {"prague": {"ss": [60.5, 0.3], "spin": [37.6, 23.3], "delay": [60.4, 2.4]},
+              "cubic": {"ss": [70.7, 5.8], "spin": [49.5, 30.1], "delay": [70.5, 9.9]}},
+    "0.01": {"prague": {"ss": [60.6, 0.8], "spin": [26.4, 22.4], "delay": [60.6, 3.4]},
+             "cubic": {"ss": [65.3, 6.1], "spin": [44.4, 26.4], "delay": [65.2, 10.1]}},
+    "0.1": {"prague": {"ss": [61.1, 1.0], "spin": [20.2, 21.0], "delay": [62.3, 5.6]},
+            "cubic": {"ss": [62.2, 4.0], "spin": [7.5, 7.7], "delay": [63.0, 10.9]}},
+}  # fmt: skip
 
 
 @dataclass
@@ -118,7 +135,10 @@ def _receiver(line: WanLine, flow: FlowRun, cca: str) -> None:
             flow.received += n
 
 
-def one_run(line: WanLine, prague: Prague, technique: Technique, seconds: float) -> dict[str, Any]:
+def one_run(
+    line: WanLine, prague: Prague, technique: Technique, seconds: float, dump: Path | None = None
+) -> dict[str, Any]:
+    """One run of both flows; ``dump``: write every sample of it there (JSON lines)."""
     observer = Observer.load(OBSERVER_OBJ, f"mts-obs-x{secrets.token_hex(3)}")
     markers: list[Marker] = []
     truth: SenderRtt | None = None
@@ -143,9 +163,12 @@ def one_run(line: WanLine, prague: Prague, technique: Technique, seconds: float)
             time.sleep(0.05)
         samples += observer.poll()
         tcp += truth.poll()
+        if dump is not None:
+            _dump(dump, samples, tcp)
         return {name: _summarise(flow, samples, tcp, line) for name, flow in flows.items()} | {
             "observer": observer.counters(),
             "sender_rtt": truth.counters(),
+            "excess_coincidence": _excess_coincidence(flows, tcp, line),
         }
     finally:
         if truth is not None:
@@ -153,6 +176,37 @@ def one_run(line: WanLine, prague: Prague, technique: Technique, seconds: float)
         for m in markers:
             m.close()
         observer.close()
+
+
+def _excess_coincidence(
+    flows: dict[str, FlowRun], tcp: list[TcpRtt], line: WanLine
+) -> dict[str, float]:
+    """How often one flow's excess round (mrtt > srtt + 5 ms) falls within 30 ms of one of
+    the other flow's, and how often it would by chance (the other's excess rate × 60 ms):
+    a cause both flows share (the host, the emulator) shows as more than chance."""
+    times = {
+        name: sorted(
+            s.t_ns for s in tcp if s.local == f"{line.server_ip}:{flow.port}" and in_excess(s)
+        )
+        for name, flow in flows.items()
+    }
+    seconds = max(1e-9, _span_s(sorted(s.t_ns for s in tcp)))
+    out = {}
+    for name, other in (("prague", "cubic"), ("cubic", "prague")):
+        out[name] = coincident_share(times[name], times[other], 30_000_000)
+        out[f"{name}_by_chance"] = min(1.0, len(times[other]) / seconds * 0.060)
+    return out
+
+
+def _dump(path: Path, samples: list[Sample], tcp: list[TcpRtt]) -> None:
+    with path.open("w") as out:
+        for s in samples:
+            row = {"t_ns": s.t_ns, "server": s.server, "rtt_ms": s.rtt_ms, "kind": s.kind.name,
+                   "mode": s.mode.name, "measurement": s.measurement}  # fmt: skip
+            out.write(json.dumps(row) + "\n")
+        for t in tcp:
+            row = {"t_ns": t.t_ns, "server": t.local, "mrtt_ms": t.mrtt_ms, "srtt_ms": t.srtt_ms}
+            out.write(json.dumps(row) + "\n")
 
 
 def _start_flows(
@@ -240,7 +294,8 @@ def _summarise(
             [s.mrtt_ms - v for s in sender.samples if (v := tcp_info_at(s.t_ns)) is not None],
             "vs_tcp_info",
         )
-        | _errors(sender.round_to_round(), "round_to_round"),
+        | _errors(sender.round_to_round(), "round_to_round")
+        | {"excess_share": sum(map(in_excess, sender.samples)) / max(1, len(mrtts))},
     }
     for mode in Mode:
         e2e = [s for s in mine if s.mode == mode and s.measurement == "e2e"]
@@ -248,12 +303,17 @@ def _summarise(
         row |= _errors(
             [s.rtt_ms - v for s in e2e if (v := tcp_info_at(s.t_ns)) is not None], "abs_error"
         )
-        errors = [
-            s.rtt_ms - v for s in e2e if (v := sender.over_round_trip(s.t_ns, s.rtt_ms)) is not None
-        ]
-        row |= _errors(errors, "vs_tcp") | {"vs_tcp_matched": len(errors)}
-        # gross errors (a delay sample spanning a regenerated one, T_max): their share
-        row["vs_tcp_over_20ms"] = sum(abs(e) > 20 for e in errors) / len(errors) if errors else 0.0
+        # against TCP's samples over the observer sample's round trip; apart: rounds where
+        # one of them was in excess (> srtt + 5 ms) and the others ("calm")
+        calm: list[float] = []
+        excess: list[float] = []
+        for s in e2e:
+            if window := sender.window(s.t_ns, s.rtt_ms):
+                error = s.rtt_ms - statistics.median(w.mrtt_ms for w in window)
+                (excess if any(in_excess(w) for w in window) else calm).append(error)
+        row |= _errors(calm + excess, "vs_tcp") | {"vs_tcp_matched": len(calm) + len(excess)}
+        row |= _errors(calm, "vs_tcp_calm") | _errors(excess, "vs_tcp_excess")
+        row["vs_tcp_excess_share"] = len(excess) / max(1, len(calm) + len(excess))
         for side in ("client_side", "server_side"):
             half = [s.rtt_ms for s in mine if s.mode == mode and s.measurement == side]
             if half:
@@ -280,12 +340,13 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
 # per mode: the observer against TCP_INFO (abs_error) and against TCP's own samples
 OBSERVER_KEYS = (
     "mean_ms", "std_ms", "abs_error_p50_ms", "abs_error_p90_ms", "vs_tcp_p50_ms",
-    "vs_tcp_p90_ms", "vs_tcp_bias_ms", "vs_tcp_over_20ms", "client_side_p50_ms",
+    "vs_tcp_p90_ms", "vs_tcp_bias_ms", "vs_tcp_calm_p50_ms", "vs_tcp_calm_p90_ms",
+    "vs_tcp_excess_p50_ms", "vs_tcp_excess_share", "client_side_p50_ms",
     "client_side_p90_ms", "server_side_p50_ms", "server_side_p90_ms",
 )  # fmt: skip
 TCP_KEYS = (
     "mean_ms", "per_s", "acks_in_per_s", "vs_tcp_info_p50_ms", "vs_tcp_info_p90_ms",
-    "round_to_round_p50_ms", "round_to_round_p90_ms",
+    "round_to_round_p50_ms", "round_to_round_p90_ms", "excess_share",
 )  # fmt: skip
 
 
@@ -351,6 +412,59 @@ def table(results: Results) -> str:
     return "\n".join(lines)
 
 
+def table_reorder(results: Results) -> str:
+    """Tables 7.2/7.3: mean and std dev of each truth and method per reorder rate."""
+    lines = [
+        f"L4S Tables 7.2/7.3 rebuilt: {results['runs']} run(s) x {results['seconds']} s per "
+        f"technique and reorder rate, load before {results['load_before']}, after "
+        f"{results['load_after']}",
+        f"{'reorder %':>9} {'technique/cca':14} {'TCP_INFO':>12} {'raw':>12} {'filtered':>12} "
+        f"{'|e| p90 tcp raw/filt':>21}  published (ss, method: mean/std)",
+    ]
+    for rate, rows in results["tables"].items():
+        for key, row in rows.items():
+            technique, cca = key.split("/")
+            pub = results["published"].get(rate, {}).get(cca)
+            published = f"{pub['ss'][0]}/{pub['ss'][1]}, {pub[technique][0]}/{pub[technique][1]}"
+            lines.append(
+                f"{rate:>9} {key:14} "
+                f"{row['truth_mean_ms'][0]:>7.1f}/{row['truth_std_ms'][0]:<4.1f} "
+                f"{row['raw_mean_ms'][0]:>7.1f}/{row['raw_std_ms'][0]:<4.1f} "
+                f"{row['filtered_mean_ms'][0]:>7.1f}/{row['filtered_std_ms'][0]:<4.1f} "
+                f"{row['raw_vs_tcp_p90_ms'][0]:>10.1f}/{row['filtered_vs_tcp_p90_ms'][0]:<10.1f} "
+                + (published if pub else "-")
+            )
+    lines.append("(mean/std in ms: means over runs of each run's mean and population std dev)")
+    return "\n".join(lines)
+
+
+def plot_reorder(results: Results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = list(results["tables"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, technique in zip(axes, ("spin", "delay"), strict=True):
+        for cca, style in (("prague", "-"), ("cubic", "--")):
+            key = f"{technique}/{cca}"
+            for field_, label in (("truth_mean_ms", "TCP_INFO"), ("raw_mean_ms", "raw"),
+                                  ("filtered_mean_ms", "filtered")):  # fmt: skip
+                ys = [results["tables"][r][key][field_][0] for r in rates]
+                ax.plot(range(len(rates)), ys, style, marker="o", label=f"{cca} {label}")
+            pub = [results["published"].get(r, {}).get(cca, {}).get(technique) for r in rates]
+            ax.scatter([i for i, p in enumerate(pub) if p], [p[0] for p in pub if p],
+                       marker="x", color="k", zorder=3)  # fmt: skip
+        ax.set_xticks(range(len(rates)), [f"{r} %" for r in rates])
+        ax.set_title(f"{technique} bit: mean RTT vs WAN reordering (x: published)")
+        ax.set_xlabel("packets reordered")
+    axes[0].set_ylabel("mean RTT (ms)")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def plot(results: Results, path: Path) -> None:
     import matplotlib
 
@@ -376,33 +490,54 @@ def plot(results: Results, path: Path) -> None:
     fig.savefig(path)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs/results/l4s")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--rate-mbps", type=float, default=100.0)
-    args = parser.parse_args()
-    load_before = os.getloadavg()
+def run_all(args: argparse.Namespace, rates: list[float]) -> list[dict[str, Any]]:
+    """Every run: ``args.runs`` × both techniques × each WAN reorder rate (%)."""
     tag = secrets.token_hex(3)
     prague = Prague.load(
         LOADER, PRAGUE_OBJ, Path(f"/sys/fs/bpf/mts-prague-x{tag}"), f"prague_x{tag}"
     )
     runs = []
     try:
-        for run in range(args.runs):
-            for technique in (Technique.SPIN, Technique.DELAY):
-                line = WanLine.create(30.0, rate_mbps=args.rate_mbps, queue="dualpi2", prefix="l4x")
-                try:
-                    result = one_run(line, prague, technique, args.seconds)
-                finally:
-                    line.down()
-                result |= {"technique": technique.name.lower(), "run": run}
-                runs.append(result)
-                mib = {cca: round(result[cca]["mib"]) for cca in ("prague", "cubic")}
-                print(f"run {run} {technique.name.lower()}: MiB {mib}", flush=True)
+        for rate, run, technique in itertools.product(
+            rates, range(args.runs), (Technique.SPIN, Technique.DELAY)
+        ):
+            line = WanLine.create(
+                30.0, rate_mbps=args.rate_mbps, queue="dualpi2", prefix="l4x", reorder_pct=rate
+            )
+            name = f"run{run}-{technique.name.lower()}" + (f"-reorder{rate}" if rate else "")
+            dump = None
+            if args.dump is not None:
+                args.dump.mkdir(parents=True, exist_ok=True)
+                dump = args.dump / f"{name}.jsonl"
+            try:
+                result = one_run(line, prague, technique, args.seconds, dump)
+            finally:
+                line.down()
+            result |= {"technique": technique.name.lower(), "run": run, "reorder_pct": rate}
+            runs.append(result)
+            mib = {cca: round(result[cca]["mib"]) for cca in ("prague", "cubic")}
+            print(f"{name}: MiB {mib}", flush=True)
     finally:
         prague.close()
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs/results/l4s")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--rate-mbps", type=float, default=100.0)
+    parser.add_argument("--dump", type=Path, help="a directory for every run's samples")
+    parser.add_argument(
+        "--reorder-pct",
+        help="comma-separated WAN reorder rates in %% (e.g. 0,0.01,0.1): Tables 7.2/7.3 "
+        "(table-7-2-3) instead of Table 7.1",
+    )
+    args = parser.parse_args()
+    rates = [float(r) for r in args.reorder_pct.split(",")] if args.reorder_pct else [0.0]
+    load_before = os.getloadavg()
+    runs = run_all(args, rates)
     results: Results = {
         "runs": args.runs,
         "seconds": args.seconds,
@@ -410,11 +545,19 @@ def main() -> None:
         "base_rtt_ms": 60,
         "load_before": [round(x, 1) for x in load_before],
         "load_after": [round(x, 1) for x in os.getloadavg()],
-        "table": aggregate(runs),
         "per_run": runs,
-        "absent": "Tables 7.2/7.3 (reordering) and 8.1-8.5: the emulator cannot reorder yet",
+        "absent": "Tables 8.1-8.5",
     }
-    save_results(results, args.out, "table-7-1", plot, table)
+    if args.reorder_pct is None:
+        results["table"] = aggregate(runs)
+        save_results(results, args.out, "table-7-1", plot, table)
+        return
+    results["reorder_pct"] = rates
+    results["tables"] = {
+        str(rate): aggregate([r for r in runs if r["reorder_pct"] == rate]) for rate in rates
+    }
+    results["published"] = PUBLISHED_REORDER
+    save_results(results, args.out, "table-7-2-3", plot_reorder, table_reorder)
 
 
 if __name__ == "__main__":

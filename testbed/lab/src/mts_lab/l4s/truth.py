@@ -15,7 +15,6 @@ import ctypes
 import os
 import secrets
 import socket
-import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -153,6 +152,24 @@ def sender_rtt_name() -> str:
     return f"mts-rtt-{secrets.token_hex(3)}"
 
 
+EXCESS_MS = 5.0  # a TCP sample this far above TCP's smoothed RTT is an "excess" round
+
+
+def in_excess(s: TcpRtt) -> bool:
+    return s.mrtt_ms > s.srtt_ms + EXCESS_MS
+
+
+def coincident_share(mine: list[int], other: list[int], within_ns: int) -> float:
+    """The share of times in ``mine`` with a time of ``other`` (sorted) within ``within_ns``."""
+    if not mine:
+        return 0.0
+    near = 0
+    for t in mine:
+        i = bisect.bisect_left(other, t - within_ns)
+        near += i < len(other) and other[i] <= t + within_ns
+    return near / len(mine)
+
+
 class TcpSeries:
     """One sender's RTT samples, in time order."""
 
@@ -160,14 +177,11 @@ class TcpSeries:
         self.samples = sorted(samples, key=lambda s: s.t_ns)
         self.times = [s.t_ns for s in self.samples]
 
-    def over_round_trip(self, t_ns: int, rtt_ms: float) -> float | None:
-        """The sender's RTT over one observer sample's own round trip: the median mrtt of
-        the samples TCP took in [t − rtt, t], None if it took none."""
+    def window(self, t_ns: int, rtt_ms: float) -> list[TcpRtt]:
+        """The samples TCP took during one observer sample's own round trip, [t − rtt, t]."""
         lo = bisect.bisect_left(self.times, t_ns - round(rtt_ms * 1e6))
         hi = bisect.bisect_right(self.times, t_ns)
-        if lo == hi:
-            return None
-        return statistics.median(s.mrtt_ms for s in self.samples[lo:hi])
+        return self.samples[lo:hi]
 
     def round_to_round(self) -> list[float]:
         """TCP against itself one round trip later: mrtt minus the previous mrtt."""

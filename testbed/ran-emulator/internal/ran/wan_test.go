@@ -1,0 +1,98 @@
+package ran
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"mts.invalid/suite/services/common/go/pkt"
+)
+
+// testWAN is one WAN direction without devices: its writer is never started, so what it
+// delivers stays in the writer's queue in delivery order.
+func testWAN(t *testing.T, queue string, reorderPct float64) *WANDir {
+	t.Helper()
+	cfg := &WANConfig{DelayMS: 30, Limit: 4 << 20, Queue: queue, ReorderPct: reorderPct}
+	w := &WANDir{Name: "test", cfg: cfg, inbox: pkt.NewSPSC(inboxSize),
+		out:  newWriter(nil, nil, func(int) { t.Fatal("writer queue full") }),
+		lost: func(p *pkt.Packet, _ int64) { pkt.Put(p) }, rng: rand.New(rand.NewPCG(7, 7))}
+	if err := w.setQueue(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// delivered sends n packets through w, one per 1 ms tick, and returns their sequence
+// numbers in delivery order.
+func delivered(w *WANDir, n int) []uint32 {
+	var out []uint32
+	drain := func() {
+		for p := w.out.pending.Pop(); p != nil; p = w.out.pending.Pop() {
+			out = append(out, seqOf(p))
+			pkt.Put(p)
+		}
+	}
+	for i := 0; i < n+100; i++ {
+		now := int64(i) * ms
+		if i < n {
+			w.enqueue(udp(1, 200, uint32(i), 1000), now)
+		}
+		w.serve(now, ms)
+		drain()
+	}
+	return out
+}
+
+// TestWANReorder: a reorder_pct share of the packets skips the 30 ms delay and overtakes
+// the ~30 packets in it (netem's `delay 30ms reorder p`); the others keep their order;
+// none is lost; both the FIFO and the DualPI2 paths.
+func TestWANReorder(t *testing.T) {
+	const n = 4000
+	for _, queue := range []string{"fifo", "dualpi2"} {
+		for _, pct := range []float64{0, 5} {
+			t.Run(fmt.Sprintf("%s/%v%%", queue, pct), func(t *testing.T) {
+				w := testWAN(t, queue, pct)
+				order := delivered(w, n)
+				if len(order) != n {
+					t.Fatalf("delivered %d of %d", len(order), n)
+				}
+				early, maxAhead := 0, 0
+				for i, seq := range order {
+					ahead := 0 // later packets' positions it took: how far it overtook
+					for _, later := range order[i+1:] {
+						if later < seq {
+							ahead++
+						}
+					}
+					if ahead > 0 {
+						early++
+						maxAhead = max(maxAhead, ahead)
+					}
+				}
+				if uint64(early) != w.Reordered.Load() {
+					t.Fatalf("%d packets overtook others, %d counted as reordered", early, w.Reordered.Load())
+				}
+				want := float64(n) * pct / 100
+				if sd := math.Sqrt(float64(n) * pct / 100 * (1 - pct/100)); math.Abs(float64(early)-want) > 5*sd+0.5 {
+					t.Fatalf("%d reordered, want %.0f ± %.0f", early, want, 5*sd)
+				}
+				if maxAhead > 31 {
+					t.Fatalf("a packet overtook %d others: more than the 30 ms delay holds", maxAhead)
+				}
+				if pct > 0 && maxAhead < 25 {
+					t.Fatalf("reordered packets overtook at most %d others, want ~30", maxAhead)
+				}
+			})
+		}
+	}
+}
+
+func TestWANReorderPctValidated(t *testing.T) {
+	for _, pct := range []string{"-1", "100.5"} {
+		cfg := `{"dl_tun":{"name":"x"},"cells":[{"bs_id":10000}],"ues":[],"wan":{"reorder_pct":` + pct + `}}`
+		if _, err := ParseConfig([]byte(cfg)); err == nil {
+			t.Fatalf("reorder_pct %s accepted", pct)
+		}
+	}
+}
