@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,10 @@ from rnis_helpers import TOKEN, Adapter, CallbackServer, FlexranSource, wait_for
 from mec_common.bus import rnis
 
 SPEC_FILE = Path(__file__).parents[1] / "internal" / "mec012" / "spec" / "RniAPI.yaml"
+# The unmodified ETSI files beside the repository (as conformance/tests/conftest.py finds them).
+REPO_SPECS = Path(
+    os.environ.get("MTS_SPECS_DIR") or Path(__file__).parents[2].parent / "shared/specs/etsi-mec"
+)
 
 
 def _str_keys(v: Any) -> Any:
@@ -309,6 +314,23 @@ def test_expiry_notification(ready: Adapter, callbacks: CallbackServer) -> None:
     assert note["_links"]["self"] == created["_links"]["self"]["href"]
     assert note["expiryDeadline"]["seconds"] == deadline
     is_problem(ready.get(path_of(created)), 404)
+
+
+def test_test_notification_on_request(ready: Adapter, callbacks: CallbackServer) -> None:
+    """MEC 012 v2.2.1 requestTestNotification (MEC 009 clause 6.12a): a TestNotification
+    linking the new subscription reaches its callback; a non-boolean value is a 400."""
+    body = {"subscriptionType": "RabRelSubscription", "callbackReference": callbacks.url + "/t",
+            "filterCriteriaQci": {"qci": 9, "erabId": 1}, "requestTestNotification": True}  # fmt: skip
+    created = subscribe(ready, body)
+    path, note = callbacks.wait(lambda p, b: b.get("notificationType") == "TestNotification", 15)
+    assert path == "/t"
+    schema = yaml.safe_load((REPO_SPECS / "mec012-v2.2.1" / "RniAPI.yaml").read_text())
+    jsonschema_rs.Draft4Validator(
+        {"$ref": "#/components/schemas/TestNotification", "components": schema["components"]}
+    ).validate(note)
+    assert note["_links"]["subscription"]["href"] == created["_links"]["self"]["href"]
+    is_problem(ready.request("POST", "/rni/v2/subscriptions",
+                             {**body, "requestTestNotification": "yes"}), 400)  # fmt: skip
 
 
 def test_subscriptions_survive_a_restart(

@@ -86,6 +86,11 @@ func parseSubscription(raw []byte) (*subscription, error) {
 	if _, ok := body["websockNotifConfig"]; ok {
 		return nil, errors.New("websockNotifConfig is not supported: notifications are HTTP POSTs to callbackReference")
 	}
+	if v, ok := body["requestTestNotification"]; ok {
+		if _, isBool := v.(bool); !isBool {
+			return nil, errors.New("requestTestNotification must be a boolean")
+		}
+	}
 	s := &subscription{Type: typ, Callback: cb, Body: body}
 	raw2, ok := body[spec.filter].(map[string]any)
 	if !ok {
@@ -412,6 +417,9 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("subscription created", "id", sub.ID, "type", sub.Type, "callback", sub.Callback)
+	if sub.Body["requestTestNotification"] == true {
+		s.notifier.test(sub)
+	}
 	w.Header().Set("Location", s.subs.href(sub.ID))
 	svc.WriteTagged(w, r, http.StatusCreated, s.subs.view(sub))
 }
@@ -500,6 +508,7 @@ type notifier struct {
 	metrics   *obs.Metrics
 	log       *slog.Logger
 	queue     chan state.Event
+	tests     chan *subscription // new subscriptions that asked for a TestNotification
 	mu        sync.Mutex
 	receivers map[string]chan delivery
 }
@@ -516,7 +525,18 @@ const (
 
 func newNotifier(subs *store, timeout time.Duration, metrics *obs.Metrics, log *slog.Logger) *notifier {
 	return &notifier{subs: subs, client: &http.Client{Timeout: timeout}, metrics: metrics, log: log,
-		queue: make(chan state.Event, 4096), receivers: map[string]chan delivery{}}
+		queue: make(chan state.Event, 4096), tests: make(chan *subscription, 64), receivers: map[string]chan delivery{}}
+}
+
+// test asks for a TestNotification to a new subscription's callback (MEC 012 v2.2.1
+// requestTestNotification, MEC 009 clause 6.12a). It is sent from run's goroutine, whose
+// context outlives the request that created the subscription.
+func (n *notifier) test(sub *subscription) {
+	select {
+	case n.tests <- sub:
+	default:
+		n.metrics.Notified("TestNotification", false)
+	}
 }
 
 func (n *notifier) enqueue(events []state.Event) {
@@ -542,6 +562,9 @@ func (n *notifier) run(ctx context.Context) {
 					n.send(ctx, sub, body)
 				}
 			}
+		case sub := <-n.tests:
+			n.send(ctx, sub, map[string]any{"notificationType": "TestNotification",
+				"_links": map[string]any{"subscription": map[string]any{"href": n.subs.href(sub.ID)}}})
 		case t := <-ticker.C:
 			for _, sub := range n.subs.expired(t) {
 				n.send(ctx, sub, map[string]any{"notificationType": "ExpiryNotification",
