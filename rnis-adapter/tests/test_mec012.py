@@ -320,9 +320,10 @@ def test_test_notification_on_request(ready: Adapter, callbacks: CallbackServer)
     """MEC 012 v2.2.1 requestTestNotification (MEC 009 clause 6.12a): a TestNotification
     linking the new subscription reaches its callback; a non-boolean value is a 400."""
     body = {"subscriptionType": "RabRelSubscription", "callbackReference": callbacks.url + "/t",
-            "filterCriteriaQci": {"qci": 9, "erabId": 1}, "requestTestNotification": True}  # fmt: skip
+            "filterCriteriaQci": {"qci": 9, "erabId": 1},
+            "requestTestNotification": True}  # fmt: skip
     created = subscribe(ready, body)
-    path, note = callbacks.wait(lambda p, b: b.get("notificationType") == "TestNotification", 15)
+    path, note = callbacks.wait(lambda _, b: b.get("notificationType") == "TestNotification", 15)
     assert path == "/t"
     schema = yaml.safe_load((REPO_SPECS / "mec012-v2.2.1" / "RniAPI.yaml").read_text())
     jsonschema_rs.Draft4Validator(
