@@ -1,4 +1,4 @@
-# services/path-manager: predictive multipath path manager (Python package path_manager).
+# path-manager: predictive multipath path manager (Python package path_manager).
 TEST_TARGETS += test-pathmgr
 BENCH_TARGETS += bench-pathmgr
 EXPERIMENT_TARGETS += experiment-pathmgr-sim experiment-pathmgr
@@ -8,7 +8,7 @@ PATHMGR_RESULTS := docs/results/pathmgr
 .PHONY: test-pathmgr bench-pathmgr experiment-pathmgr-sim
 
 test-pathmgr: python rabbitmq build/bin/ran-emulator build/bin/rnis-adapter ## path manager: predictor vs Monte Carlo, control timing, simulation, service, real MPTCP in netns, a short run through the PEP on the emulated RAN
-	uv run pytest -q services/path-manager/tests
+	uv run pytest -q path-manager/tests
 
 bench-pathmgr: python ## path manager: prediction time p90 per number of paths, accuracy vs full model and Monte Carlo
 	nice -n 10 uv run python -m mts_lab.pathmgr.bench --out $(PATHMGR_RESULTS)/predictor
