@@ -1,9 +1,9 @@
-# services/dashboard: the live web dashboard of the MEC host (Python mec_dashboard, a MEC
+# dashboard: the live web dashboard of the MEC host (Python mec_dashboard, a MEC
 # app of its own registered on Mp1). docs/dashboard.md
 # chromium + chromium-driver: the browser its test drives; nodejs: npm bundles the charting
 # library (uPlot, from the npm registry) at build time, so nothing comes from a CDN at run time.
 APT_PACKAGES += chromium chromium-driver nodejs
-DASHBOARD_NPM := services/dashboard/npm
+DASHBOARD_NPM := dashboard/npm
 DASHBOARD_ASSETS := build/dashboard/assets
 BUILD_TARGETS += $(DASHBOARD_ASSETS)/uPlot.iife.min.js
 TEST_TARGETS += test-dashboard
@@ -19,7 +19,7 @@ $(DASHBOARD_ASSETS)/uPlot.iife.min.js: $(DASHBOARD_NPM)/package.json $(DASHBOARD
 
 .PHONY: test-dashboard
 test-dashboard: python rabbitmq build ## dashboard: sign-in and access control, lost backends, and a headless Chromium against the running emulated system (screenshots in build/test-dashboard/)
-	uv run pytest -q services/dashboard/tests
+	uv run pytest -q dashboard/tests
 
 BENCH_TARGETS += bench-dashboard
 .PHONY: bench-dashboard

@@ -39,7 +39,7 @@ from mts_testbed.topology import Topology
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 APPDS = REPO / "mec-platform/appds"
-DASHBOARD_APPD = REPO / "services/dashboard/appd.yaml"
+DASHBOARD_APPD = REPO / "dashboard/appd.yaml"
 OUT = REPO / "build/run"
 CONTENT_PORT = 5201
 PROGRESS_S = 0.25

@@ -27,7 +27,7 @@ from mts_lab.dashboard.browser import BrowserMissingError, chromium, sign_in
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "build/test-dashboard"
 WAIT_S = 60  # hang guard only: the machine is shared
 

@@ -9,7 +9,7 @@ from pydantic_settings import SettingsConfigDict
 
 from mec_common.config import Port, ServiceSettings
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[3]
 
 
 class DashboardSettings(ServiceSettings):

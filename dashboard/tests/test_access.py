@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 
 from mec_common.bus.rnis import RnisMeasurement
 from mec_dashboard.api import BASE
+from mec_dashboard.app import build_app
 from mec_dashboard.config import DashboardSettings
-from mec_dashboard.service import build_app
 from mec_platform.testing import ADMIN_SECRET, Running, make_settings, onboard, wait_until
 
 APPD = (Path(__file__).parents[1] / "appd.yaml").read_text()
@@ -34,7 +34,7 @@ appDVersion: "1"
 appServiceOptional:
   - {serName: dashboard, version: v1}
 """
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
