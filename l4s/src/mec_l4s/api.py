@@ -21,7 +21,7 @@ router = APIRouter(prefix="/flowrtt/v1", tags=["flow RTT"])
 
 
 def _service(request: Request) -> FlowRttService:
-    service: FlowRttService = request.app.state.flowrtt
+    service: FlowRttService = request.app.state.service
     return service
 
 

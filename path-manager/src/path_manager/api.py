@@ -23,7 +23,7 @@ router = APIRouter(prefix="/pm/v1", tags=["path manager"])
 
 
 def _manager(request: Request) -> PathManager:
-    manager: PathManager = request.app.state.manager
+    manager: PathManager = request.app.state.service
     return manager
 
 

@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from path_manager.app import run_service
+    from path_manager.app import serve
 
-    run_service()
+    serve()
 
 
 if __name__ == "__main__":
