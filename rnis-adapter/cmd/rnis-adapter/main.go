@@ -9,17 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"mts.invalid/suite/rnis-adapter/internal/config"
@@ -35,8 +30,7 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/ranclock"
 	"mts.invalid/suite/rnis-adapter/internal/service"
 	"mts.invalid/suite/rnis-adapter/internal/state"
-	"mts.invalid/suite/services/common/go/auth"
-	"mts.invalid/suite/services/common/go/mp1"
+	"mts.invalid/suite/services/common/go/mecapp"
 	"mts.invalid/suite/services/common/go/svc"
 )
 
@@ -231,28 +225,21 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		}
 		static, ipm = m, m
 	}
-	tokens, err := svc.APITokens(cfg.APITokens, cfg.StateDir, "rnis-adapter", log)
+	// apps whose AppD requires "rnis", and the operator, may call with the platform's tokens
+	app, err := mecapp.New(&cfg.Common, "rnis-adapter", "rnis", log)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	health := svc.NewHealth()
-	metrics := obs.NewMetrics(health)
-	health.Set("ran_source", false, "not polled yet", true)
-	health.Set("broker", false, "not connected yet", true)
+	defer app.Stop()
+	metrics := obs.NewMetrics(app.Health)
+	app.Health.Set("ran_source", false, "not polled yet", true)
+	app.Health.Set("broker", false, "not connected yet", true)
 	tracker := state.New(cfg.DetachAfter)
 	pub := feed.New(feed.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, MaxInFlight: cfg.MaxInFlight, MaxLag: cfg.MaxLag}, metrics, log)
-	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, MaxSubsPerApp: cfg.MaxSubsPerApp, Tokens: tokens,
+	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, MaxSubsPerApp: cfg.MaxSubsPerApp, Tokens: app.Tokens,
 		SubscriptionsFile: filepath.Join(cfg.StateDir, "rnis-subscriptions.json"), AppInstanceID: cfg.AppInstanceID}
-	var platformTokens *auth.Platform
-	if cfg.PlatformURL != "" { // apps on the platform call with the tokens it issues
-		base := strings.TrimSuffix(cfg.PlatformURL, "/")
-		// apps whose AppD requires "rnis", and the operator; revoked clients refused
-		platformTokens = auth.NewPlatform(base + "/oauth2/jwks").ForService("rnis").
-			WithRevocations(auth.NewRevocations(base + "/oauth2/revocations"))
-		apiCfg.Verifiers = append(apiCfg.Verifiers, platformTokens)
+	if app.Platform != nil {
+		apiCfg.Verifiers = append(apiCfg.Verifiers, app.Platform)
 	}
 	api, err := mec012.New(apiCfg, tracker, metrics, log)
 	if err != nil {
@@ -264,20 +251,12 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	}
 	pipeline := &service.Pipeline{UEs: book, Clock: clock, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
 
-	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", health)
-	mux.Handle("GET /metrics", metrics.Handler())
-	api.Routes(mux)
-	trusted, err := svc.ParsePrefixes(cfg.TrustedProxies)
+	app.Mux.Handle("GET /metrics", metrics.Handler())
+	api.Routes(app.Mux)
+	listener, err := app.Listen()
 	if err != nil {
 		return err
 	}
-	addr := net.JoinHostPort(cfg.HTTPHost, strconv.Itoa(cfg.HTTPPort))
-	listener, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	server := &http.Server{Handler: svc.PublicBase(cfg.PublicURL, trusted, mux), ReadHeaderTimeout: 5 * time.Second}
 	ranSource := pcfg.BaseURL + pcfg.Path
 	if cfg.Source == "e2" {
 		ranSource = "e2 stream " + ecfg.Addr
@@ -294,10 +273,8 @@ func run(cfg *config.Config, log *slog.Logger) error {
 			_ = http.ListenAndServe(cfg.DebugAddr, debugMux) //nolint:gosec // opt-in, for profiling
 		}()
 	}
-	var wg sync.WaitGroup
-	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	start(func() { pub.Run(ctx) })
-	start(func() { api.Run(ctx) })
+	app.Go(pub.Run)
+	app.Go(api.Run)
 	handle := func(s *flexran.Snapshot, t time.Time) {
 		if ipm != nil {
 			_ = ipm.Reload() // cheap stat; a bad edit keeps the last good mapping
@@ -305,20 +282,11 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		pipeline.Handle(s, t)
 	}
 	if cfg.Source == "e2" {
-		start(func() { e2.New(ecfg, metrics, log).Run(ctx, handle) })
+		app.Go(func(ctx context.Context) { e2.New(ecfg, metrics, log).Run(ctx, handle) })
 	} else {
-		start(func() { poller.New(pcfg, metrics, log).Run(ctx, handle) })
+		app.Go(func(ctx context.Context) { poller.New(pcfg, metrics, log).Run(ctx, handle) })
 	}
-	if cfg.PlatformURL != "" {
-		reg := mp1.Attach(mux, mp1.Config{PlatformURL: cfg.PlatformURL, AppInstanceID: cfg.AppInstanceID,
-			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, PublicURL: cfg.PublicURL,
-			Services: serviceInfos(cfg.PublicURL, cfg.AMQPURL, cfg.Exchange)}, tokens, platformTokens, stop, health, log)
-		start(func() { reg.Run(ctx) })
-	}
-	err = svc.Serve(ctx, server, listener)
-	stop()
-	wg.Wait()
-	if err != nil {
+	if err := app.Serve(listener, serviceInfos(cfg.PublicURL, cfg.AMQPURL, cfg.Exchange)); err != nil {
 		return err
 	}
 	log.Info("rnis-adapter stopped")

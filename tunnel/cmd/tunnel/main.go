@@ -7,18 +7,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
-	"time"
 
-	"mts.invalid/suite/services/common/go/auth"
-	"mts.invalid/suite/services/common/go/mp1"
+	"mts.invalid/suite/services/common/go/mecapp"
 	"mts.invalid/suite/services/common/go/svc"
 	"mts.invalid/suite/tunnel/internal/api"
 	"mts.invalid/suite/tunnel/internal/config"
@@ -69,62 +60,34 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	tokens, err := svc.APITokens(cfg.APITokens, cfg.StateDir, "tunnel", log)
+	// any app on the platform may call with the tokens it issues
+	app, err := mecapp.New(&cfg.Common, "tunnel", "", log)
 	if err != nil {
 		return err
 	}
-	verifiers := []auth.Verifier{auth.StaticTokens(tokens)}
-	var platformTokens *auth.Platform
-	if cfg.PlatformURL != "" { // apps on the platform call with the tokens it issues
-		base := strings.TrimSuffix(cfg.PlatformURL, "/")
-		// revoked clients (terminated or deleted instances) refused: docs/security.md
-		platformTokens = auth.NewPlatform(base + "/oauth2/jwks").
-			WithRevocations(auth.NewRevocations(base + "/oauth2/revocations"))
-		verifiers = append(verifiers, platformTokens)
-	}
+	defer app.Stop()
 	eng, err := engine.New(engCfg, log)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	health := svc.NewHealth()
-	health.Set("data_plane", true, fmt.Sprintf("TUN %s, %d path(s)", engCfg.TUN, len(engCfg.Paths)), true)
-	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", health)
-	mux.Handle("GET /metrics", api.Metrics(eng))
-	api.New(eng, cfg.Public(), verifiers, cfg.PublicURL).Routes(mux)
-	listener, err := net.Listen("tcp", net.JoinHostPort(cfg.HTTPHost, strconv.Itoa(cfg.HTTPPort)))
+	app.Health.Set("data_plane", true, fmt.Sprintf("TUN %s, %d path(s)", engCfg.TUN, len(engCfg.Paths)), true)
+	app.Mux.Handle("GET /metrics", api.Metrics(eng))
+	api.New(eng, cfg.Public(), app.Verifiers(), cfg.PublicURL).Routes(app.Mux)
+	listener, err := app.Listen()
 	if err != nil {
 		eng.Close()
 		return err
 	}
-	trusted, err := svc.ParsePrefixes(cfg.TrustedProxies)
-	if err != nil {
-		eng.Close()
-		return fmt.Errorf("%sTRUSTED_PROXIES: %w", config.Prefix, err)
-	}
-	server := &http.Server{Handler: svc.PublicBase(cfg.PublicURL, trusted, mux), ReadHeaderTimeout: 5 * time.Second}
 	log.Info("tunnel started", "role", cfg.Role, "peer", cfg.PeerID, "tun", engCfg.TUN, "paths", len(engCfg.Paths),
 		"queue", cfg.Queue, "scheduler", cfg.Scheduler, "cwnd", cfg.CwndMode, "listen", listener.Addr().String())
 
-	var wg sync.WaitGroup
-	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	start(func() { eng.Run(ctx) })
+	app.Go(eng.Run)
 	if ues := eng.RadioUEs(); cfg.AMQPURL != "" && len(ues) > 0 {
-		start(func() { rnisfeed.Run(ctx, cfg.AMQPURL, cfg.RnisExchange, ues, eng.SetRadio, health, log) })
+		app.Go(func(ctx context.Context) {
+			rnisfeed.Run(ctx, cfg.AMQPURL, cfg.RnisExchange, ues, eng.SetRadio, app.Health, log)
+		})
 	}
-	if cfg.PlatformURL != "" {
-		reg := mp1.Attach(mux, mp1.Config{PlatformURL: cfg.PlatformURL, AppInstanceID: cfg.AppInstanceID,
-			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, PublicURL: cfg.PublicURL,
-			Services: serviceInfos(cfg.PublicURL)}, tokens, platformTokens, stop, health, log)
-		start(func() { reg.Run(ctx) })
-	}
-	err = svc.Serve(ctx, server, listener)
-	stop()
-	wg.Wait()
-	if err != nil {
+	if err := app.Serve(listener, serviceInfos(cfg.PublicURL)); err != nil {
 		return err
 	}
 	log.Info("tunnel stopped")
