@@ -8,11 +8,11 @@ L4S_VMLINUX := build/bpf/$(shell uname -r)/vmlinux.h
 L4S_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 # -mcpu=v3: the atomic compare-and-swap that hands a delay sample from ingress to egress
 L4S_BPF_CFLAGS := -target bpf -mcpu=v3 -g -O2 -Wall -Werror -D__TARGET_ARCH_$(L4S_ARCH) \
-	-I$(dir $(L4S_VMLINUX)) -Il4s/bpf
+	-I$(dir $(L4S_VMLINUX)) -Il4s/bpf $(CCA_INCLUDE)
 
 L4S_BPF := build/bpf/efm_marker.bpf.o build/bpf/efm_observer.bpf.o build/bpf/prague.bpf.o
 
-$(L4S_BPF): build/bpf/%.bpf.o: l4s/bpf/%.bpf.c l4s/bpf/efm.h l4s/bpf/efm_packet.h $(L4S_VMLINUX)
+$(L4S_BPF): build/bpf/%.bpf.o: l4s/bpf/%.bpf.c l4s/bpf/efm.h l4s/bpf/efm_packet.h $(CCA_H) $(L4S_VMLINUX)
 	clang $(L4S_BPF_CFLAGS) -c $< -o $@.tmp
 	@mv $@.tmp $@
 

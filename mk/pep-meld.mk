@@ -19,9 +19,9 @@ $(MELD_VMLINUX):
 	@test -r /sys/kernel/btf/vmlinux || { echo "no /sys/kernel/btf/vmlinux: the kernel lacks BTF"; exit 1; }
 	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
 
-$(MELD_OBJ): pep/bpf/meld.bpf.c pep/bpf/meld.h $(MELD_VMLINUX)
+$(MELD_OBJ): pep/bpf/meld.bpf.c pep/bpf/meld.h $(CCA_H) $(MELD_VMLINUX)
 	clang -target bpf -g -O2 -Wall -Werror -D__TARGET_ARCH_$(MELD_ARCH) \
-		-I$(dir $(MELD_VMLINUX)) -Ipep/bpf -c $< -o $@.tmp
+		-I$(dir $(MELD_VMLINUX)) -Ipep/bpf $(CCA_INCLUDE) -c $< -o $@.tmp
 	@mv $@.tmp $@
 
 $(MELD_LOADER): pep/bpf/loader.c

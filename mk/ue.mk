@@ -8,9 +8,9 @@ TEST_TARGETS += test-ue
 
 SIGMA_OBJ := build/bpf/sigma.bpf.o
 
-$(SIGMA_OBJ): ue/bpf/sigma.bpf.c ue/bpf/sigma.h $(MELD_VMLINUX)
+$(SIGMA_OBJ): ue/bpf/sigma.bpf.c ue/bpf/sigma.h $(CCA_H) $(MELD_VMLINUX)
 	clang -target bpf -g -O2 -Wall -Werror -D__TARGET_ARCH_$(MELD_ARCH) \
-		-I$(dir $(MELD_VMLINUX)) -Iue/bpf -c $< -o $@.tmp
+		-I$(dir $(MELD_VMLINUX)) -Iue/bpf $(CCA_INCLUDE) -c $< -o $@.tmp
 	@mv $@.tmp $@
 
 .PHONY: test-ue

@@ -24,7 +24,9 @@
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_tracing.h>
+#include "cca.h"
 
 char _license[] SEC("license") = "GPL";
 
@@ -33,12 +35,6 @@ char _license[] SEC("license") = "GPL";
 #define G_SHIFT 4			/* g = 1/16 */
 #define RTT_INDEPENDENCE_ROUNDS 500	/* D: the first rounds are Reno-like */
 #define RTT_VIRT_US 25000		/* 25 ms */
-#define TCP_CONG_NEEDS_ECN 0x2
-#define TCP_INFINITE_SSTHRESH 0x7fffffff
-
-extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
-extern __u32 tcp_slow_start(struct tcp_sock *tp, __u32 acked) __ksym;
-extern void tcp_cong_avoid_ai(struct tcp_sock *tp, __u32 w, __u32 acked) __ksym;
 
 /* Per-connection state in icsk_ca_priv (at most 104 bytes). */
 struct prague {
@@ -57,11 +53,6 @@ struct alpha_args {
 	__u32 delivered_ce;	/* ... of which CE-marked */
 	__u32 pad;
 };
-
-static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
-{
-	return (struct tcp_sock *)sk;
-}
 
 static __always_inline struct prague *ca_of(const struct sock *sk)
 {

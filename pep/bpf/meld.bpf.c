@@ -25,33 +25,21 @@
  * from a per-UE history (struct ue_history); ignore-loss keeps every loss (the upper
  * bound on goodput); RAPID sets cwnd itself. docs/meld-rapid.md.
  *
- * Style after the kernel's tools/testing/selftests/bpf/progs/bpf_cubic.c and bpf_dctcp.c.
+ * The struct_ops wrappers around the kernel's Reno/CUBIC are the suite's one
+ * CCA_STRUCT_OPS (services/common/bpf/cca.h), shared with SIGMA. Style after the kernel's
+ * tools/testing/selftests/bpf/progs/bpf_cubic.c and bpf_dctcp.c.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_tracing.h>
+#include "cca.h"
 #include "meld.h"
 
 char _license[] SEC("license") = "GPL";
 
-#define AF_INET 2
-#define AF_INET6 10
-#define USEC_PER_SEC 1000000ULL
-#define NSEC_PER_USEC 1000ULL
 #define IPV4_HEADER 20
-#define TCP_INFINITE_SSTHRESH 0x7fffffffU
 #define U32_MAX 0xffffffffU
-
-extern void cubictcp_init(struct sock *sk) __ksym;
-extern __u32 cubictcp_recalc_ssthresh(struct sock *sk) __ksym;
-extern void cubictcp_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
-extern void cubictcp_state(struct sock *sk, __u8 new_state) __ksym;
-extern void cubictcp_cwnd_event(struct sock *sk, enum tcp_ca_event event) __ksym;
-extern void cubictcp_acked(struct sock *sk, const struct ack_sample *sample) __ksym;
-extern __u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
-extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
-extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -110,11 +98,6 @@ struct {
 	__type(value, struct flow_priv);
 } flow_priv SEC(".maps");
 
-static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
-{
-	return (struct tcp_sock *)sk;
-}
-
 static __always_inline struct meld_config *get_config(void)
 {
 	__u32 zero = 0;
@@ -125,15 +108,7 @@ static __always_inline struct meld_config *get_config(void)
 /* The UE is the RAN-leg socket's peer; a v4-mapped IPv6 peer counts as IPv4. */
 static __always_inline __u32 ue_key(const struct sock *sk)
 {
-	if (sk->__sk_common.skc_family == AF_INET)
-		return sk->__sk_common.skc_daddr;
-	if (sk->__sk_common.skc_family == AF_INET6) {
-		const __u32 *a = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32;
-
-		if (a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff))
-			return a[3];
-	}
-	return 0;
+	return sk_ipv4(sk, true);
 }
 
 static __always_inline __u32 ue_mode_of(__u32 ue, const struct meld_config *cfg)
@@ -577,123 +552,39 @@ static __always_inline void on_cwnd_event(struct sock *sk, enum tcp_ca_event eve
 		__sync_fetch_and_add(&c->timeouts, 1);
 }
 
-/* ---- meld_reno ------------------------------------------------------------------ */
+/* ---- meld_reno and meld_cubic: the hooks of CCA_STRUCT_OPS (cca.h) ---------------- */
 
-SEC("struct_ops")
-void BPF_PROG(meld_reno_init, struct sock *sk)
+static __always_inline void cca_init(struct sock *sk)
 {
 	rapid_init(sk);
 }
 
-SEC("struct_ops")
-__u32 BPF_PROG(meld_reno_ssthresh, struct sock *sk)
+static __always_inline __u32 cca_ssthresh(struct sock *sk, enum cca_base base)
 {
 	struct meld_decision d = {};
 
 	if (loss_reaches_cca(sk, &d))
-		return loss_ssthresh(sk, &d, tcp_reno_ssthresh(sk));
+		return loss_ssthresh(sk, &d, base_ssthresh(sk, base));
 	return loss_ssthresh(sk, &d, kept_ssthresh(tcp_sk(sk)));
 }
 
-SEC("struct_ops")
-void BPF_PROG(meld_reno_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+static __always_inline bool cca_cong_avoid(struct sock *sk, __u32 acked)
 {
-	if (!rapid_cong_avoid(sk))
-		tcp_reno_cong_avoid(sk, ack, acked);
+	return rapid_cong_avoid(sk);
 }
 
-SEC("struct_ops")
-__u32 BPF_PROG(meld_reno_undo_cwnd, struct sock *sk)
-{
-	return tcp_reno_undo_cwnd(sk);
-}
-
-SEC("struct_ops")
-void BPF_PROG(meld_reno_cwnd_event, struct sock *sk, enum tcp_ca_event event)
+static __always_inline void cca_cwnd_event(struct sock *sk, enum tcp_ca_event event)
 {
 	on_cwnd_event(sk, event);
 }
 
-SEC("struct_ops")
-void BPF_PROG(meld_reno_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+static __always_inline void cca_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 {
 	on_ack_sample(sk, sample);
 }
 
-SEC(".struct_ops")
-struct tcp_congestion_ops meld_reno = {
-	.init		= (void *)meld_reno_init,
-	.ssthresh	= (void *)meld_reno_ssthresh,
-	.cong_avoid	= (void *)meld_reno_cong_avoid,
-	.undo_cwnd	= (void *)meld_reno_undo_cwnd,
-	.cwnd_event	= (void *)meld_reno_cwnd_event,
-	.pkts_acked	= (void *)meld_reno_pkts_acked,
-	.name		= "meld_reno",
-};
-
-/* ---- meld_cubic ----------------------------------------------------------------- */
-
-SEC("struct_ops")
-void BPF_PROG(meld_cubic_init, struct sock *sk)
-{
-	cubictcp_init(sk);
-	rapid_init(sk);
-}
-
-SEC("struct_ops")
-__u32 BPF_PROG(meld_cubic_ssthresh, struct sock *sk)
-{
-	struct meld_decision d = {};
-
-	if (loss_reaches_cca(sk, &d))
-		return loss_ssthresh(sk, &d, cubictcp_recalc_ssthresh(sk));
-	return loss_ssthresh(sk, &d, kept_ssthresh(tcp_sk(sk)));
-}
-
-SEC("struct_ops")
-void BPF_PROG(meld_cubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
-{
-	if (!rapid_cong_avoid(sk))
-		cubictcp_cong_avoid(sk, ack, acked);
-}
-
-SEC("struct_ops")
-void BPF_PROG(meld_cubic_set_state, struct sock *sk, __u8 new_state)
-{
-	cubictcp_state(sk, new_state);
-}
-
-SEC("struct_ops")
-__u32 BPF_PROG(meld_cubic_undo_cwnd, struct sock *sk)
-{
-	return tcp_reno_undo_cwnd(sk);
-}
-
-SEC("struct_ops")
-void BPF_PROG(meld_cubic_cwnd_event, struct sock *sk, enum tcp_ca_event event)
-{
-	cubictcp_cwnd_event(sk, event);
-	on_cwnd_event(sk, event);
-}
-
-SEC("struct_ops")
-void BPF_PROG(meld_cubic_pkts_acked, struct sock *sk, const struct ack_sample *sample)
-{
-	cubictcp_acked(sk, sample);
-	on_ack_sample(sk, sample);
-}
-
-SEC(".struct_ops")
-struct tcp_congestion_ops meld_cubic = {
-	.init		= (void *)meld_cubic_init,
-	.ssthresh	= (void *)meld_cubic_ssthresh,
-	.cong_avoid	= (void *)meld_cubic_cong_avoid,
-	.set_state	= (void *)meld_cubic_set_state,
-	.undo_cwnd	= (void *)meld_cubic_undo_cwnd,
-	.cwnd_event	= (void *)meld_cubic_cwnd_event,
-	.pkts_acked	= (void *)meld_cubic_pkts_acked,
-	.name		= "meld_cubic",
-};
+CCA_STRUCT_OPS(meld, reno, CCA_RENO, 0);
+CCA_STRUCT_OPS(meld, cubic, CCA_CUBIC, 0);
 
 /* ---- the decision alone, for tests (BPF_PROG_TEST_RUN) ---------------------------- */
 

@@ -42,32 +42,17 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_tracing.h>
+#include "cca.h"
 #include "sigma.h"
 
 char _license[] SEC("license") = "GPL";
 
-#define AF_INET 2
-#define AF_INET6 10
-#define NSEC_PER_SEC 1000000000ULL
-#define NSEC_PER_USEC 1000ULL
-#define USEC_PER_SEC 1000000ULL
 #define MILLI 1000
-#define TCP_CONG_NON_RESTRICTED 0x1	/* include/net/tcp.h */
 #define DEFAULT_STALE_NS (20 * 1000 * 1000ULL)
 #define DEFAULT_MIN_CWND 2
 #define SIGMA_TBS_CAP (1U << 20)	/* bytes per TTI; NR's largest TB is ~160 kB */
 #define TTI_MIN_NS 1000ULL		/* 1 µs: below, the grant is out of range */
 #define TTI_MAX_NS (10 * 1000 * 1000ULL)	/* 10 ms */
-
-extern void cubictcp_init(struct sock *sk) __ksym;
-extern __u32 cubictcp_recalc_ssthresh(struct sock *sk) __ksym;
-extern void cubictcp_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
-extern void cubictcp_state(struct sock *sk, __u8 new_state) __ksym;
-extern void cubictcp_cwnd_event(struct sock *sk, enum tcp_ca_event event) __ksym;
-extern void cubictcp_acked(struct sock *sk, const struct ack_sample *sample) __ksym;
-extern __u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
-extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
-extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -104,23 +89,10 @@ struct {
 	__type(value, struct sigma_flow);
 } sigma_flow SEC(".maps");
 
-static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
-{
-	return (struct tcp_sock *)sk;
-}
-
 /* The UE is this socket's local end; a v4-mapped IPv6 address counts as IPv4. */
 static __always_inline __u32 ue_key(const struct sock *sk)
 {
-	if (sk->__sk_common.skc_family == AF_INET)
-		return sk->__sk_common.skc_rcv_saddr;
-	if (sk->__sk_common.skc_family == AF_INET6) {
-		const __u32 *a = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32;
-
-		if (a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff))
-			return a[3];
-	}
-	return 0;
+	return sk_ipv4(sk, false);
 }
 
 static __always_inline __u64 stale_ns(void)
@@ -395,117 +367,39 @@ static __always_inline bool sigma_loss(struct sock *sk, __u32 *ssthresh)
 	return true;
 }
 
-/* ---- sigma_reno ----------------------------------------------------------------- */
+/* ---- sigma_reno and sigma_cubic: the hooks of CCA_STRUCT_OPS (cca.h) -------------- */
 
-SEC("struct_ops")
-void BPF_PROG(sigma_reno_init, struct sock *sk)
+static __always_inline void cca_init(struct sock *sk)
 {
 	sigma_init(sk);
 }
 
-SEC("struct_ops")
-__u32 BPF_PROG(sigma_reno_ssthresh, struct sock *sk)
+static __always_inline __u32 cca_ssthresh(struct sock *sk, enum cca_base base)
 {
 	__u32 ssthresh;
 
 	if (sigma_loss(sk, &ssthresh))
 		return ssthresh;
-	return tcp_reno_ssthresh(sk);
+	return base_ssthresh(sk, base);
 }
 
-SEC("struct_ops")
-void BPF_PROG(sigma_reno_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+static __always_inline bool cca_cong_avoid(struct sock *sk, __u32 acked)
 {
-	if (!sigma_ack(sk, acked))
-		tcp_reno_cong_avoid(sk, ack, acked);
+	return sigma_ack(sk, acked);
 }
 
-SEC("struct_ops")
-__u32 BPF_PROG(sigma_reno_undo_cwnd, struct sock *sk)
+static __always_inline void cca_cwnd_event(struct sock *sk, enum tcp_ca_event event)
 {
-	return tcp_reno_undo_cwnd(sk);
 }
 
-SEC("struct_ops")
-void BPF_PROG(sigma_reno_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+static __always_inline void cca_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 {
 	sigma_acked(sk, sample);
 }
 
-SEC(".struct_ops")
-struct tcp_congestion_ops sigma_reno = {
-	.init		= (void *)sigma_reno_init,
-	.ssthresh	= (void *)sigma_reno_ssthresh,
-	.cong_avoid	= (void *)sigma_reno_cong_avoid,
-	.undo_cwnd	= (void *)sigma_reno_undo_cwnd,
-	.pkts_acked	= (void *)sigma_reno_pkts_acked,
-	.flags		= TCP_CONG_NON_RESTRICTED,	/* a UE namespace's default may be it */
-	.name		= "sigma_reno",
-};
-
-/* ---- sigma_cubic ---------------------------------------------------------------- */
-
-SEC("struct_ops")
-void BPF_PROG(sigma_cubic_init, struct sock *sk)
-{
-	cubictcp_init(sk);
-	sigma_init(sk);
-}
-
-SEC("struct_ops")
-__u32 BPF_PROG(sigma_cubic_ssthresh, struct sock *sk)
-{
-	__u32 ssthresh;
-
-	if (sigma_loss(sk, &ssthresh))
-		return ssthresh;
-	return cubictcp_recalc_ssthresh(sk);
-}
-
-SEC("struct_ops")
-void BPF_PROG(sigma_cubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
-{
-	if (!sigma_ack(sk, acked))
-		cubictcp_cong_avoid(sk, ack, acked);
-}
-
-SEC("struct_ops")
-void BPF_PROG(sigma_cubic_set_state, struct sock *sk, __u8 new_state)
-{
-	cubictcp_state(sk, new_state);
-}
-
-SEC("struct_ops")
-__u32 BPF_PROG(sigma_cubic_undo_cwnd, struct sock *sk)
-{
-	return tcp_reno_undo_cwnd(sk);
-}
-
-SEC("struct_ops")
-void BPF_PROG(sigma_cubic_cwnd_event, struct sock *sk, enum tcp_ca_event event)
-{
-	cubictcp_cwnd_event(sk, event);
-}
-
-SEC("struct_ops")
-void BPF_PROG(sigma_cubic_pkts_acked, struct sock *sk, const struct ack_sample *sample)
-{
-	cubictcp_acked(sk, sample);
-	sigma_acked(sk, sample);
-}
-
-SEC(".struct_ops")
-struct tcp_congestion_ops sigma_cubic = {
-	.init		= (void *)sigma_cubic_init,
-	.ssthresh	= (void *)sigma_cubic_ssthresh,
-	.cong_avoid	= (void *)sigma_cubic_cong_avoid,
-	.set_state	= (void *)sigma_cubic_set_state,
-	.undo_cwnd	= (void *)sigma_cubic_undo_cwnd,
-	.cwnd_event	= (void *)sigma_cubic_cwnd_event,
-	.pkts_acked	= (void *)sigma_cubic_pkts_acked,
-	.flags		= TCP_CONG_NON_RESTRICTED,
-	.name		= "sigma_cubic",
-};
+/* either may be a UE namespace's default congestion control */
+CCA_STRUCT_OPS(sigma, reno, CCA_RENO, TCP_CONG_NON_RESTRICTED);
+CCA_STRUCT_OPS(sigma, cubic, CCA_CUBIC, TCP_CONG_NON_RESTRICTED);
 
 /* ---- the capacity alone, for tests (BPF_PROG_TEST_RUN) ---------------------------- */
 
