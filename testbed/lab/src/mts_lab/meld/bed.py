@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -328,6 +328,29 @@ class RanAwareBed:
         if self.relay is not None:
             self.relay.close()
         builder.down(self.name, log=lambda *a, **k: None)
+
+
+# ---- the experiments' loop ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running_bed(config: BedConfig, workdir: Path) -> Iterator[RanAwareBed]:
+    """A bed whose radio state already reaches the PEP; taken down on exit."""
+    bed = RanAwareBed(config, workdir)
+    try:
+        bed.wait_for_radio()
+        yield bed
+    finally:
+        bed.close()
+
+
+def alternating(runs: int, arms: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """(run, arm) for each run and each arm (a mode, a variant), the arms' order rotated by
+    one every run, so that drift in the machine's load hits every arm alike."""
+    for run in range(runs):
+        k = run % len(arms)
+        for arm in [*arms[k:], *arms[:k]]:
+            yield run, arm
 
 
 # ---- statistics shared by the experiments ------------------------------------------------------

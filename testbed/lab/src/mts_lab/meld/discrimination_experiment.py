@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import tempfile
 import time
@@ -35,7 +36,15 @@ import yaml
 
 from mec_pep.ran_aware.kernel import DecisionLog
 from mts_lab import REPO
-from mts_lab.meld.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
+from mts_lab.meld.bed import (
+    BedConfig,
+    RanAwareBed,
+    alternating,
+    environment,
+    mean_ci95,
+    percentile,
+    running_bed,
+)
 from mts_lab.meld.discrimination import (
     Decision,
     Discrimination,
@@ -144,25 +153,18 @@ def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
     for cca in ccas:
         config = BedConfig(scenario, servers=dict.fromkeys(PORTS, cca), intercepted=list(PORTS),
                            ran_cca=cca, pep_env=pep_env)  # fmt: skip
-        bed = RanAwareBed(config, workdir)
         raw[cca] = {m: [] for m in modes}
-        try:
-            bed.wait_for_radio()
-            log = DecisionLog(pep_pin_dir(bed))
+        with (
+            running_bed(config, workdir) as bed,
+            contextlib.closing(DecisionLog(pep_pin_dir(bed))) as log,
+        ):
             get = emulator_api(bed)
-            try:
-                for r in range(runs):
-                    order = modes[r % len(modes) :] + modes[: r % len(modes)]
-                    for mode in order:
-                        d = one_run(bed, log, get, mode, size)
-                        if r > 0:  # the JSON keeps the first run's decision log only
-                            del d["decisions"]
-                        raw[cca][mode].append(d)
-                        print(f"{cca:<6} run {r + 1}/{runs} {progress(d)}", flush=True)
-            finally:
-                log.close()
-        finally:
-            bed.close()
+            for r, mode in alternating(runs, modes):
+                d = one_run(bed, log, get, mode, size)
+                if r > 0:  # the JSON keeps the first run's decision log only
+                    del d["decisions"]
+                raw[cca][mode].append(d)
+                print(f"{cca:<6} run {r + 1}/{runs} {progress(d)}", flush=True)
     results = {
         "setup": {"scenario": str(scenario.relative_to(REPO)), "size_bytes_per_flow": size,
                   "flows": len(PORTS), "runs": runs, "ccas": ccas, "modes": modes,

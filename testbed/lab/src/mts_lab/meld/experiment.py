@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from mts_lab import REPO
-from mts_lab.meld.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
+from mts_lab.meld.bed import (
+    BedConfig,
+    RanAwareBed,
+    alternating,
+    environment,
+    mean_ci95,
+    percentile,
+    running_bed,
+)
 from mts_lab.results import save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
@@ -65,20 +73,14 @@ def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for cca in ccas:
         config = BedConfig(scenario, servers={PORT: cca}, intercepted=[PORT], ran_cca=cca)
-        bed = RanAwareBed(config, workdir)
         raw[cca] = {m: [] for m in modes}
-        try:
-            bed.wait_for_radio()
-            for r in range(runs):
-                order = modes[r % len(modes) :] + modes[: r % len(modes)]
-                for mode in order:
-                    d = one_download(bed, mode, size)
-                    raw[cca][mode].append(d)
-                    print(f"{cca:<6} run {r + 1}/{runs} {mode:<8} {d['goodput_mbps']:6.2f} Mbit/s "
-                          f"RTT p90 {percentile([p[1] for p in d['ping']], 90):6.1f} ms "
-                          f"{d['verdicts']}", flush=True)  # fmt: skip
-        finally:
-            bed.close()
+        with running_bed(config, workdir) as bed:
+            for r, mode in alternating(runs, modes):
+                d = one_download(bed, mode, size)
+                raw[cca][mode].append(d)
+                print(f"{cca:<6} run {r + 1}/{runs} {mode:<8} {d['goodput_mbps']:6.2f} Mbit/s "
+                      f"RTT p90 {percentile([p[1] for p in d['ping']], 90):6.1f} ms "
+                      f"{d['verdicts']}", flush=True)  # fmt: skip
     results = {
         "setup": {"scenario": str(scenario.relative_to(REPO)), "size_bytes": size, "runs": runs,
                   "ccas": ccas, "modes": modes, "rnis_poll": "8ms",

@@ -34,7 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from mts_lab import REPO
-from mts_lab.meld.bed import BedConfig, RanAwareBed, environment, mean_ci95, percentile
+from mts_lab.meld.bed import (
+    BedConfig,
+    RanAwareBed,
+    alternating,
+    environment,
+    mean_ci95,
+    percentile,
+    running_bed,
+)
 from mts_lab.results import save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-rapid.yaml"
@@ -124,23 +132,17 @@ def run(runs: int, size: int, udp_seconds: float, scenarios: list[str], out: Pat
     servers = {p: cca for by_cca in PORTS.values() for cca, p in by_cca.items()}
     config = BedConfig(scenario, servers=servers, intercepted=list(PORTS["pep"].values()),
                        pep_env=pep_env or {})  # fmt: skip
-    bed = RanAwareBed(config, Path(tempfile.mkdtemp(prefix="rapid-")))
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {s: {v: [] for v in variants}
                                                        for s in scenarios}  # fmt: skip
-    try:
-        bed.wait_for_radio()
-        for r in range(runs):
-            n = len(variants)
-            for variant in variants[r % n :] + variants[: r % n]:
-                bed.set_mode("rapid" if variant == "rapid" else "off")
-                for name in scenarios:
-                    time.sleep(2.0)  # queues drain between measurements
-                    d = measure(bed, name, variant, size, udp_seconds)
-                    raw[name][variant].append(d)
-                    shown = {k: round(v, 2) for k, v in d.items() if isinstance(v, float)}
-                    print(f"run {r + 1}/{runs} {name:<9} {variant:<5} {shown}", flush=True)
-    finally:
-        bed.close()
+    with running_bed(config, Path(tempfile.mkdtemp(prefix="rapid-"))) as bed:
+        for r, variant in alternating(runs, variants):
+            bed.set_mode("rapid" if variant == "rapid" else "off")
+            for name in scenarios:
+                time.sleep(2.0)  # queues drain between measurements
+                d = measure(bed, name, variant, size, udp_seconds)
+                raw[name][variant].append(d)
+                shown = {k: round(v, 2) for k, v in d.items() if isinstance(v, float)}
+                print(f"run {r + 1}/{runs} {name:<9} {variant:<5} {shown}", flush=True)
     results = {
         "setup": {"scenario": str(scenario.relative_to(REPO)), "runs": runs,
                   "long_download_bytes": size, "udp_seconds": udp_seconds,
