@@ -19,7 +19,7 @@ from l4s_support import NEEDS_ROOT
 
 from mec_l4s.app import build_app
 from mec_l4s.efm import BPFFS, Technique
-from mec_l4s.observer import FlowTable, Mode, Observer
+from mec_l4s.observer import FlowTable, Observer, Rules
 from mec_l4s.settings import FlowRttSettings
 from mts_lab.l4s.bed import OBSERVER_OBJ, WanLine, marking, paced_download
 
@@ -70,18 +70,18 @@ def test_observer_rtt_matches_the_known_delay(line: WanLine, technique: Techniqu
     # On a loaded machine (this one is shared) both views stretch: the checks are about
     # what is measured (the round trip, not half or twice it), not accuracy, which
     # `make experiment-l4s` measures.
-    for mode in Mode:
-        e2e = flow.series[(mode, "e2e")]
-        assert e2e.count >= 20, f"{mode.name}: {e2e.count} samples in 3 s"
+    for rules in Rules:
+        e2e = flow.series[(rules, "e2e")]
+        assert e2e.count >= 20, f"{rules.name}: {e2e.count} samples in 3 s"
         p50 = e2e.percentiles()["p50"]
-        assert abs(p50 - truth_p50) < 0.4 * truth_p50, f"{mode.name}: p50 {p50} vs {truth_p50}"
+        assert abs(p50 - truth_p50) < 0.4 * truth_p50, f"{rules.name}: p50 {p50} vs {truth_p50}"
         # the observer sits at the MEC host: the WAN is on the server's side
-        server_side = flow.series[(mode, "server_side")].percentiles()["p50"]
-        client_side = flow.series[(mode, "client_side")].percentiles()["p50"]
+        server_side = flow.series[(rules, "server_side")].percentiles()["p50"]
+        client_side = flow.series[(rules, "client_side")].percentiles()["p50"]
         assert server_side >= BASE_RTT_MS * 0.97 and client_side < server_side / 4
     # the filtered mode never reports less than the path's delay (raw spin may: its
     # spurious edges are what the filter is for)
-    filtered = flow.series[(Mode.FILTERED, "e2e")].window
+    filtered = flow.series[(Rules.FILTERED, "e2e")].window
     assert min(filtered) >= BASE_RTT_MS * 0.97, f"filtered: {min(filtered)} ms"
 
 

@@ -14,7 +14,7 @@ import pytest
 from l4s_support import NEEDS_ROOT, REPO
 
 from mec_common.bpf import BpfProgram
-from mec_l4s.observer import Kind, Mode, Observer, Sample
+from mec_l4s.observer import Kind, Observer, Rules, Sample
 
 OBSERVER_OBJ = REPO / "build/bpf/efm_observer.bpf.o"
 TC_ACT_UNSPEC = -1
@@ -76,8 +76,8 @@ def handshake(prog: BpfProgram, code: int, sport: int = 40000, sa_code: int | No
     prog.run_packet(frame(S, C, 80, sport, flags=SYN | ACK, bits=sa))
 
 
-def samples(observer: Observer, mode: Mode) -> list[Sample]:
-    return [s for s in observer.poll() if s.mode == mode]
+def samples(observer: Observer, rules: Rules) -> list[Sample]:
+    return [s for s in observer.poll() if s.rules == rules]
 
 
 def test_malformed_and_truncated_headers_are_counted_and_skipped(
@@ -152,12 +152,12 @@ def test_filtered_spin_ignores_a_reordered_segment(observer: Observer, prog: Bpf
     exchange(0)
     got = observer.poll()
     raw = [
-        s.rtt_ms for s in got if s.mode == Mode.RAW and s.kind == Kind.SPIN_E2E and s.from_client
+        s.rtt_ms for s in got if s.rules == Rules.RAW and s.kind == Kind.SPIN_E2E and s.from_client
     ]
     filtered = [
         s.rtt_ms
         for s in got
-        if s.mode == Mode.FILTERED and s.kind == Kind.SPIN_E2E and s.from_client
+        if s.rules == Rules.FILTERED and s.kind == Kind.SPIN_E2E and s.from_client
     ]
     assert min(raw) < rtt_s * 1000 / 4, f"raw spin should show the spurious edges: {raw}"
     assert filtered and min(filtered) > rtt_s * 1000 * 0.8, filtered
@@ -173,8 +173,8 @@ def test_filtered_delay_sets_aside_a_duplicate_sample(observer: Observer, prog: 
     time.sleep(0.001)
     prog.run_packet(frame(C, S, 40000, 80, bits=TIME))  # a copy 1 ms later (e.g. GSO)
     got = [s for s in observer.poll() if s.kind == Kind.DELAY_E2E]
-    raw = [s.rtt_ms for s in got if s.mode == Mode.RAW]
-    filtered = [s.rtt_ms for s in got if s.mode == Mode.FILTERED]
+    raw = [s.rtt_ms for s in got if s.rules == Rules.RAW]
+    filtered = [s.rtt_ms for s in got if s.rules == Rules.FILTERED]
     assert min(raw) < 5, raw  # Spindump's rule has no lower bound
     assert min(filtered) > 15, filtered
     assert observer.counters()["too_soon"] >= 1

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from mec_common.api import AuthenticatedPrincipal, ProblemError
-from mec_l4s.observer import FlowRtt, Mode, Series
+from mec_l4s.observer import FlowRtt, Rules, Series
 from mec_l4s.service import FlowRttService
 
 router = APIRouter(prefix="/flowrtt/v1", tags=["flow RTT"])
@@ -36,7 +36,7 @@ class Rtt(BaseModel):
     p99_ms: float
 
 
-class ModeRtt(BaseModel):
+class RulesRtt(BaseModel):
     e2e: Rtt | None = Field(description="end-to-end RTT; null until measured")
     client_side: Rtt | None = Field(
         description="half RTT between the observer and the client (and back)"
@@ -52,8 +52,8 @@ class FlowRttInfo(BaseModel):
     server: str
     method: Literal["spin", "delay"] = Field(description="the bit the endpoints agreed on")
     last_sample_age_s: float
-    raw: ModeRtt = Field(description="Spindump's rules, as the research measured")
-    filtered: ModeRtt = Field(description="with the reordering guard and minimum-gap rule")
+    raw: RulesRtt = Field(description="Spindump's rules, as the research measured")
+    filtered: RulesRtt = Field(description="with the reordering guard and minimum-gap rule")
 
 
 class ObserverInfo(BaseModel):
@@ -80,11 +80,11 @@ def _rtt(series: Series | None) -> Rtt | None:
     )
 
 
-def _mode(flow: FlowRtt, mode: Mode) -> ModeRtt:
+def _under(rules: Rules, flow: FlowRtt) -> RulesRtt:
     def get(measurement: str) -> Rtt | None:
-        return _rtt(flow.series.get((mode, measurement)))
+        return _rtt(flow.series.get((rules, measurement)))
 
-    return ModeRtt(e2e=get("e2e"), client_side=get("client_side"), server_side=get("server_side"))
+    return RulesRtt(e2e=get("e2e"), client_side=get("client_side"), server_side=get("server_side"))
 
 
 def _info(flow: FlowRtt) -> FlowRttInfo:
@@ -94,8 +94,8 @@ def _info(flow: FlowRtt) -> FlowRttInfo:
         server=flow.server,
         method="spin" if flow.method == "spin" else "delay",
         last_sample_age_s=max(0.0, (time.monotonic_ns() - flow.last_t_ns) / 1e9),
-        raw=_mode(flow, Mode.RAW),
-        filtered=_mode(flow, Mode.FILTERED),
+        raw=_under(Rules.RAW, flow),
+        filtered=_under(Rules.FILTERED, flow),
     )
 
 

@@ -71,8 +71,10 @@ class Kind(enum.IntEnum):
         return "spin" if self in (Kind.SPIN_E2E, Kind.SPIN_HALF) else "delay"
 
 
-class Mode(enum.IntEnum):
-    """``enum obs_mode``."""
+class Rules(enum.IntEnum):
+    """The observer's two rule sets, applied to the same packets side by side (``enum
+    obs_mode`` of efm_observer.bpf.c): RAW is Spindump's, as the research measured; FILTERED
+    adds the reordering guard and the minimum-gap rule."""
 
     RAW = 0
     FILTERED = 1
@@ -105,7 +107,7 @@ class Sample:
     server: str
     rtt_ms: float
     kind: Kind
-    mode: Mode
+    rules: Rules
     from_client: bool
 
     @property
@@ -128,7 +130,7 @@ class Sample:
             server=server,
             rtt_ms=s.rtt_ns / 1e6,
             kind=Kind(s.kind),
-            mode=Mode(s.mode),
+            rules=Rules(s.mode),
             from_client=s.dir == s.client_dir,
         )
 
@@ -163,7 +165,7 @@ class FlowRtt:
     server: str
     method: str
     last_t_ns: int = 0
-    series: dict[tuple[Mode, str], Series] = field(default_factory=dict)
+    series: dict[tuple[Rules, str], Series] = field(default_factory=dict)
 
     @property
     def flow_id(self) -> str:
@@ -192,7 +194,7 @@ class FlowTable:
                 else:
                     self._flows.move_to_end(fid)
                 flow.last_t_ns = s.t_ns
-                flow.series.setdefault((s.mode, s.measurement), Series()).add(s.rtt_ms)
+                flow.series.setdefault((s.rules, s.measurement), Series()).add(s.rtt_ms)
 
     def flows(self) -> list[FlowRtt]:
         with self._lock:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mec_l4s.efm import Marker, Technique
-from mec_l4s.observer import Mode, Observer, Sample
+from mec_l4s.observer import Observer, Rules, Sample
 from mec_l4s.prague import Prague
 from mts_lab.l4s.bed import MARKER_OBJ, OBSERVER_OBJ, REPO, WanLine, tcp_info_rtt_ms
 from mts_lab.l4s.truth import (
@@ -202,7 +202,7 @@ def _dump(path: Path, samples: list[Sample], tcp: list[TcpRtt]) -> None:
     with path.open("w") as out:
         for s in samples:
             row = {"t_ns": s.t_ns, "server": s.server, "rtt_ms": s.rtt_ms, "kind": s.kind.name,
-                   "mode": s.mode.name, "measurement": s.measurement}  # fmt: skip
+                   "rules": s.rules.name, "measurement": s.measurement}  # fmt: skip
             out.write(json.dumps(row) + "\n")
         for t in tcp:
             row = {"t_ns": t.t_ns, "server": t.local, "mrtt_ms": t.mrtt_ms, "srtt_ms": t.srtt_ms}
@@ -297,8 +297,8 @@ def _summarise(
         | _errors(sender.round_to_round(), "round_to_round")
         | {"excess_share": sum(map(in_excess, sender.samples)) / max(1, len(mrtts))},
     }
-    for mode in Mode:
-        e2e = [s for s in mine if s.mode == mode and s.measurement == "e2e"]
+    for rules in Rules:
+        e2e = [s for s in mine if s.rules == rules and s.measurement == "e2e"]
         row = _stats([s.rtt_ms for s in e2e])
         row |= _errors(
             [s.rtt_ms - v for s in e2e if (v := tcp_info_at(s.t_ns)) is not None], "abs_error"
@@ -315,11 +315,11 @@ def _summarise(
         row |= _errors(calm, "vs_tcp_calm") | _errors(excess, "vs_tcp_excess")
         row["vs_tcp_excess_share"] = len(excess) / max(1, len(calm) + len(excess))
         for side in ("client_side", "server_side"):
-            half = [s.rtt_ms for s in mine if s.mode == mode and s.measurement == side]
+            half = [s.rtt_ms for s in mine if s.rules == rules and s.measurement == side]
             if half:
                 row[f"{side}_p50_ms"] = _percentile(half, 0.5)
                 row[f"{side}_p90_ms"] = _percentile(half, 0.9)
-        out[mode.name.lower()] = row
+        out[rules.name.lower()] = row
     return out
 
 
