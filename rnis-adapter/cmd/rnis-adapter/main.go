@@ -26,10 +26,10 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/mec012"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
+	"mts.invalid/suite/rnis-adapter/internal/pipeline"
 	"mts.invalid/suite/rnis-adapter/internal/poller"
 	"mts.invalid/suite/rnis-adapter/internal/ranclock"
-	"mts.invalid/suite/rnis-adapter/internal/service"
-	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/rnis-adapter/internal/uestate"
 	"mts.invalid/suite/services/common/go/mecapp"
 	"mts.invalid/suite/services/common/go/svc"
 )
@@ -234,7 +234,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	metrics := obs.NewMetrics(app.Health)
 	app.Health.Set("ran_source", false, "not polled yet", true)
 	app.Health.Set("broker", false, "not connected yet", true)
-	tracker := state.New(cfg.DetachAfter)
+	tracker := uestate.New(cfg.DetachAfter)
 	pub := feed.New(feed.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, MaxInFlight: cfg.MaxInFlight, MaxLag: cfg.MaxLag}, metrics, log)
 	apiCfg := mec012.Config{PublicURL: cfg.PublicURL, NotifyTimeout: cfg.NotifyTimeout, MaxSubsPerApp: cfg.MaxSubsPerApp, Tokens: app.Tokens,
 		SubscriptionsFile: filepath.Join(cfg.StateDir, "rnis-subscriptions.json"), AppInstanceID: cfg.AppInstanceID}
@@ -249,7 +249,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pipeline := &service.Pipeline{UEs: book, Clock: clock, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
+	pipe := &pipeline.Pipeline{UEs: book, Clock: clock, Tracker: tracker, Pub: pub, Sink: api, Metrics: metrics, Publish: cfg.Publish}
 
 	app.Mux.Handle("GET /metrics", metrics.Handler())
 	api.Routes(app.Mux)
@@ -279,7 +279,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		if ipm != nil {
 			_ = ipm.Reload() // cheap stat; a bad edit keeps the last good mapping
 		}
-		pipeline.Handle(s, t)
+		pipe.Handle(s, t)
 	}
 	if cfg.Source == "e2" {
 		app.Go(func(ctx context.Context) { e2.New(ecfg, metrics, log).Run(ctx, handle) })

@@ -21,7 +21,7 @@ const (
 const FirstDRBLCID = 3
 
 // NodeGone is how long a node's last MAC report stays in the snapshots after its last
-// indication: then its UEs are missing and detach (state.Tracker).
+// indication: then its UEs are missing and detach (uestate.Tracker).
 const NodeGone = time.Second
 
 // Assembler keeps each node's latest RLC and MAC reports and turns each MAC indication into

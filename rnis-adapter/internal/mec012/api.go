@@ -22,7 +22,7 @@ import (
 
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
-	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/rnis-adapter/internal/uestate"
 	"mts.invalid/suite/services/common/go/auth"
 	"mts.invalid/suite/services/common/go/svc"
 )
@@ -45,7 +45,7 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	auth     []auth.Verifier
-	tracker  *state.Tracker
+	tracker  *uestate.Tracker
 	metrics  *obs.Metrics
 	log      *slog.Logger
 	subs     *store
@@ -55,7 +55,7 @@ type Server struct {
 
 // New returns the API with the subscriptions saved in cfg.SubscriptionsFile; Routes mounts
 // it and Run delivers notifications.
-func New(cfg Config, tracker *state.Tracker, metrics *obs.Metrics, log *slog.Logger) (*Server, error) {
+func New(cfg Config, tracker *uestate.Tracker, metrics *obs.Metrics, log *slog.Logger) (*Server, error) {
 	if cfg.NotifyTimeout <= 0 {
 		cfg.NotifyTimeout = 2 * time.Second
 	}
@@ -103,8 +103,8 @@ func (s *Server) Routes(mux *http.ServeMux) {
 // Run delivers notifications and expires subscriptions until ctx ends.
 func (s *Server) Run(ctx context.Context) { s.notifier.run(ctx) }
 
-// Events implements service.EventSink.
-func (s *Server) Events(events []state.Event) { s.notifier.enqueue(events) }
+// Events implements pipeline.EventSink.
+func (s *Server) Events(events []uestate.Event) { s.notifier.enqueue(events) }
 
 func (s *Server) authorized(h http.HandlerFunc) http.Handler { return svc.Authorized("rni", s.auth, h) }
 

@@ -17,7 +17,7 @@ import (
 
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
-	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/rnis-adapter/internal/uestate"
 	"mts.invalid/suite/services/common/go/auth"
 	"mts.invalid/suite/services/common/go/svc"
 )
@@ -25,12 +25,12 @@ import (
 // The subscription types this RNIS serves, with their filter attribute and event kind.
 var subscriptionTypes = map[string]struct {
 	filter, query string
-	kind          state.Kind
+	kind          uestate.Kind
 }{
-	"CellChangeSubscription": {"filterCriteriaAssocHo", "cell_change", state.CellChange},
-	"RabEstSubscription":     {"filterCriteriaQci", "rab_est", state.RabEst},
-	"RabRelSubscription":     {"filterCriteriaQci", "rab_rel", state.RabRel},
-	"MeasRepUeSubscription":  {"filterCriteriaAssocTri", "meas_rep_ue", state.MeasRep},
+	"CellChangeSubscription": {"filterCriteriaAssocHo", "cell_change", uestate.CellChange},
+	"RabEstSubscription":     {"filterCriteriaQci", "rab_est", uestate.RabEst},
+	"RabRelSubscription":     {"filterCriteriaQci", "rab_rel", uestate.RabRel},
+	"MeasRepUeSubscription":  {"filterCriteriaAssocTri", "meas_rep_ue", uestate.MeasRep},
 }
 
 // subscription is one subscription: the body as the client sent it (returned as is, plus
@@ -507,7 +507,7 @@ type notifier struct {
 	client    *http.Client
 	metrics   *obs.Metrics
 	log       *slog.Logger
-	queue     chan state.Event
+	queue     chan uestate.Event
 	tests     chan *subscription // new subscriptions that asked for a TestNotification
 	mu        sync.Mutex
 	receivers map[string]chan delivery
@@ -525,7 +525,7 @@ const (
 
 func newNotifier(subs *store, timeout time.Duration, metrics *obs.Metrics, log *slog.Logger) *notifier {
 	return &notifier{subs: subs, client: &http.Client{Timeout: timeout}, metrics: metrics, log: log,
-		queue: make(chan state.Event, 4096), tests: make(chan *subscription, 64), receivers: map[string]chan delivery{}}
+		queue: make(chan uestate.Event, 4096), tests: make(chan *subscription, 64), receivers: map[string]chan delivery{}}
 }
 
 // test asks for a TestNotification to a new subscription's callback (MEC 012 v2.2.1
@@ -539,7 +539,7 @@ func (n *notifier) test(sub *subscription) {
 	}
 }
 
-func (n *notifier) enqueue(events []state.Event) {
+func (n *notifier) enqueue(events []uestate.Event) {
 	for _, e := range events {
 		select {
 		case n.queue <- e:
@@ -652,7 +652,7 @@ func (n *notifier) post(ctx context.Context, sub *subscription, body map[string]
 
 // notification builds the notification of an event for a subscription, or nil if the
 // subscription does not want it.
-func notification(sub *subscription, e *state.Event) map[string]any {
+func notification(sub *subscription, e *uestate.Event) map[string]any {
 	spec := subscriptionTypes[sub.Type]
 	if spec.kind != e.Kind {
 		return nil
@@ -679,7 +679,7 @@ func notification(sub *subscription, e *state.Event) map[string]any {
 		out["associateId"] = a
 	}
 	switch e.Kind {
-	case state.CellChange:
+	case uestate.CellChange:
 		if !inCells(m, e.Previous) || !containsInt(f.hoStatus, 3) {
 			return nil
 		}
@@ -687,12 +687,12 @@ func notification(sub *subscription, e *state.Event) map[string]any {
 		out["srcEcgi"] = ecgiOf(e.Previous)
 		out["trgEcgi"] = []Ecgi{ecgiOf(m)}
 		out["hoStatus"] = 3 // COMPLETED: FlexRAN statistics show handovers only once done
-	case state.RabEst, state.RabRel:
+	case uestate.RabEst, uestate.RabRel:
 		if !inCells(m) || !e.ERAB.QCI.Set || e.ERAB.QCI.V != f.qci || (f.erab >= 0 && e.ERAB.ID != f.erab) {
 			return nil
 		}
 		out["ecgi"] = ecgiOf(m)
-		if e.Kind == state.RabEst {
+		if e.Kind == uestate.RabEst {
 			out["notificationType"] = "RabEstNotification"
 			out["erabId"] = e.ERAB.ID
 			out["erabQosParameters"] = map[string]any{"qci": e.ERAB.QCI.V}
@@ -700,7 +700,7 @@ func notification(sub *subscription, e *state.Event) map[string]any {
 			out["notificationType"] = "RabRelNotification"
 			out["erabReleaseInfo"] = map[string]any{"erabId": e.ERAB.ID}
 		}
-	case state.MeasRep:
+	case uestate.MeasRep:
 		const notAvailable = 0 // FlexRAN does not say which event triggered the report
 		if !inCells(m) || (len(f.triggers) > 0 && !containsInt(f.triggers, notAvailable)) {
 			return nil

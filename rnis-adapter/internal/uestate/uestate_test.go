@@ -1,4 +1,4 @@
-package state
+package uestate
 
 import (
 	"net/netip"

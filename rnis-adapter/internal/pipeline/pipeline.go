@@ -1,6 +1,6 @@
-// Package service wires the adapter: each poll's snapshot is normalized, checked against the
+// Package pipeline wires the adapter: each poll's snapshot is normalized, checked against the
 // previous poll (repeats, events), published on AMQP and passed to the MEC 012 notifier.
-package service
+package pipeline
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 	"mts.invalid/suite/rnis-adapter/internal/meas"
 	"mts.invalid/suite/rnis-adapter/internal/obs"
 	"mts.invalid/suite/rnis-adapter/internal/ranclock"
-	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/rnis-adapter/internal/uestate"
 )
 
 // Publisher is the AMQP side (feed.Publisher).
@@ -22,7 +22,7 @@ type Publisher interface {
 
 // EventSink receives every event (the MEC 012 notifier).
 type EventSink interface {
-	Events(events []state.Event)
+	Events(events []uestate.Event)
 }
 
 // What measurement messages a Pipeline publishes (RNIS_AMQP_PUBLISH).
@@ -36,7 +36,7 @@ const (
 type Pipeline struct {
 	UEs     *identity.Book  // UE addresses: configured, reported, learned across re-attaches
 	Clock   *ranclock.Clock // dates the reports and measures the TTI rate (one per source)
-	Tracker *state.Tracker
+	Tracker *uestate.Tracker
 	Pub     Publisher
 	Sink    EventSink
 	Metrics *obs.Metrics
@@ -134,7 +134,7 @@ type eventBody struct {
 }
 
 // EventMessage is the AMQP message of an attach, detach or cell change.
-func EventMessage(e state.Event) feed.Message {
+func EventMessage(e uestate.Event) feed.Message {
 	m := &e.UE
 	b := eventBody{SchemaVersion: meas.SchemaVersion, Event: string(e.Kind), Cell: m.Cell, BSID: m.BSID,
 		RNTI: m.RNTI, TimeNs: e.TimeNs}

@@ -1,8 +1,8 @@
-// Package state keeps the latest measurement of every UE and turns successive polls into
+// Package uestate keeps the latest measurement of every UE and turns successive polls into
 // events: attach, detach and cell change (AMQP feed), and the E-RAB and measurement-report
 // changes the MEC 012 notifications need. It also tells which measurements are exact repeats
 // (same frame, same values), which are not published again.
-package state
+package uestate
 
 import (
 	"sort"

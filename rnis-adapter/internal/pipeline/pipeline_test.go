@@ -1,4 +1,4 @@
-package service
+package pipeline
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 
 	"mts.invalid/suite/rnis-adapter/internal/feed"
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
-	"mts.invalid/suite/rnis-adapter/internal/state"
+	"mts.invalid/suite/rnis-adapter/internal/uestate"
 )
 
 type nopPub struct{ n int }
@@ -41,7 +41,7 @@ func TestPublishModes(t *testing.T) {
 	}
 	for _, mode := range []string{"", PublishUE, PublishCell, PublishBoth} {
 		pub := &keepPub{}
-		p := &Pipeline{Tracker: state.New(time.Second), Pub: pub, Publish: mode}
+		p := &Pipeline{Tracker: uestate.New(time.Second), Pub: pub, Publish: mode}
 		var parser flexran.Parser
 		for range 2 {
 			snaps, err := parser.Parse(doc)
@@ -118,7 +118,7 @@ func BenchmarkPoll(b *testing.B) {
 
 func benchPoll(b *testing.B, doc []byte, mode string) {
 	pub := &nopPub{}
-	p := &Pipeline{Tracker: state.New(time.Second), Pub: pub, Publish: mode}
+	p := &Pipeline{Tracker: uestate.New(time.Second), Pub: pub, Publish: mode}
 	var parser flexran.Parser
 	b.ReportAllocs()
 	b.ResetTimer()
