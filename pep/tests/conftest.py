@@ -6,7 +6,9 @@ test settings; a module that needs other settings starts its own with ``start_pe
 
 from __future__ import annotations
 
+import functools
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +18,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pep_support import DataServer, PepProcess
+from pep_support import (
+    CONNECTORS,
+    DUAL_STACK,
+    DataServer,
+    PepProcess,
+    ThroughPep,
+    connect_socks5,
+    connect_tlv,
+)
 
 from mts_lab.line import Lab
 
@@ -72,3 +82,28 @@ def start_pep(
 @pytest.fixture(scope="module")
 def pep(start_pep: Callable[..., PepProcess]) -> PepProcess:
     return start_pep()
+
+
+@pytest.fixture(scope="module")
+def pep6(start_pep: Callable[..., PepProcess]) -> PepProcess:
+    """A PEP for the lab's IPv4 and IPv6 clients and servers at once."""
+    return start_pep(**DUAL_STACK)
+
+
+@pytest.fixture(scope="module")
+def through_pep(lab: Lab, server: DataServer, server6: DataServer) -> ThroughPep:
+    """``through_pep(family, mode)``: a connection from the client namespace to the data server of
+    that IP version ("ipv4", "ipv6") through the PEP in that mode; IPv6 reaches the explicit
+    modes at the PEP's IPv6 address."""
+    ipv6 = {
+        "transparent": CONNECTORS["transparent"],
+        "socks5": functools.partial(connect_socks5, pep_host=lab.pep_client_side_ip6),
+        "tlv": functools.partial(connect_tlv, pep_host=lab.pep_client_side_ip6),
+    }
+
+    def connect(family: str, mode: str) -> socket.socket:
+        if family == "ipv6":
+            return ipv6[mode](lab, server6.address)
+        return CONNECTORS[mode](lab, server.address)
+
+    return connect

@@ -203,6 +203,10 @@ CONNECTORS: dict[str, Callable[[Lab, tuple[str, int]], socket.socket]] = {
     "tlv": connect_tlv,
 }
 
+# (family, mode) -> a connection to the data server of that IP version through the PEP in
+# that mode (the fixture through_pep)
+ThroughPep = Callable[[str, str], socket.socket]
+
 
 # ---- checks every mode must pass, over either IP version --------------------------------------
 

@@ -1,6 +1,6 @@
 """IPv6 in transparent mode with the UE's source kept, and deny by default for IPv6 clients.
 
-Apart from test_ipv6.py: each test runs its own PEP (with other settings), which must not
+Apart from test_dual_stack.py: each test runs its own PEP (with other settings), which must not
 share the lab's ports and nftables table with that module's PEP.
 """
 

@@ -1,4 +1,5 @@
-"""The relay in real namespaces (client ─ PEP ─ server), through every mode."""
+"""The relay in real namespaces (client ─ PEP ─ server), through every mode (each mode's
+closing behaviour, over IPv4 and IPv6: test_dual_stack)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,6 @@ from pep_support import (
     TLV_PORT,
     DataServer,
     PepProcess,
-    check_client_abort,
-    check_half_close,
-    check_server_reset,
     connect_direct,
     connect_socks5,
     connect_tlv,
@@ -101,25 +99,6 @@ def test_iperf3(lab: Lab, pep: PepProcess, iperf_server: int, mode: str, reverse
     relayed = "bytes_to_ue" if reverse else "bytes_from_ue"
     assert after[relayed] - before[relayed] >= result["bytes"]
     assert after["established"] - before["established"] == 3  # control + 2 streams
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_half_close_is_propagated(lab: Lab, pep: PepProcess, server: DataServer, mode: str) -> None:
-    check_half_close(CONNECTORS[mode](lab, server.address))
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_server_reset_reaches_the_client(
-    lab: Lab, pep: PepProcess, server: DataServer, mode: str
-) -> None:
-    check_server_reset(CONNECTORS[mode](lab, server.address))
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_client_abort_reaches_the_server(
-    lab: Lab, pep: PepProcess, server: DataServer, mode: str
-) -> None:
-    check_client_abort(server, lambda: CONNECTORS[mode](lab, server.address))
 
 
 def test_denied_destination_is_refused(lab: Lab, pep: PepProcess, server: DataServer) -> None:

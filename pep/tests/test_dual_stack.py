@@ -1,4 +1,6 @@
-"""IPv6 through every mode: the mode tests of test_relay/test_transparent over IPv6.
+"""One PEP for IPv4 and IPv6 at once, through every mode: each mode's data and closing
+behaviour over both IP versions, and what only IPv6 has (test_relay has the rest of the
+relay's tests, test_ipv6_transparent IPv6's own interception).
 
 The lab's namespaces have IPv6 (fd00:201:1::/64 client side, fd00:201:2::/64 server side);
 the PEP listens on [::] in every mode beside IPv4 and intercepts IPv6 with an ip6 table.
@@ -6,21 +8,16 @@ the PEP listens on [::] in every mode beside IPv4 and intercepts IPv6 with an ip
 
 from __future__ import annotations
 
-import functools
-import socket
-from collections.abc import Callable
-
 import pytest
 from pep_support import (
-    DUAL_STACK,
+    CONNECTORS,
     DataServer,
     PepProcess,
+    ThroughPep,
     check_client_abort,
     check_half_close,
     check_server_reset,
-    connect_direct,
     connect_socks5,
-    connect_tlv,
     expected_digest,
     receive_digest,
     request,
@@ -32,39 +29,23 @@ from mts_lab.line import Lab
 pytestmark = pytest.mark.netns
 
 MB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def pep6(start_pep: Callable[..., PepProcess]) -> PepProcess:
-    return start_pep(**DUAL_STACK)
-
-
-def connectors(lab: Lab) -> dict[str, Callable[[Lab, tuple[str, int]], socket.socket]]:
-    """Each mode reached over IPv6 (the explicit modes at the PEP's IPv6 address)."""
-    return {
-        "transparent": connect_direct,
-        "socks5": functools.partial(connect_socks5, pep_host=lab.pep_client_side_ip6),
-        "tlv": functools.partial(connect_tlv, pep_host=lab.pep_client_side_ip6),
-    }
-
-
-MODES = ["transparent", "socks5", "tlv"]
+MODES = list(CONNECTORS)
+FAMILIES = ["ipv4", "ipv6"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_checksummed_both_ways_and_the_flow_state(
-    lab: Lab, pep6: PepProcess, server6: DataServer, mode: str
+def test_checksummed_both_ways_and_the_flow_state_over_ipv6(
+    lab: Lab, pep6: PepProcess, server6: DataServer, through_pep: ThroughPep, mode: str
 ) -> None:
-    connect = connectors(lab)[mode]
     size = 32 * MB
-    with connect(lab, server6.address) as sock:
+    with through_pep("ipv6", mode) as sock:
         sock.sendall(request(b"U", size))
         send_stream(sock, size)
         assert sock.recv(64).decode() == expected_digest(size)
-    with connect(lab, server6.address) as sock:
+    with through_pep("ipv6", mode) as sock:
         sock.sendall(request(b"D", size))
         assert receive_digest(sock) == (size, expected_digest(size))
-    with connect(lab, server6.address) as sock:
+    with through_pep("ipv6", mode) as sock:
         sock.sendall(request(b"E") + b"six")
         assert sock.recv(3) == b"six"
         response = pep6.get("/pep/v1/flows", params={"ue": lab.client_ip6})
@@ -79,25 +60,33 @@ def test_checksummed_both_ways_and_the_flow_state(
     assert server6.peers[-1][0] == lab.pep_server_side_ip6  # the PEP's own address
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("mode", MODES)
 def test_half_close_is_propagated(
-    lab: Lab, pep6: PepProcess, server6: DataServer, mode: str
+    pep6: PepProcess, through_pep: ThroughPep, family: str, mode: str
 ) -> None:
-    check_half_close(connectors(lab)[mode](lab, server6.address))
+    check_half_close(through_pep(family, mode))
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("mode", MODES)
 def test_server_reset_reaches_the_client(
-    lab: Lab, pep6: PepProcess, server6: DataServer, mode: str
+    pep6: PepProcess, through_pep: ThroughPep, family: str, mode: str
 ) -> None:
-    check_server_reset(connectors(lab)[mode](lab, server6.address))
+    check_server_reset(through_pep(family, mode))
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("mode", MODES)
 def test_client_abort_reaches_the_server(
-    lab: Lab, pep6: PepProcess, server6: DataServer, mode: str
+    pep6: PepProcess,
+    server: DataServer,
+    server6: DataServer,
+    through_pep: ThroughPep,
+    family: str,
+    mode: str,
 ) -> None:
-    check_client_abort(server6, lambda: connectors(lab)[mode](lab, server6.address))
+    check_client_abort(server6 if family == "ipv6" else server, lambda: through_pep(family, mode))
 
 
 def test_an_ipv4_client_reaches_an_ipv6_server_through_socks5(
