@@ -139,8 +139,10 @@ class System:
         url = f"http://{topo.mgmt['mec_peer']}:{PLATFORM_PORT}"
         wait_for(lambda: httpx.get(f"{url}/healthz", timeout=2).status_code == 200,
                  90, "the platform", proc, self.work / "platform.log")  # fmt: skip
+        # scrypt verifies the secret: seconds on a loaded machine (httpx's default is 5 s)
         token = httpx.post(f"{url}/oauth2/token", data={"grant_type": "client_credentials"},
-                           auth=("admin", self.admin_secret)).json()["access_token"]  # fmt: skip
+                           auth=("admin", self.admin_secret),
+                           timeout=30).json()["access_token"]  # fmt: skip
         self.admin_token = token
         self.admin = httpx.Client(base_url=url, timeout=30,
                                   headers={"Authorization": f"Bearer {token}"})  # fmt: skip
