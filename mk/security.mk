@@ -8,4 +8,4 @@ test-security: python rabbitmq build/bin/rnis-adapter build/bin/flexran-source #
 	uv run pytest -q -s security/tests
 
 bench-security: python ## platform /healthz latency under 300 concurrent failed logins (docs/results.md)
-	uv run python security/bench_logins.py --out docs/results/security
+	uv run python -m mts_lab.platform.logins_bench --out docs/results/security

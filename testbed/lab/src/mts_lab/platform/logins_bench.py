@@ -9,7 +9,7 @@ limits; the same with the limits lifted (only the worker threads keep scrypt off
 loop). A prober asks /healthz every 20 ms throughout, on a connection and in a process of
 its own.
 
-    uv run python security/bench_logins.py --out docs/results/security
+    uv run python -m mts_lab.platform.logins_bench --out docs/results/security
 """
 
 from __future__ import annotations
