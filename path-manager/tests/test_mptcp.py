@@ -22,7 +22,8 @@ from ipaddress import IPv4Address
 
 import pytest
 
-from path_manager.actuation import MptcpActuator, subflow_bytes
+from mts_lab.mptcp import acked_growth
+from path_manager.actuation import MptcpActuator
 from path_manager.mptcp import MptcpPm, NetlinkError, in_netns
 
 pytestmark = pytest.mark.netns
@@ -124,20 +125,8 @@ class Transfer:
             s.close()
 
 
-def per_cell(proxy: str) -> dict[int, int]:
-    out = {1: 0, 2: 0}
-    for (_, remote), acked in subflow_bytes(proxy).items():
-        for cell, ip in CELL.items():
-            if remote.startswith(f"{ip}:"):
-                out[cell] += acked
-    return out
-
-
 def growth_over(proxy: str, seconds: float) -> dict[int, int]:
-    before = per_cell(proxy)
-    time.sleep(seconds)
-    after = per_cell(proxy)
-    return {cell: after[cell] - before[cell] for cell in CELL}
+    return acked_growth(proxy, CELL, seconds)
 
 
 def wait_for_subflows(actuator: MptcpActuator, count: int) -> None:

@@ -36,7 +36,8 @@ from pep_support import (
 )
 
 from mts_lab.line import Lab, in_netns
-from path_manager.actuation import MptcpActuator, subflow_bytes
+from mts_lab.mptcp import acked_growth
+from path_manager.actuation import MptcpActuator
 
 pytestmark = pytest.mark.netns
 
@@ -120,21 +121,9 @@ class Download:
         return self.result
 
 
-def per_cell(lab: Lab) -> dict[int, int]:
-    """Bytes acked by the UE per cell, summed over the PEP's subflows toward it."""
-    out = dict.fromkeys(CELL, 0)
-    for (_, remote), acked in subflow_bytes(lab.pep_ns).items():
-        for cell, ip in CELL.items():
-            if remote.startswith(f"{ip}:"):
-                out[cell] += acked
-    return out
-
-
 def growth_over(lab: Lab, seconds: float) -> dict[int, int]:
-    before = per_cell(lab)
-    time.sleep(seconds)
-    after = per_cell(lab)
-    return {cell: after[cell] - before[cell] for cell in CELL}
+    """Bytes acked by the UE per cell over the PEP's subflows toward it."""
+    return acked_growth(lab.pep_ns, CELL, seconds)
 
 
 def wait_for_subflows(actuator: MptcpActuator, old_tokens: set[int]) -> int:
