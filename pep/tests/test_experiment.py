@@ -31,3 +31,6 @@ def test_experiment_small(tmp_path: Path) -> None:
         (fct,) = r[path]["fct_s"]
         assert ideal * 0.9 < fct < 60, (path, fct, ideal)  # cannot beat the radio
         assert r[path]["timeline_first_run"][-1][1] == setup.size
+        # the sender's socket toward the UE was sampled, with the fields the plot uses
+        trace = r[path]["sender_first_run"]
+        assert trace and all({"t", "cwnd", "mss", "rtt_ms"} <= x.keys() for x in trace), trace

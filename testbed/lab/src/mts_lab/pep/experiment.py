@@ -6,7 +6,9 @@ into a download. The UE downloads a file from the server end to end (E2E) or thr
 PEP (transparent mode in the MEC namespace); the completion time is measured at the UE.
 The research reports −38.5 % (E2E FQ-CoDel 23.29 s → PEP 14.31 s, 32 MB). Each radio queue
 discipline (FQ-CoDel, and a FIFO sized to the BDP like the research's BFIFO) is run with
-E2E and PEP alternately, ``--runs`` times.
+E2E and PEP alternately, ``--runs`` times. The sender's socket toward the UE (the PEP's RAN
+leg, or the server end to end) is sampled every 0.1 s with ``ss -ti`` (cwnd, srtt, unacked,
+retransmissions): what limits the rate around the step.
 
 The content server and the downloader are ``mts_lab.traffic``'s.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -78,6 +81,35 @@ ues:
         queue: {queue_spec}
         channel: {{model: fixed, capacity_mbps: {setup.low_mbps}}}
 """
+
+
+SS_FIELDS = {  # what `ss -ti` prints for a TCP socket -> our key and unit
+    "cwnd": re.compile(r"\bcwnd:(\d+)"),
+    "ssthresh": re.compile(r"\bssthresh:(\d+)"),
+    "rtt_ms": re.compile(r"\brtt:([\d.]+)/"),
+    "mss": re.compile(r"\bmss:(\d+)"),
+    "unacked": re.compile(r"\bunacked:(\d+)"),
+    "retrans_total": re.compile(r"\bretrans:\d+/(\d+)"),
+}
+
+
+def parse_ss(text: str) -> list[dict[str, float]]:
+    """``# <unix time>`` lines, each followed by the sender's socket as ``ss -tin`` shows it:
+    one sample per time with the fields of SS_FIELDS (absent fields are left out)."""
+    samples, t = [], None
+    for line in text.splitlines():
+        if line.startswith("# "):
+            t = float(line[2:])
+            continue
+        if t is None or "cwnd:" not in line:
+            continue
+        sample = {"t": t}
+        for key, pattern in SS_FIELDS.items():
+            if m := pattern.search(line):
+                sample[key] = float(m.group(1))
+        samples.append(sample)
+        t = None  # one socket per time
+    return samples
 
 
 class Testbed:
@@ -160,17 +192,26 @@ class Testbed:
         )  # fmt: skip
         assert client.stdout is not None
         json.loads(client.stdout.readline())  # started
+        started = time.time()
+        # The sender's socket toward the UE: the PEP's RAN leg, or the server end to end.
+        sender = self.topo.mec.ns if port == PORT_PEP else self.topo.server.ns
+        sample = f'echo "# $(date +%s.%N)"; ss -tinH dst {ue.paths[0].ip}'
+        trace = self.topo.popen(sender, "sh", "-c", f"while :; do {sample}; sleep 0.1; done",
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
         step = threading.Timer(s.step_after_s, self.set_capacity, args=(s.high_mbps,))
         step.start()
         try:
             out, _ = client.communicate(timeout=600)
         finally:
             step.cancel()
+            trace.terminate()
+            trace_text, _ = trace.communicate(timeout=10)
         if client.returncode != 0:
             raise RuntimeError(f"download failed on port {port}")
         result: dict[str, Any] = json.loads(out)
         if result["bytes"] != s.size:
             raise RuntimeError(f"got {result['bytes']} of {s.size} bytes")
+        result["sender"] = [{**x, "t": round(x["t"] - started, 3)} for x in parse_ss(trace_text)]
         return result
 
     def close(self) -> None:
@@ -220,7 +261,9 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for label, rs in runs.items():
         fcts = [r["fct_s"] for r in rs]
         summary[label] = {"fct_s_median": statistics.median(fcts), "fct_s": fcts,
-                          "timeline_first_run": rs[0]["timeline"]}  # fmt: skip
+                          "timeline_first_run": rs[0]["timeline"],
+                          # the sender's socket toward the UE every 0.1 s (ss -ti)
+                          "sender_first_run": rs[0]["sender"]}  # fmt: skip
     e2e, pep = summary["e2e"]["fct_s_median"], summary["pep"]["fct_s_median"]
     summary["pep_vs_e2e_percent"] = (pep - e2e) / e2e * 100
     return summary
@@ -246,8 +289,22 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     queues = list(results["queues"])
-    fig, axes = plt.subplots(1, len(queues) + 1, figsize=(5 * (len(queues) + 1), 4))
+    fig, grid = plt.subplots(2, len(queues) + 1, figsize=(5 * (len(queues) + 1), 8))
+    axes = grid[0]
     setup = results["setup"]
+    for ax, queue in zip(grid[1], queues, strict=False):
+        for label, color in (("e2e", "#888888"), ("pep", "#1f77b4")):
+            trace = results["queues"][queue][label].get("sender_first_run", [])
+            ok = [x for x in trace if {"cwnd", "mss", "rtt_ms"} <= x.keys() and x["rtt_ms"] > 0]
+            ax.plot([x["t"] for x in ok],
+                    [x["cwnd"] * x["mss"] * 8 / (x["rtt_ms"] / 1e3) / 1e6 for x in ok],
+                    label=f"{label.upper()} sender cwnd/RTT", color=color)  # fmt: skip
+        ax.axvline(setup["step_after_s"], ls="--", color="k", lw=0.8)
+        ax.set_title(f"radio queue {queue}: sender's window rate toward the UE (run 1)")
+        ax.set_xlabel("s since the download started")
+        ax.set_ylabel("cwnd · MSS / srtt, Mbit/s")
+        ax.legend()
+    grid[1][-1].axis("off")
     for ax, queue in zip(axes, queues, strict=False):
         for label, color in (("e2e", "#888888"), ("pep", "#1f77b4")):
             t, b = zip(*results["queues"][queue][label]["timeline_first_run"], strict=True)
