@@ -23,3 +23,14 @@ def save_results(
     plot(results, out / f"{name}.png")
     print(table(results))
     print(f"\nwrote {out / f'{name}.json'} and {out / f'{name}.png'}")
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing into files (the Agg backend: no display on a lab machine),
+    imported when a plot is drawn, so that the runs themselves do not pay for it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from mts_lab import REPO, traffic
+from mts_lab.results import pyplot
 from mts_testbed import builder
 from mts_testbed.netns import stop_processes
 from mts_testbed.topology import Topology
@@ -437,10 +438,7 @@ def write_results(downloads: list[Download], args: argparse.Namespace) -> Path:
 
 
 def plot(downloads: list[Download], path: Path, scenario: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for d in downloads:

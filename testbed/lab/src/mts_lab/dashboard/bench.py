@@ -29,7 +29,7 @@ import yaml
 
 from mts_lab import REPO, run
 from mts_lab.dashboard.browser import chromium, sign_in
-from mts_lab.results import Results, save_results
+from mts_lab.results import Results, pyplot, save_results
 
 UES_PER_CELL = 32
 CELLS = (10000, 10001)
@@ -206,10 +206,7 @@ def measure(args: argparse.Namespace) -> Results:
 
 
 def plot(results: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for label, series in results["series"].items():

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import yaml
 
+from mts_lab.results import pyplot
 from mts_testbed import builder
 from mts_testbed.topology import Topology
 
@@ -183,10 +184,7 @@ def run(seconds: float, log: Any = print) -> dict[str, Any]:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
     caps = results["capacity"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from mec_common.bpf import BpfProgram
 from mec_l4s.observer import Observer
 from mts_lab.l4s.bed import OBSERVER_OBJ, REPO
-from mts_lab.results import Results, save_results
+from mts_lab.results import Results, pyplot, save_results
 
 REPEAT = 1_000_000
 
@@ -84,10 +84,7 @@ def table(results: Results) -> str:
 
 
 def plot(results: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = list(results["costs"])
     fig, ax = plt.subplots(figsize=(7, 3))

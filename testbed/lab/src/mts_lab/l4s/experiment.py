@@ -45,7 +45,7 @@ from mts_lab.l4s.truth import (
     in_excess,
     sender_rtt_name,
 )
-from mts_lab.results import Results, save_results
+from mts_lab.results import Results, pyplot, save_results
 
 PRAGUE_OBJ = REPO / "build/bpf/prague.bpf.o"
 SENDER_RTT_OBJ = REPO / "build/bpf/sender_rtt.bpf.o"
@@ -439,10 +439,7 @@ def table_reorder(results: Results) -> str:
 
 
 def plot_reorder(results: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rates = list(results["tables"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
@@ -466,10 +463,7 @@ def plot_reorder(results: Results, path: Path) -> None:
 
 
 def plot(results: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = list(results["table"])
     fig, ax = plt.subplots(figsize=(8, 4))

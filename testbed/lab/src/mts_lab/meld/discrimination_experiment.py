@@ -54,7 +54,7 @@ from mts_lab.meld.discrimination import (
     read_drops,
 )
 from mts_lab.meld.experiment import MODE_COLORS
-from mts_lab.results import save_results
+from mts_lab.results import pyplot, save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld-discrimination.yaml"
 MODES = ("off", "meld-de", "meld-me", "meld-overflow", "ignore-loss")
@@ -238,10 +238,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ccas = list(results["summary"])
     modes = results["setup"]["modes"]

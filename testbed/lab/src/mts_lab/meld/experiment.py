@@ -35,7 +35,7 @@ from mts_lab.meld.bed import (
     percentile,
     running_bed,
 )
-from mts_lab.results import save_results
+from mts_lab.results import pyplot, save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 PORT = 5001
@@ -135,10 +135,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ccas = list(results["summary"])
     modes = results["setup"]["modes"]

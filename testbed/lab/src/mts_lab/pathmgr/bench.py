@@ -22,6 +22,7 @@ import numpy as np
 
 from mts_lab import REPO
 from mts_lab.pathmgr.montecarlo import simulate
+from mts_lab.results import pyplot
 from path_manager.predictor import PathState, Scenario, Solver, Thresholds, predict
 
 PACKET_BITS = 12_000
@@ -167,10 +168,7 @@ def run_bench(repeat: int, scenarios: int, mc_samples: int, out_dir: Path) -> di
 
 
 def _plot(times: dict[int, dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     n = list(times)
     fig, ax = plt.subplots(figsize=(6.5, 4))

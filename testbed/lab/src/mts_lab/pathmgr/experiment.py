@@ -38,6 +38,7 @@ import numpy as np
 
 from mec_common.health import Health
 from mts_lab import REPO
+from mts_lab.results import pyplot
 from mts_testbed.topology import Topology
 from path_manager.control import ControlMode
 from path_manager.manager import PathManager
@@ -299,10 +300,7 @@ def compact(run: dict[str, Any], window: float = 0.2) -> dict[str, Any]:
 
 def plot(runs: list[dict[str, Any]], out: Path, scale: float) -> None:
     """Plots from compacted runs (see ``compact``): time series per scheme and delay CDFs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(3, len(runs), figsize=(4 * len(runs), 8), sharex=True, squeeze=False)
     for col, r in enumerate(runs):

@@ -21,6 +21,7 @@ import numpy as np
 
 from mts_lab import REPO
 from mts_lab.pathmgr.simulate import DELAY_BINS, RunResult, SimSetup, run_once, settings_for
+from mts_lab.results import pyplot
 from path_manager.control import ControlMode, ControlSettings
 
 # Table 4.1: average reactive-triggered path changes per run (100 runs).
@@ -216,10 +217,7 @@ def _ms(value: float | None) -> str:
 
 
 def plot_study(summary: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     edges = np.array(summary["delay_bin_edges_s"])[1:]
     configs = summary["configs"]

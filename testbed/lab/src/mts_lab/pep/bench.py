@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mts_lab.line import Lab, in_netns
-from mts_lab.results import save_results
+from mts_lab.results import pyplot, save_results
 
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
 HAPROXY_IPERF, HAPROXY_LOAD = 5203, 7003
@@ -605,10 +605,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(
         1, 5, figsize=(21, 4.2), gridspec_kw={"width_ratios": [3, 3, 1.4, 1.8, 1.4]}

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from mts_lab import traffic
-from mts_lab.results import save_results
+from mts_lab.results import pyplot, save_results
 
 PORT_PEP, PORT_E2E = 5001, 5002  # the PEP intercepts the first only
 # The research's hosts ran Cubic. A namespace's default may only be a "non-restricted"
@@ -283,10 +283,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     queues = list(results["queues"])
     fig, grid = plt.subplots(2, len(queues) + 1, figsize=(5 * (len(queues) + 1), 8))

@@ -31,6 +31,7 @@ import httpx
 import uvicorn
 
 from mec_platform.testing import SIMPLE_APPD, free_port
+from mts_lab.results import pyplot
 
 SM = "/mec_service_mgmt/v1"
 
@@ -174,10 +175,7 @@ def fanout(app: httpx.Client, iid: str, subscribers: int, rounds: int) -> dict[s
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     runs = result["discovery"]

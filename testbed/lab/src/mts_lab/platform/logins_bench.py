@@ -34,7 +34,7 @@ from typing import Any
 
 import aiohttp
 
-from mts_lab.results import Results, save_results
+from mts_lab.results import Results, pyplot, save_results
 
 GOAL_P99_MS = 50.0
 
@@ -176,10 +176,7 @@ def table(r: Results) -> str:
 
 
 def plot(r: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(r["phases"])
     fig, ax = plt.subplots(figsize=(7, 3.5))

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from mts_lab.platform.bench import SM, Callbacks, service, setup_app, start_platform
-from mts_lab.results import Results, save_results
+from mts_lab.results import Results, pyplot, save_results
 
 SUBSCRIPTION = "SerAvailabilityNotificationSubscription"
 
@@ -93,10 +93,7 @@ def measure(stalled: int, count: int) -> dict[str, Any]:
 
 
 def plot(results: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for run in results["runs"]:

@@ -43,7 +43,7 @@ from mts_lab.meld.bed import (
     percentile,
     running_bed,
 )
-from mts_lab.results import save_results
+from mts_lab.results import pyplot, save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-rapid.yaml"
 # Server ports: the PEP splits the first two only.
@@ -220,10 +220,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     variants = results["setup"]["variants"]
     colors = {"e2e": "#888888", "pep": "#ff7f0e", "rapid": "#1f77b4"}

@@ -24,7 +24,7 @@ from typing import Any
 
 from mec_pep.sockets import tcp_info
 from mts_lab.meld.bed import environment, mean_ci95, percentile
-from mts_lab.results import Results, save_results
+from mts_lab.results import Results, pyplot, save_results
 from mts_lab.sigma.bed import Scale, UplinkBed
 from mts_ue.sigma import Sigma
 
@@ -203,10 +203,7 @@ def table(results: Results) -> str:
 
 
 def plot(results: Results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(results["scenarios"])
     ccs = list(next(iter(results["scenarios"].values()))["by_cc"]) if names else []

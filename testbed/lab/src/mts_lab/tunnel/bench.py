@@ -23,7 +23,7 @@ import statistics
 import time
 from pathlib import Path
 
-from mts_lab.results import Results, save_results
+from mts_lab.results import Results, pyplot, save_results
 from mts_lab.tunnel.bed import MEC_ADDR, UE_ADDR, PathSpec, TunnelBed, path_addr, ping_rtts
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -134,10 +134,7 @@ def table(r: Results) -> str:
 
 
 def plot(r: Results, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     names = ["path 1 alone", "path 2 alone", "sum", "tunnel"]

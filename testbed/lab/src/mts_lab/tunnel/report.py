@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mts_lab.meld.bed import mean_ci95
-from mts_lab.results import Results
+from mts_lab.results import Results, pyplot
 
 FIFO1, FQ1 = "1 hom fifo rr", "1 hom fq_codel rr"
 FIFO2, FQ2 = "2 hom fifo rr", "2 hom fq_codel rr"
@@ -235,10 +235,7 @@ def ping_cdfs(ax: Any, r: Results, labels: dict[str, str], title: str) -> None:
 
 
 def plot(r: Results, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
     (a, b, c, d), (e, f, g, h) = axes
