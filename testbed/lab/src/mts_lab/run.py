@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 
 from mts_lab import REPO, traffic
-from mts_lab.results import pyplot
+from mts_lab.results import pyplot, save_figure
 from mts_testbed import builder
 from mts_testbed.netns import stop_processes
 from mts_testbed.topology import Topology
@@ -449,9 +449,7 @@ def plot(downloads: list[Download], path: Path, scenario: str) -> None:
     ax.set_title(f"One download at the UE, emulated RAN ({scenario})")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def summary(downloads: list[Download]) -> str:

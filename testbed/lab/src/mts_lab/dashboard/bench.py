@@ -29,7 +29,7 @@ import yaml
 
 from mts_lab import REPO, run
 from mts_lab.dashboard.browser import chromium, sign_in
-from mts_lab.results import Results, pyplot, save_results
+from mts_lab.results import Results, pyplot, save_figure, save_results
 
 UES_PER_CELL = 32
 CELLS = (10000, 10001)
@@ -217,9 +217,7 @@ def plot(results: Results, path: Path) -> None:
     ax.set_title(f"Dashboard with {results['ues']} UEs, RNIS polling every 8 ms")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def table(results: Results) -> str:

@@ -15,6 +15,7 @@ shared broker.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ import httpx
 
 from mts_lab import REPO, traffic
 from mts_lab.line import in_netns
+from mts_lab.results import pyplot
 
 if TYPE_CHECKING:
     from mts_testbed.topology import Topology
@@ -351,6 +353,50 @@ def alternating(runs: int, arms: Sequence[str]) -> Iterator[tuple[int, str]]:
         k = run % len(arms)
         for arm in [*arms[k:], *arms[:k]]:
             yield run, arm
+
+
+def modes_main(
+    doc: str,
+    run: Callable[[list[str], list[str], int, int, Path], Any],
+    *,
+    out: Path,
+    runs: int,
+    size: int,
+    modes: Sequence[str],
+    resummarize: Callable[[Path], None] | None = None,
+) -> None:
+    """The command line of an experiment over congestion controls and modes (``--out``,
+    ``--runs``, ``--size``, ``--ccas``, ``--modes``), which calls ``run`` with them; with
+    ``resummarize``, ``--summarize`` redoes only the summary and plot of the saved runs in
+    OUT."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--size", type=int, default=size, help="bytes per download")
+    parser.add_argument("--ccas", default="reno,cubic")
+    parser.add_argument("--modes", default=",".join(modes))
+    if resummarize is not None:
+        parser.add_argument(
+            "--summarize", action="store_true", help="only redo the summary and plot of OUT's runs"
+        )
+    args = parser.parse_args()
+    if resummarize is not None and args.summarize:
+        resummarize(args.out)
+    else:
+        run(args.ccas.split(","), args.modes.split(","), args.runs, args.size, args.out)
+
+
+def figure_per_cca(
+    results: dict[str, Any], columns: int, size: tuple[float, float]
+) -> tuple[Any, list[tuple[Any, str, dict[str, Any]]]]:
+    """A figure with a row of ``columns`` axes per congestion control of an experiment's
+    results (``size``: width, height of a row): the figure and (axes, CCA, its summary) per
+    row."""
+    ccas = list(results["summary"])
+    fig, axes = pyplot().subplots(
+        len(ccas), columns, figsize=(size[0], size[1] * len(ccas)), squeeze=False
+    )
+    return fig, [(row, cca, results["summary"][cca]) for row, cca in zip(axes, ccas, strict=True)]
 
 
 # ---- statistics shared by the experiments ------------------------------------------------------

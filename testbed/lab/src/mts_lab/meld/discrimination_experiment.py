@@ -21,7 +21,6 @@ by cause, verdicts, each verdict per episode truth, the load average per run),
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import os
@@ -41,7 +40,9 @@ from mts_lab.meld.bed import (
     RanAwareBed,
     alternating,
     environment,
+    figure_per_cca,
     mean_ci95,
+    modes_main,
     percentile,
     running_bed,
 )
@@ -54,7 +55,7 @@ from mts_lab.meld.discrimination import (
     read_drops,
 )
 from mts_lab.meld.experiment import MODE_COLORS
-from mts_lab.results import pyplot, save_results
+from mts_lab.results import save_figure, save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld-discrimination.yaml"
 MODES = ("off", "meld-de", "meld-me", "meld-overflow", "ignore-loss")
@@ -238,14 +239,10 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    plt = pyplot()
-
-    ccas = list(results["summary"])
     modes = results["setup"]["modes"]
     colors = MODE_COLORS
-    fig, axes = plt.subplots(len(ccas), 2, figsize=(13, 4.5 * len(ccas)), squeeze=False)
-    for row, cca in zip(axes, ccas, strict=True):
-        s = results["summary"][cca]
+    fig, rows = figure_per_cca(results, 2, (13, 4.5))
+    for row, cca, s in rows:
         ax = row[0]
         for m in modes:
             g, p90 = s[m]["goodput_mbps"], s[m]["rtt_ms_p90"]
@@ -269,20 +266,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.set_ylim(0, 1.05)
         ax.set_title(f"{cca}: decisions vs the emulator's drop labels (goal 0.95 dashed)")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs/results/meld")
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--size", type=int, default=5_000_000, help="bytes per download")
-    parser.add_argument("--ccas", default="reno,cubic")
-    parser.add_argument("--modes", default=",".join(MODES))
-    args = parser.parse_args()
-    run(args.ccas.split(","), args.modes.split(","), args.runs, args.size, args.out)
+    modes_main(__doc__, run, out=REPO / "docs/results/meld", runs=10, size=5_000_000, modes=MODES)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ MELD-ME +80 % (NewReno) / +8 % (Cubic); MELD-DE +131 % / +9 % with higher RTT.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -32,11 +31,13 @@ from mts_lab.meld.bed import (
     RanAwareBed,
     alternating,
     environment,
+    figure_per_cca,
     mean_ci95,
+    modes_main,
     percentile,
     running_bed,
 )
-from mts_lab.results import pyplot, save_results
+from mts_lab.results import save_figure, save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 PORT = 5001
@@ -148,14 +149,10 @@ def table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    plt = pyplot()
-
-    ccas = list(results["summary"])
     modes = results["setup"]["modes"]
     colors = MODE_COLORS
-    fig, axes = plt.subplots(len(ccas), 3, figsize=(16, 4.2 * len(ccas)), squeeze=False)
-    for row, cca in zip(axes, ccas, strict=True):
-        s = results["summary"][cca]
+    fig, rows = figure_per_cca(results, 3, (16, 4.2))
+    for row, cca, s in rows:
         ax = row[0]
         ax.bar(modes, [s[m]["goodput_mbps_mean"] for m in modes],
                yerr=[s[m]["goodput_mbps_ci95"] for m in modes], capsize=6,
@@ -181,26 +178,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("CDF")
         ax.set_title(f"{cca}: RTT distribution")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs/results/meld")
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--size", type=int, default=20_000_000, help="bytes per download")
-    parser.add_argument("--ccas", default="reno,cubic")
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument(
-        "--summarize", action="store_true", help="only redo the summary and plot of OUT/meld.json"
-    )
-    args = parser.parse_args()
-    if args.summarize:
-        resummarize(args.out)
-        return
-    run(args.ccas.split(","), args.modes.split(","), args.runs, args.size, args.out)
+    modes_main(__doc__, run, out=REPO / "docs/results/meld", runs=10, size=20_000_000,
+               modes=MODES, resummarize=resummarize)  # fmt: skip
 
 
 def resummarize(out: Path) -> None:

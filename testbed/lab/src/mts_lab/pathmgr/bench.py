@@ -22,7 +22,7 @@ import numpy as np
 
 from mts_lab import REPO
 from mts_lab.pathmgr.montecarlo import simulate
-from mts_lab.results import pyplot
+from mts_lab.results import pyplot, save_figure
 from path_manager.predictor import PathState, Scenario, Solver, Thresholds, predict
 
 PACKET_BITS = 12_000
@@ -183,9 +183,7 @@ def _plot(times: dict[int, dict[str, Any]], path: Path) -> None:
     )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

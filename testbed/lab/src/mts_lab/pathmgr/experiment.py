@@ -38,7 +38,7 @@ import numpy as np
 
 from mec_common.health import Health
 from mts_lab import REPO
-from mts_lab.results import pyplot
+from mts_lab.results import pyplot, save_figure
 from mts_testbed.topology import Topology
 from path_manager.control import ControlMode
 from path_manager.manager import PathManager
@@ -328,9 +328,7 @@ def plot(runs: list[dict[str, Any]], out: Path, scale: float) -> None:
         f"PEP over MPTCP on the emulated RAN, Table 7.2 scaled 1/{scale:.0f}: min-max per 200 ms"
         " (red dots: reactive changes)"
     )
-    fig.tight_layout()
-    fig.savefig(out / "timeseries.png", dpi=100)
-    plt.close(fig)
+    save_figure(fig, out / "timeseries.png", dpi=100)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in runs:
@@ -341,9 +339,7 @@ def plot(runs: list[dict[str, Any]], out: Path, scale: float) -> None:
            title="Delay CDF per scheme (emulated RAN)")  # fmt: skip
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "delay_cdf.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "delay_cdf.png")
 
 
 def amqp_user() -> tuple[str, str]:

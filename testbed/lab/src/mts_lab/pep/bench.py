@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mts_lab.line import Lab, in_netns
-from mts_lab.results import pyplot, save_results
+from mts_lab.results import pyplot, save_figure, save_results
 
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
 HAPROXY_IPERF, HAPROXY_LOAD = 5203, 7003
@@ -648,9 +648,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"PEP vs direct vs HAProxy — {results['environment']['date']}, "
                  f"{results['environment']['cpus']} CPUs, load at end "
                  f"{results['environment']['loadavg_at_end'][0]:.1f}")  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,

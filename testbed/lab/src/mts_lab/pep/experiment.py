@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from mts_lab import traffic
-from mts_lab.results import pyplot, save_results
+from mts_lab.results import pyplot, save_figure, save_results
 
 PORT_PEP, PORT_E2E = 5001, 5002  # the PEP intercepts the first only
 # The research's hosts ran Cubic. A namespace's default may only be a "non-restricted"
@@ -323,9 +323,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_title(f"{setup['size'] / 1e6:.0f} MB, {setup['low_mbps']:.0f}→"
                  f"{setup['high_mbps']:.0f} Mbit/s at {setup['step_after_s']:.0f} s")  # fmt: skip
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

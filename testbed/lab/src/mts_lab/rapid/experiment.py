@@ -43,7 +43,7 @@ from mts_lab.meld.bed import (
     percentile,
     running_bed,
 )
-from mts_lab.results import pyplot, save_results
+from mts_lab.results import pyplot, save_figure, save_results
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-rapid.yaml"
 # Server ports: the PEP splits the first two only.
@@ -266,9 +266,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("ping RTT p90, ms")
         ax.set_title("TCP beside CBR UDP: delay")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:
