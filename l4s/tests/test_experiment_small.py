@@ -45,6 +45,8 @@ def test_a_small_table_7_1() -> None:
             tcp = flow["tcp_mrtt"]
             assert tcp["n"] >= 10 and tcp["mean_ms"] >= 60 * 0.97, (run["technique"], cca, tcp)
             assert tcp["per_s"] < 1000 / 60 * 1.5 < tcp["acks_in_per_s"], (cca, tcp)
+            # each sample's ACK was seen arriving on the sender's interface
+            assert tcp["ack_wait_known"] > 0.5, (run["technique"], cca, tcp)
             # the observer against them, over its own round trip: close at the median
             for mode in ("raw", "filtered"):
                 row = flow[mode]

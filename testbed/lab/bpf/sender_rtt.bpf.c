@@ -15,14 +15,22 @@
  * recovering each ACK's sample from srtt's change in the parse-all-headers callback
  * fails because that callback misses the segments TCP takes on its fast path (about
  * half of the ACKs, measured; docs/l4s.md).
+ *
+ * sender_ack_in (tc ingress on the sender's interface) notes when each ACK number first
+ * arrives, so each record also tells how long after its ACK reached the interface TCP
+ * took the sample: the part of mrtt inside the sender, which an observer on the path
+ * cannot see (and the EFM marker, reading marks at tc ingress too, does not wait for).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "efm_packet.h"
 
 char _license[] SEC("license") = "GPL";
 
 #define AF_INET 2
+#define TC_ACT_UNSPEC (-1)
+#define ACK_WAIT_UNKNOWN 0xffffffff
 
 struct rtt_record {
 	__u64 t_ns;		/* bpf_ktime_get_ns: the observer's clock too */
@@ -32,7 +40,16 @@ struct rtt_record {
 	__u16 remote_port;
 	__u32 mrtt_us;		/* the sample TCP's estimator took */
 	__u32 srtt_us;		/* srtt after the update */
-	__u32 pad;
+	__u32 ack_wait_us;	/* the ACK's arrival at the interface to TCP's sample (or ~0) */
+};
+
+/* an ACK number of a connection, as the sender's socket names it */
+struct ack_key {
+	__u32 local_addr;
+	__u32 remote_addr;
+	__u16 local_port;	/* host order */
+	__u16 remote_port;
+	__u32 ack;		/* host order */
 };
 
 enum rtt_counter {
@@ -46,6 +63,22 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);	/* bytes: 26,000 records of 40 bytes */
 } rtt_samples SEC(".maps");
+
+/* when each ACK number first arrived at the sender's interface (sender_ack_in) */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ack_key);
+	__type(value, __u64);
+} ack_arrival SEC(".maps");
+
+/* interfaces without a link-layer header (TUN), by ifindex: filled by EfmObject.attach */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} efm_l3_ifaces SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -64,21 +97,31 @@ static __always_inline void count(__u32 which)
 
 static __always_inline void record(const struct bpf_sock_ops *ops)
 {
+	struct ack_key key = {
+		.local_addr = ops->local_ip4,
+		.remote_addr = ops->remote_ip4,
+		.local_port = ops->local_port,
+		/* remote_port holds the be16 port in its upper half */
+		.remote_port = bpf_ntohl(ops->remote_port) & 0xffff,
+		.ack = ops->snd_una,	/* tcp_ack has moved snd_una to this ACK's number */
+	};
 	struct rtt_record *r = bpf_ringbuf_reserve(&rtt_samples, sizeof(*r), 0);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *arrived;
 
 	if (!r) {
 		count(RTT_C_RING_FULL);
 		return;
 	}
-	r->t_ns = bpf_ktime_get_ns();
-	r->local_addr = ops->local_ip4;
-	r->remote_addr = ops->remote_ip4;
-	r->local_port = ops->local_port;
-	/* remote_port holds the be16 port in its upper half */
-	r->remote_port = bpf_ntohl(ops->remote_port) & 0xffff;
+	arrived = bpf_map_lookup_elem(&ack_arrival, &key);
+	r->ack_wait_us = arrived && *arrived <= now ? (now - *arrived) / 1000 : ACK_WAIT_UNKNOWN;
+	r->t_ns = now;
+	r->local_addr = key.local_addr;
+	r->remote_addr = key.remote_addr;
+	r->local_port = key.local_port;
+	r->remote_port = key.remote_port;
 	r->mrtt_us = ops->args[0];
 	r->srtt_us = ops->args[1] >> 3;
-	r->pad = 0;
 	bpf_ringbuf_submit(r, 0);
 	count(RTT_C_SAMPLES);
 }
@@ -99,4 +142,30 @@ int sender_sockops(struct bpf_sock_ops *ops)
 		break;
 	}
 	return 1;
+}
+
+/*
+ * tc ingress on the sender's interface: the time each ACK number first arrives on the
+ * wire side, so that record() can tell how long TCP took to take the sample after the ACK
+ * arrived (a socket owned by the application holds incoming segments in its backlog).
+ */
+SEC("tc")
+int sender_ack_in(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	__u32 l2 = bpf_map_lookup_elem(&efm_l3_ifaces, &ifindex) ? 0 : ETH_HLEN;
+	struct tcp_seg seg = {};
+	struct ack_key key;
+	__u64 now;
+
+	if (parse_tcp(skb, l2, &seg) != PKT_TCP || !(seg.flags & TCP_FLAG_ACK))
+		return TC_ACT_UNSPEC;
+	key.local_addr = seg.daddr;
+	key.remote_addr = seg.saddr;
+	key.local_port = bpf_ntohs(seg.dport);
+	key.remote_port = bpf_ntohs(seg.sport);
+	key.ack = seg.ack;
+	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&ack_arrival, &key, &now, BPF_NOEXIST);
+	return TC_ACT_UNSPEC;
 }

@@ -38,6 +38,7 @@ from mec_l4s.observer import Observer, Rules, Sample
 from mec_l4s.prague import Prague
 from mts_lab.l4s.bed import MARKER_OBJ, OBSERVER_OBJ, REPO, WanLine, tcp_info_rtt_ms
 from mts_lab.l4s.truth import (
+    EXCESS_MS,
     SenderRtt,
     TcpRtt,
     TcpSeries,
@@ -146,12 +147,14 @@ def one_run(
         observer.configure()
         observer.attach("m0", line.mec_ns)
         observer.attach("wan0", line.mec_ns)
+        # before the marker's: its ingress program ends the interface's tcx chain
+        truth = SenderRtt.load(SENDER_RTT_OBJ, sender_rtt_name())
+        truth.watch_acks("wan0", line.server_ns)
         for ns, ifname, ect1 in ((line.client_ns, "c0", False), (line.server_ns, "wan0", True)):
             m = Marker.load(MARKER_OBJ, f"mts-efm-x{secrets.token_hex(3)}")
             markers.append(m)
             m.configure(technique, dynamic_t_max=True, ect1=ect1)
             m.attach(ifname, ns)
-        truth = SenderRtt.load(SENDER_RTT_OBJ, sender_rtt_name())
         flows = {"prague": FlowRun("prague"), "cubic": FlowRun("cubic")}
         ccas = {"prague": prague.name, "cubic": "cubic"}
         threads = _start_flows(line, flows, ccas, seconds, truth)
@@ -295,7 +298,8 @@ def _summarise(
             "vs_tcp_info",
         )
         | _errors(sender.round_to_round(), "round_to_round")
-        | {"excess_share": sum(map(in_excess, sender.samples)) / max(1, len(mrtts))},
+        | {"excess_share": sum(map(in_excess, sender.samples)) / max(1, len(mrtts))}
+        | _ack_waits(sender.samples),
     }
     for rules in Rules:
         e2e = [s for s in mine if s.rules == rules and s.measurement == "e2e"]
@@ -307,19 +311,43 @@ def _summarise(
         # one of them was in excess (> srtt + 5 ms) and the others ("calm")
         calm: list[float] = []
         excess: list[float] = []
+        own_excess = 0  # the observer's samples > TCP's srtt + 5 ms: does it see excess too?
         for s in e2e:
             if window := sender.window(s.t_ns, s.rtt_ms):
                 error = s.rtt_ms - statistics.median(w.mrtt_ms for w in window)
                 (excess if any(in_excess(w) for w in window) else calm).append(error)
+                own_excess += s.rtt_ms > statistics.median(w.srtt_ms for w in window) + EXCESS_MS
         row |= _errors(calm + excess, "vs_tcp") | {"vs_tcp_matched": len(calm) + len(excess)}
+        # against TCP's samples less the ACK's wait inside the sender (the wire RTT)
+        wire = [
+            s.rtt_ms - statistics.median(w)
+            for s in e2e
+            if (w := [x.wire_ms for x in sender.window(s.t_ns, s.rtt_ms) if x.wire_ms is not None])
+        ]
+        row |= _errors(wire, "vs_wire")
         row |= _errors(calm, "vs_tcp_calm") | _errors(excess, "vs_tcp_excess")
         row["vs_tcp_excess_share"] = len(excess) / max(1, len(calm) + len(excess))
+        row["own_excess_share"] = own_excess / max(1, len(calm) + len(excess))
         for side in ("client_side", "server_side"):
             half = [s.rtt_ms for s in mine if s.rules == rules and s.measurement == side]
             if half:
                 row[f"{side}_p50_ms"] = _percentile(half, 0.5)
                 row[f"{side}_p90_ms"] = _percentile(half, 0.9)
         out[rules.name.lower()] = row
+    return out
+
+
+def _ack_waits(samples: list[TcpRtt]) -> dict[str, float]:
+    """How long TCP's samples waited inside the sender after their ACK reached its
+    interface, p50/p90, in all rounds, the excess ones and the calm ones."""
+    out: dict[str, float] = {}
+    for name, keep in (("", lambda s: True), ("excess_", in_excess),
+                       ("calm_", lambda s: not in_excess(s))):  # fmt: skip
+        waits = [s.ack_wait_ms for s in samples if s.ack_wait_ms is not None and keep(s)]
+        if waits:
+            out[f"ack_wait_{name}p50_ms"] = _percentile(waits, 0.5)
+            out[f"ack_wait_{name}p90_ms"] = _percentile(waits, 0.9)
+    out["ack_wait_known"] = sum(s.ack_wait_ms is not None for s in samples) / max(1, len(samples))
     return out
 
 
@@ -341,12 +369,15 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
 OBSERVER_KEYS = (
     "mean_ms", "std_ms", "abs_error_p50_ms", "abs_error_p90_ms", "vs_tcp_p50_ms",
     "vs_tcp_p90_ms", "vs_tcp_bias_ms", "vs_tcp_calm_p50_ms", "vs_tcp_calm_p90_ms",
-    "vs_tcp_excess_p50_ms", "vs_tcp_excess_share", "client_side_p50_ms",
+    "vs_tcp_excess_p50_ms", "vs_tcp_excess_share", "own_excess_share", "vs_wire_p50_ms",
+    "vs_wire_p90_ms",
+    "client_side_p50_ms",
     "client_side_p90_ms", "server_side_p50_ms", "server_side_p90_ms",
 )  # fmt: skip
 TCP_KEYS = (
     "mean_ms", "per_s", "acks_in_per_s", "vs_tcp_info_p50_ms", "vs_tcp_info_p90_ms",
-    "round_to_round_p50_ms", "round_to_round_p90_ms", "excess_share",
+    "round_to_round_p50_ms", "round_to_round_p90_ms", "excess_share", "ack_wait_p50_ms",
+    "ack_wait_p90_ms", "ack_wait_excess_p50_ms", "ack_wait_calm_p50_ms", "ack_wait_known",
 )  # fmt: skip
 
 

@@ -20,7 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from mec_common.bpf import BPF_CGROUP_SOCK_OPS, RingBuffer, link_create, obj_get
+from mec_common.bpf import (
+    BPF_CGROUP_SOCK_OPS,
+    BPF_TCX_INGRESS,
+    RingBuffer,
+    link_create,
+    obj_get,
+)
 from mec_l4s.efm import EfmObject
 
 
@@ -35,11 +41,12 @@ class RttRecord(ctypes.Structure):
         ("remote_port", ctypes.c_uint16),
         ("mrtt_us", ctypes.c_uint32),
         ("srtt_us", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("ack_wait_us", ctypes.c_uint32),
     )
 
 
 COUNTERS = ("sockets", "samples", "ring_full")  # enum rtt_counter
+ACK_WAIT_UNKNOWN = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,12 @@ class TcpRtt:
     remote: str
     mrtt_ms: float
     srtt_ms: float
+    ack_wait_ms: float | None  # from the ACK's arrival at the interface (watch_acks) to TCP
+
+    @property
+    def wire_ms(self) -> float | None:
+        """mrtt less the time the ACK waited inside the sender: the RTT on the wire."""
+        return None if self.ack_wait_ms is None else self.mrtt_ms - self.ack_wait_ms
 
     @classmethod
     def decode(cls, raw: bytes) -> TcpRtt:
@@ -65,6 +78,7 @@ class TcpRtt:
             remote=f"{ip(r.remote_addr)}:{r.remote_port}",
             mrtt_ms=r.mrtt_us / 1000,
             srtt_ms=r.srtt_us / 1000,
+            ack_wait_ms=None if r.ack_wait_us == ACK_WAIT_UNKNOWN else r.ack_wait_us / 1000,
         )
 
 
@@ -118,6 +132,11 @@ class SenderRtt:
         finally:
             os.close(cg)
             os.close(prog)
+
+    def watch_acks(self, ifname: str, netns: str | None = None) -> None:
+        """Note when ACKs arrive on the senders' interface ``ifname`` (tcx ingress), so
+        each sample also tells how long TCP took to take it after its ACK arrived."""
+        self.obj.attach("sender_ack_in", BPF_TCX_INGRESS, ifname, netns)
 
     @contextmanager
     def sockets(self) -> Iterator[None]:
