@@ -17,7 +17,16 @@ import orjson
 import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
-from pep_support import TOKEN, DataServer, recv_exact, request, wait_for
+from pep_support import (
+    TOKEN,
+    DataServer,
+    expected_digest,
+    receive_digest,
+    recv_exact,
+    request,
+    send_stream,
+    wait_for,
+)
 
 from mec_common.amqp import AmqpConsumer, AmqpPublisher
 from mec_common.auth import TokenVerifier
@@ -70,14 +79,14 @@ class Recorder(PepExtension):
 
 
 def settings(**extra: Any) -> PepSettings:
-    return PepSettings(
-        socks5_port=SOCKS,
-        allowed_clients="10.201.1.0/24",
-        allowed_destinations="10.201.2.0/24",
-        backlog_interval_ms=0,
-        ran_aware=False,
-        **extra,
-    )
+    defaults: dict[str, Any] = {
+        "socks5_port": SOCKS,
+        "allowed_clients": "10.201.1.0/24",
+        "allowed_destinations": "10.201.2.0/24",
+        "backlog_interval_ms": 0,
+        "ran_aware": False,
+    }
+    return PepSettings(**(defaults | extra))
 
 
 @pytest.fixture
@@ -95,8 +104,8 @@ def dataplane(lab: Lab, recorder: Recorder) -> Iterator[DataPlane]:
         dp.stop()
 
 
-def socks_connect(lab: Lab, target: tuple[str, int]) -> socket.socket:
-    address = (lab.pep_client_side_ip, SOCKS)
+def socks_connect(lab: Lab, target: tuple[str, int], port: int = SOCKS) -> socket.socket:
+    address = (lab.pep_client_side_ip, port)
     sock = in_netns(lab.client_ns, lambda: socket.create_connection(address, timeout=10))
     target_bytes = socket.inet_aton(target[0]) + target[1].to_bytes(2, "big")
     sock.sendall(b"\x05\x01\x00" + b"\x05\x01\x00\x01" + target_bytes)  # pipelined
@@ -124,6 +133,26 @@ def test_hooks_run_in_order_and_for_flows_reaches_the_sockets(
     wait_for(lambda: ("closed", flow.id) in recorder.events, what="on_flow_closed")
     assert recorder.events == [(e, flow.id) for e in ("ran", "wan", "established", "closed")]
     dataplane.for_flows([flow], lambda f: pytest.fail("closed flows are skipped"))
+
+
+def test_the_copy_method_relays_the_same_bytes(lab: Lab, server: DataServer) -> None:
+    """``relay_method=copy`` (user-space buffers instead of splice through pipes)."""
+    port, size = SOCKS + 1, 32 << 20
+    dp = DataPlane(settings(relay_method="copy", socks5_port=port), FlowTable(), Hooks())
+    in_netns(lab.pep_ns, dp.start)
+    try:
+        with socks_connect(lab, server.address, port) as sock:
+            sock.sendall(request(b"U", size))
+            send_stream(sock, size)
+            assert sock.recv(64).decode() == expected_digest(size)
+        with socks_connect(lab, server.address, port) as sock:
+            sock.sendall(request(b"D", size))
+            assert receive_digest(sock) == (size, expected_digest(size))
+        counters = dp.counters()
+        assert counters.bytes_from_ue >= size and counters.bytes_to_ue >= size
+        assert dp.pipes_in_use() == 0  # no pipe was taken
+    finally:
+        dp.stop()
 
 
 def test_sockets_are_invisible_outside_the_relay_threads(

@@ -1,4 +1,4 @@
-"""Cyclic garbage of other threads never collected in a relay thread (``mec_pep.relay_gc``).
+"""Cyclic garbage of other threads never collected in a relay thread (``mec_pep.relay.collector``).
 
 The scenario runs in its own process (``tools/gc_in_relay.py``), where the relays' own
 descriptors provably reuse the numbers of the main thread's sockets; it needs no namespace.
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mec_pep.relay_gc import GarbageCollector
+from mec_pep.relay.collector import GarbageCollector
 
 TOOL = Path(__file__).resolve().parent / "tools" / "gc_in_relay.py"
 

@@ -17,7 +17,7 @@ from mec_common.auth import TokenVerifier
 from mec_common.mp1 import termination_router
 from mec_common.tproxy import TproxyError
 from mec_pep import __version__
-from mec_pep.flows import Flow, Mode
+from mec_pep.flows import Flow, ProxyMode
 from mec_pep.models import (
     BufferSizes,
     ConfigPatch,
@@ -74,7 +74,7 @@ def _router(service: PepService) -> APIRouter:
     @router.get("/flows", tags=["flows"], summary="Flows, optionally of one UE")
     def list_flows(
         ue: Annotated[str | None, Query(description="only this UE (IPv4 or IPv6 address)")] = None,
-        mode: Annotated[Mode | None, Query(description="only this mode")] = None,
+        mode: Annotated[ProxyMode | None, Query(description="only this mode")] = None,
         tcp_info: Annotated[bool, Query(description="include both legs' TCP_INFO")] = True,
         limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
         offset: Annotated[int, Query(ge=0)] = 0,
@@ -161,7 +161,7 @@ def _flow(service: PepService, flow_id: int) -> Flow:
     return flow
 
 
-def _select(flows: list[Flow], mode: Mode | None) -> list[Flow]:
+def _select(flows: list[Flow], mode: ProxyMode | None) -> list[Flow]:
     return [f for f in flows if mode is None or f.mode is mode]
 
 
@@ -253,7 +253,7 @@ class PepCollector(Collector):
         dp = self.service.dataplane
         c = dp.counters()
         flows = GaugeMetricFamily("pep_flows", "Open flows", labels=["mode"])
-        for mode in Mode:
+        for mode in ProxyMode:
             flows.add_metric([str(mode)], sum(1 for f in self.service.flows if f.mode is mode))
         yield flows
         yield CounterMetricFamily("pep_flows_accepted", "Connections accepted", value=c.accepted)

@@ -23,8 +23,8 @@ from mec_common.bus.backlog import SCHEMA_VERSION, PepBacklog
 from mec_common.logging import get_logger
 from mec_pep.dataplane import DataPlane
 from mec_pep.relay import Relay
+from mec_pep.relay.flow_view import backlog_toward_ue
 from mec_pep.sockets import SIOCINQ, queued
-from mec_pep.state import backlog_toward_ue
 
 log = get_logger(__name__)
 

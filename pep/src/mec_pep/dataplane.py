@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 from mec_common.logging import get_logger
 from mec_pep.config import PepSettings
-from mec_pep.flows import Flow, FlowTable, Hooks, Mode
+from mec_pep.flows import Flow, FlowTable, Hooks, ProxyMode
 from mec_pep.policy import AccessPolicy
 from mec_pep.relay import Conn, Relay, RelayCounters, Shared, Stage
-from mec_pep.relay_gc import collector
-from mec_pep.state import buffered, flow_state
+from mec_pep.relay.collector import collector
+from mec_pep.relay.flow_view import buffered, flow_state
 
 log = get_logger(__name__)
 
@@ -35,7 +35,7 @@ class DataPlane:
     ) -> None:
         self.shared = Shared(settings, flows, hooks)
         self.relays = [Relay(self.shared, i) for i in range(threads)]
-        self.addresses: dict[Mode, tuple[str, int]] = {}
+        self.addresses: dict[ProxyMode, tuple[str, int]] = {}
         self._collecting = False
 
     @property
@@ -49,7 +49,8 @@ class DataPlane:
     def start(self) -> None:
         """Start the relay threads (in the caller's network namespace) and the listeners.
 
-        Cyclic garbage is collected outside the relay threads from here on (``relay_gc``).
+        Cyclic garbage is collected outside the relay threads from here on
+        (``relay/collector.py``).
         """
         if not self._collecting:
             collector.acquire()
@@ -58,9 +59,9 @@ class DataPlane:
             relay.start()
         s = self.settings
         for mode, port in (
-            (Mode.SOCKS5, s.socks5_port),
-            (Mode.TLV, s.tlv_port),
-            (Mode.TRANSPARENT, s.transparent_port),
+            (ProxyMode.SOCKS5, s.socks5_port),
+            (ProxyMode.TLV, s.tlv_port),
+            (ProxyMode.TRANSPARENT, s.transparent_port),
         ):
             if port is not None:
                 self.listen(mode, port)
@@ -72,12 +73,16 @@ class DataPlane:
             collector.release()
             self._collecting = False
 
-    def listen(self, mode: Mode, port: int) -> tuple[str, int]:
+    def listen(self, mode: ProxyMode, port: int) -> tuple[str, int]:
         """(Re)open ``mode``'s listener on every relay thread; port 0 picks a free one."""
         s = self.settings
-        host = "0.0.0.0" if mode is Mode.TRANSPARENT else s.listen_host
+        host = "0.0.0.0" if mode is ProxyMode.TRANSPARENT else s.listen_host
         host6 = (
-            None if s.listen_host6 is None else "::" if mode is Mode.TRANSPARENT else s.listen_host6
+            None
+            if s.listen_host6 is None
+            else "::"
+            if mode is ProxyMode.TRANSPARENT
+            else s.listen_host6
         )
         first = self.relays[0]
         address = first.call(partial(first.open_listener, mode, host, port, host6))
@@ -91,7 +96,7 @@ class DataPlane:
         log.info("listening", mode=str(mode), address=f"{address[0]}:{address[1]}")
         return address
 
-    def unlisten(self, mode: Mode) -> None:
+    def unlisten(self, mode: ProxyMode) -> None:
         for relay in self.relays:
             relay.call(partial(relay.close_listener, mode))
         if self.addresses.pop(mode, None) is not None:
@@ -102,7 +107,7 @@ class DataPlane:
 
     def resize_buffers(self) -> None:
         for relay in self.relays:
-            relay.call(relay.resize_listener_buffers)
+            relay.call(relay.listeners.resize_buffers)
 
     # ---- reading state ------------------------------------------------------------------
 
@@ -127,7 +132,7 @@ class DataPlane:
         return total
 
     def pipes_in_use(self) -> int:
-        return sum(relay.pipes.in_use for relay in self.relays)
+        return sum(relay.mover.pipes.in_use for relay in self.relays)
 
     @property
     def thread_count(self) -> int:
@@ -136,12 +141,12 @@ class DataPlane:
     @property
     def pipe_size(self) -> int:
         """The pipe size the kernel granted (F_SETPIPE_SZ may round or clamp the setting)."""
-        return self.relays[0].pipes.size
+        return self.relays[0].mover.pipes.size
 
     def listener_buffers(self) -> tuple[int, int] | None:
         """(SO_RCVBUF, SO_SNDBUF) granted on the listeners: what new RAN legs get."""
         first = self.relays[0]
-        return first.call(first.listener_buffers)
+        return first.call(first.listeners.buffers)
 
     def flow_states(
         self, flows: Iterable[Flow], *, tcp: bool, timeout: float = 10.0

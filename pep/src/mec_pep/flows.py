@@ -17,7 +17,7 @@ fixed points of its life:
 
 Hooks run **in the flow's relay thread**: they must be fast and must not block (no
 network I/O, no sleeping), and must not call ``gc.collect()`` (garbage is collected outside
-the relay threads: ``mec_pep.relay_gc``). An exception in a hook is logged and does not
+the relay threads: ``mec_pep.relay.collector``). An exception in a hook is logged and does not
 affect the flow.
 
 **Sockets belong to their relay thread.** Each relay thread has its own file-descriptor
@@ -65,7 +65,7 @@ log = get_logger(__name__)
 Address = tuple[str, int]
 
 
-class Mode(StrEnum):
+class ProxyMode(StrEnum):
     """How the client reached the PEP."""
 
     TRANSPARENT = "transparent"  # TPROXY interception; the UE does not know about the PEP
@@ -109,7 +109,7 @@ class Flow:
         "wan",
     )
 
-    def __init__(self, flow_id: int, mode: Mode, ran: Leg) -> None:
+    def __init__(self, flow_id: int, mode: ProxyMode, ran: Leg) -> None:
         self.id = flow_id
         self.mode = mode
         self.ran = ran

@@ -17,7 +17,7 @@ from mec_common.tproxy import TproxyError
 from mec_pep.backlog import BacklogFeed
 from mec_pep.config import PepSettings
 from mec_pep.dataplane import DataPlane
-from mec_pep.flows import FlowTable, Hooks, Mode, PepContext, PepExtension
+from mec_pep.flows import FlowTable, Hooks, PepContext, PepExtension, ProxyMode
 from mec_pep.policy import AccessPolicy
 from mec_pep.transparent import TransparentRules
 
@@ -145,7 +145,7 @@ class PepService:
 
     def _apply_tproxy(self) -> None:
         assert self.transparent is not None and self.settings.transparent_port is not None
-        port = self.dataplane.addresses[Mode.TRANSPARENT][1]
+        port = self.dataplane.addresses[ProxyMode.TRANSPARENT][1]
         try:
             setup = self.transparent.apply(port)
         except TproxyError as exc:
@@ -192,7 +192,7 @@ class PepService:
     def _switch_listeners(
         self, target: PepSettings, changes: dict[str, Any], *, restoring: bool = False
     ) -> None:
-        for mode, name in ((Mode.SOCKS5, "socks5_port"), (Mode.TLV, "tlv_port")):
+        for mode, name in ((ProxyMode.SOCKS5, "socks5_port"), (ProxyMode.TLV, "tlv_port")):
             if name not in changes:
                 continue
             port = getattr(target, name)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mec_pep.ran_aware.kernel import MeldKernel, Mode, Tuning, loader_paths
+from mec_pep.ran_aware.kernel import CcaMode, MeldKernel, Tuning, loader_paths
 from mts_lab.line import in_netns, run
 
 PIN_ROOT = Path("/sys/fs/bpf/mts-pep")
@@ -67,7 +67,7 @@ def build() -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def kernel(build: tuple[Path, Path]) -> Iterator[MeldKernel]:
     k = MeldKernel.load(*build, PIN_ROOT, f"test-{secrets.token_hex(4)}")
-    k.configure(Mode.MELD_ME, TUNING)
+    k.configure(CcaMode.MELD_ME, TUNING)
     try:
         yield k
     finally:

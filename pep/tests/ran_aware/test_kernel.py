@@ -18,10 +18,10 @@ from mec_pep.ran_aware.kernel import (
     HISTORY_BUCKET_NS,
     HISTORY_BUCKETS,
     LAYOUTS,
+    CcaMode,
     DecideArgs,
     KernelUnavailableError,
     MeldKernel,
-    Mode,
     RadioWindow,
     RapidCwndArgs,
     Tuning,
@@ -130,14 +130,14 @@ def test_maps_round_trip(kernel: MeldKernel, tuning: Tuning) -> None:
     got = kernel.radio(ue)
     assert got is not None and bytes(got) == bytes(r)
     assert ue in kernel.radio_ues()
-    kernel.set_ue_mode(ue, Mode.RAPID)
-    assert kernel.ue_modes()[ue] is Mode.RAPID
+    kernel.set_ue_mode(ue, CcaMode.RAPID)
+    assert kernel.ue_modes()[ue] is CcaMode.RAPID
     kernel.set_ue_mode(ue, None)
     assert ue not in kernel.ue_modes()
-    kernel.set_global_mode(Mode.OFF)
-    assert kernel.config().global_mode == Mode.OFF
+    kernel.set_global_mode(CcaMode.OFF)
+    assert kernel.config().global_mode == CcaMode.OFF
     assert kernel.config().stale_ns == int(tuning.stale_ms * 1e6)
-    kernel.set_global_mode(Mode.MELD_ME)
+    kernel.set_global_mode(CcaMode.MELD_ME)
     kernel.forget_radio(ue)
     assert kernel.radio(ue) is None
 
@@ -161,7 +161,7 @@ STALE = 50 * 10**6
 
 def decide(
     kernel: MeldKernel,
-    mode: Mode,
+    mode: CcaMode,
     radio: UeRadio | None,
     t_pdu: int = 1500,
     window: RadioWindow | None = None,
@@ -188,57 +188,61 @@ def peak(txq: int) -> RadioWindow:
 
 def test_s_tb_boundary(kernel: MeldKernel) -> None:
     """S_TB = T_PDU / N_HARQ = 1500 / 8 = 187.5 B: 187 B is below it, 188 B is not."""
-    assert decide(kernel, Mode.MELD_DE, fresh(187)) is Verdict.NOTIFY
-    assert decide(kernel, Mode.MELD_DE, fresh(188)) is Verdict.SUPPRESS
+    assert decide(kernel, CcaMode.MELD_DE, fresh(187)) is Verdict.NOTIFY
+    assert decide(kernel, CcaMode.MELD_DE, fresh(188)) is Verdict.SUPPRESS
     # The thesis's QUIC packets: T_PDU = 1460 B, "at least 183 bytes" (1460/8 = 182.5).
-    assert decide(kernel, Mode.MELD_DE, fresh(182), t_pdu=1460) is Verdict.NOTIFY
-    assert decide(kernel, Mode.MELD_DE, fresh(183), t_pdu=1460) is Verdict.SUPPRESS
+    assert decide(kernel, CcaMode.MELD_DE, fresh(182), t_pdu=1460) is Verdict.NOTIFY
+    assert decide(kernel, CcaMode.MELD_DE, fresh(183), t_pdu=1460) is Verdict.SUPPRESS
 
 
 def test_q_th_is_in_bytes(kernel: MeldKernel) -> None:
     """Q_th = 2292 B x 8 = 18,336 B. The research code's 146,688 (bits) would call a
     100 kB queue "random loss"; in bytes it is congestion."""
-    assert decide(kernel, Mode.MELD_ME, fresh(2292, txq=18335)) is Verdict.SUPPRESS
-    assert decide(kernel, Mode.MELD_ME, fresh(2292, txq=18336)) is Verdict.NOTIFY
-    assert decide(kernel, Mode.MELD_ME, fresh(2292, txq=100_000)) is Verdict.NOTIFY
+    assert decide(kernel, CcaMode.MELD_ME, fresh(2292, txq=18335)) is Verdict.SUPPRESS
+    assert decide(kernel, CcaMode.MELD_ME, fresh(2292, txq=18336)) is Verdict.NOTIFY
+    assert decide(kernel, CcaMode.MELD_ME, fresh(2292, txq=100_000)) is Verdict.NOTIFY
     # MELD-DE ignores the queue.
-    assert decide(kernel, Mode.MELD_DE, fresh(2292, txq=100_000)) is Verdict.SUPPRESS
+    assert decide(kernel, CcaMode.MELD_DE, fresh(2292, txq=100_000)) is Verdict.SUPPRESS
 
 
 def test_modes_staleness_and_missing_data(kernel: MeldKernel) -> None:
-    assert decide(kernel, Mode.OFF, fresh(2292)) is Verdict.OFF
-    assert decide(kernel, Mode.MELD_ME, None) is Verdict.NO_DATA
+    assert decide(kernel, CcaMode.OFF, fresh(2292)) is Verdict.OFF
+    assert decide(kernel, CcaMode.MELD_ME, None) is Verdict.NO_DATA
     old = fresh(2292)
     old.observed_ns = NOW - STALE - 1
-    assert decide(kernel, Mode.MELD_ME, old) is Verdict.STALE
+    assert decide(kernel, CcaMode.MELD_ME, old) is Verdict.STALE
     future = fresh(2292)
     future.observed_ns = NOW + 1
-    assert decide(kernel, Mode.MELD_ME, future) is Verdict.STALE
-    assert decide(kernel, Mode.RAPID, fresh(10, txq=10**6)) is Verdict.RAPID
-    assert decide(kernel, Mode.RAPID, None) is Verdict.NO_DATA
+    assert decide(kernel, CcaMode.MELD_ME, future) is Verdict.STALE
+    assert decide(kernel, CcaMode.RAPID, fresh(10, txq=10**6)) is Verdict.RAPID
+    assert decide(kernel, CcaMode.RAPID, None) is Verdict.NO_DATA
 
 
 def test_meld_overflow_decides_on_the_history_not_the_current_state(kernel: MeldKernel) -> None:
     """Full = 108,000 B. The queue at detection (txq_bytes) and the small TB play no part:
     only the largest queue while the data was out."""
     now_empty = fresh(137, txq=0)
-    assert decide(kernel, Mode.MELD_OVERFLOW, now_empty, window=peak(108_000)) is Verdict.NOTIFY
-    assert decide(kernel, Mode.MELD_OVERFLOW, now_empty, window=peak(107_999)) is Verdict.SUPPRESS
+    assert decide(kernel, CcaMode.MELD_OVERFLOW, now_empty, window=peak(108_000)) is Verdict.NOTIFY
+    assert (
+        decide(kernel, CcaMode.MELD_OVERFLOW, now_empty, window=peak(107_999)) is Verdict.SUPPRESS
+    )
     now_full = fresh(2292, txq=120_000)
-    assert decide(kernel, Mode.MELD_OVERFLOW, now_full, window=peak(50_000)) is Verdict.SUPPRESS
+    assert decide(kernel, CcaMode.MELD_OVERFLOW, now_full, window=peak(50_000)) is Verdict.SUPPRESS
     # an unknown queue in the history (UNKNOWN_U32) is a full one
-    assert decide(kernel, Mode.MELD_OVERFLOW, now_empty, window=peak(2**32 - 1)) is Verdict.NOTIFY
+    assert (
+        decide(kernel, CcaMode.MELD_OVERFLOW, now_empty, window=peak(2**32 - 1)) is Verdict.NOTIFY
+    )
 
 
 def test_meld_overflow_without_buffer_size_or_history_is_plain(kernel: MeldKernel) -> None:
-    assert decide(kernel, Mode.MELD_OVERFLOW, fresh(2292, full=0), window=peak(0)) is (
+    assert decide(kernel, CcaMode.MELD_OVERFLOW, fresh(2292, full=0), window=peak(0)) is (
         Verdict.NO_DATA)  # fmt: skip
     no_history = RadioWindow(txq_peak_bytes=0, d_tbs_low=2**32 - 1, buckets=0)
-    assert decide(kernel, Mode.MELD_OVERFLOW, fresh(2292), window=no_history) is Verdict.NO_DATA
-    assert decide(kernel, Mode.MELD_OVERFLOW, None, window=peak(0)) is Verdict.NO_DATA
+    assert decide(kernel, CcaMode.MELD_OVERFLOW, fresh(2292), window=no_history) is Verdict.NO_DATA
+    assert decide(kernel, CcaMode.MELD_OVERFLOW, None, window=peak(0)) is Verdict.NO_DATA
     old = fresh(2292)
     old.observed_ns = NOW - STALE - 1
-    assert decide(kernel, Mode.MELD_OVERFLOW, old, window=peak(0)) is Verdict.STALE
+    assert decide(kernel, CcaMode.MELD_OVERFLOW, old, window=peak(0)) is Verdict.STALE
 
 
 def test_ignore_loss_keeps_every_loss(kernel: MeldKernel) -> None:
@@ -246,7 +250,7 @@ def test_ignore_loss_keeps_every_loss(kernel: MeldKernel) -> None:
     old = fresh(137, txq=10**6)
     old.observed_ns = NOW - STALE - 1
     for radio in (None, old, fresh(137, txq=10**6)):
-        assert decide(kernel, Mode.IGNORE_LOSS, radio, window=peak(10**6)) is Verdict.SUPPRESS
+        assert decide(kernel, CcaMode.IGNORE_LOSS, radio, window=peak(10**6)) is Verdict.SUPPRESS
 
 
 @settings(max_examples=200, deadline=None)
@@ -256,7 +260,7 @@ def test_kernel_agrees_with_the_overflow_rule(
     kernel: MeldKernel, peak_bytes: int, full: int, buckets: int
 ) -> None:
     window = RadioWindow(txq_peak_bytes=peak_bytes, d_tbs_low=0, buckets=buckets)
-    verdict = decide(kernel, Mode.MELD_OVERFLOW, fresh(2292, full=full), window=window)
+    verdict = decide(kernel, CcaMode.MELD_OVERFLOW, fresh(2292, full=full), window=window)
     expected = overflow_notify(peak_bytes, full) if buckets else None
     want = {None: Verdict.NO_DATA, True: Verdict.NOTIFY, False: Verdict.SUPPRESS}[expected]
     assert verdict is want
@@ -328,7 +332,7 @@ def test_kernel_window_agrees_with_the_python_history(
 def test_kernel_agrees_with_algorithm_2(
     kernel: MeldKernel, mode: str, d_tbs: int, n_harq: int, t_pdu: int, txq: int, q_th: int
 ) -> None:
-    verdict = decide(kernel, Mode.parse(mode), fresh(d_tbs, txq, q_th, n_harq), t_pdu)
+    verdict = decide(kernel, CcaMode.parse(mode), fresh(d_tbs, txq, q_th, n_harq), t_pdu)
     expected = notify_cca(mode, d_tbs, n_harq, t_pdu, txq, q_th)
     assert verdict is (Verdict.NOTIFY if expected else Verdict.SUPPRESS)
 

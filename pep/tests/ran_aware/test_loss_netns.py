@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from mec_pep.ran_aware.kernel import DecisionLog, FlowPriv, MeldKernel, Mode, Tuning, UeRadio
+from mec_pep.ran_aware.kernel import CcaMode, DecisionLog, FlowPriv, MeldKernel, Tuning, UeRadio
 from mec_pep.sockets import tcp_info
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf]
@@ -141,7 +141,7 @@ def assert_halved(samples: list[Sample], priv: FlowPriv) -> None:
 def lossy(netns_pair, kernel: MeldKernel):  # type: ignore[no-untyped-def]
     netns_pair.bottleneck("50mbit")
     netns_pair.sink(PORT)
-    kernel.set_ue_mode(netns_pair.b_ip, Mode.MELD_ME)
+    kernel.set_ue_mode(netns_pair.b_ip, CcaMode.MELD_ME)
     kernel.reset_counters(netns_pair.b_ip)
     yield netns_pair
     kernel.set_ue_mode(netns_pair.b_ip, None)
@@ -208,7 +208,7 @@ def test_stale_radio_state_halves_cwnd(lossy, kernel: MeldKernel, tuning: Tuning
 
 def test_meld_overflow_keeps_cwnd_below_a_full_buffer(lossy, kernel: MeldKernel) -> None:  # type: ignore[no-untyped-def]
     """A standing queue above Q_th (MELD-ME's congestion) is random loss to MELD-overflow."""
-    kernel.set_ue_mode(lossy.b_ip, Mode.MELD_OVERFLOW)
+    kernel.set_ue_mode(lossy.b_ip, CcaMode.MELD_OVERFLOW)
     with _Fresh(kernel, lossy.b_ip, txq=50_000):
         _, priv = transfer(lossy, kernel, kernel.names["meld_reno"])
     c = counters(kernel, lossy.b_ip)
@@ -217,7 +217,7 @@ def test_meld_overflow_keeps_cwnd_below_a_full_buffer(lossy, kernel: MeldKernel)
 
 
 def test_meld_overflow_halves_cwnd_on_a_full_buffer(lossy, kernel: MeldKernel) -> None:  # type: ignore[no-untyped-def]
-    kernel.set_ue_mode(lossy.b_ip, Mode.MELD_OVERFLOW)
+    kernel.set_ue_mode(lossy.b_ip, CcaMode.MELD_OVERFLOW)
     with _Fresh(kernel, lossy.b_ip, txq=FULL):
         samples, priv = transfer(lossy, kernel, kernel.names["meld_reno"])
     c = counters(kernel, lossy.b_ip)
@@ -226,7 +226,7 @@ def test_meld_overflow_halves_cwnd_on_a_full_buffer(lossy, kernel: MeldKernel) -
 
 
 def test_ignore_loss_keeps_cwnd_without_radio_state(lossy, kernel: MeldKernel) -> None:  # type: ignore[no-untyped-def]
-    kernel.set_ue_mode(lossy.b_ip, Mode.IGNORE_LOSS)
+    kernel.set_ue_mode(lossy.b_ip, CcaMode.IGNORE_LOSS)
     samples, _ = transfer(lossy, kernel, kernel.names["meld_reno"])
     c = counters(kernel, lossy.b_ip)
     assert samples[-1].retrans >= 3, "the link lost too little to test anything"

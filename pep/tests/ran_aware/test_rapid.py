@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mec_pep.ran_aware.kernel import MeldKernel, Mode, Tuning, UeRadio
+from mec_pep.ran_aware.kernel import CcaMode, MeldKernel, Tuning, UeRadio
 from mec_pep.ran_aware.rapid import FlowClass, RapidAllocator, period_rtts
 from mec_pep.sockets import tcp_info
 
@@ -134,8 +134,8 @@ def test_rapid_cwnd_follows_the_rate(netns_pair, kernel: MeldKernel, tuning: Tun
     netns_pair.random_loss(5, port)
     netns_pair.sink(port)
     ue = netns_pair.b_ip
-    kernel.configure(Mode.MELD_ME, dataclasses.replace(tuning, rapid_rtt_extra_us=50_000))
-    kernel.set_ue_mode(ue, Mode.RAPID)
+    kernel.configure(CcaMode.MELD_ME, dataclasses.replace(tuning, rapid_rtt_extra_us=50_000))
+    kernel.set_ue_mode(ue, CcaMode.RAPID)
     kernel.reset_counters(ue)
     stop = threading.Event()
 
@@ -165,7 +165,7 @@ def test_rapid_cwnd_follows_the_rate(netns_pair, kernel: MeldKernel, tuning: Tun
         stop.set()
         feeder.join()
         kernel.set_ue_mode(ue, None)
-        kernel.configure(Mode.MELD_ME, tuning)
+        kernel.configure(CcaMode.MELD_ME, tuning)
     assert priv is not None and 0 < priv.rtt_min_us < 50_000
     expected = int(1_000_000 * (priv.rtt_min_us + 50_000) / 1e6 / MSS)
     assert priv.target_cwnd == pytest.approx(expected, abs=2)
@@ -196,9 +196,9 @@ def test_rapid_rtt_min_ignores_own_queue(netns_pair, kernel: MeldKernel, tuning:
     netns_pair.sink(port)
     ue = netns_pair.b_ip
     rate = 1_250_000  # the bottleneck's
-    kernel.configure(Mode.MELD_ME, dataclasses.replace(tuning, rapid_gain_pct=200,
+    kernel.configure(CcaMode.MELD_ME, dataclasses.replace(tuning, rapid_gain_pct=200,
                                                        rapid_rtt_extra_us=10_000))  # fmt: skip
-    kernel.set_ue_mode(ue, Mode.RAPID)
+    kernel.set_ue_mode(ue, CcaMode.RAPID)
     stop = threading.Event()
 
     def fresh() -> None:
@@ -223,7 +223,7 @@ def test_rapid_rtt_min_ignores_own_queue(netns_pair, kernel: MeldKernel, tuning:
         stop.set()
         feeder.join()
         kernel.set_ue_mode(ue, None)
-        kernel.configure(Mode.MELD_ME, tuning)
+        kernel.configure(CcaMode.MELD_ME, tuning)
     assert priv is not None and priv.rtt_min_us > 0
     assert info["rtt_us"] > 3 * info["min_rtt_us"], info  # the queue stood all along
     assert priv.rtt_min_us <= 1.25 * info["min_rtt_us"] + 1, (priv.rtt_min_us, info)

@@ -24,7 +24,7 @@ from typing import Any
 
 from mec_pep.config import PepSettings
 from mec_pep.dataplane import DataPlane
-from mec_pep.flows import FlowTable, Hooks, Mode
+from mec_pep.flows import FlowTable, Hooks, ProxyMode
 
 FOREIGN = 16  # sockets this thread owns while the relays start
 
@@ -47,7 +47,7 @@ def main() -> None:
     dp = DataPlane(settings, FlowTable(), Hooks(), threads=2)
     dp.start()
     try:
-        socks = dp.listen(Mode.SOCKS5, 0)
+        socks = dp.listen(ProxyMode.SOCKS5, 0)
         echo = echo_server()
         report: dict[str, Any] = {"foreign": raw, "gc_enabled_while_running": gc.isenabled()}
         report["epolls"] = [epoll_number(relay.native_id) for relay in dp.relays]

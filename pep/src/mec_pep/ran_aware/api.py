@@ -16,7 +16,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from mec_common.api import ProblemError
-from mec_pep.ran_aware.kernel import KernelUnavailableError, Mode
+from mec_pep.ran_aware.kernel import CcaMode, KernelUnavailableError
 
 if TYPE_CHECKING:
     from mec_pep.ran_aware.extension import RanAwareExtension
@@ -101,7 +101,7 @@ def build_router(ext: RanAwareExtension) -> APIRouter:
     @router.put("/mode", summary="Change the global mode (UEs without their own mode)")
     def put_mode(change: ModeChange) -> dict[str, Any]:
         try:
-            ext.set_global_mode(Mode.parse(change.mode))
+            ext.set_global_mode(CcaMode.parse(change.mode))
         except KernelUnavailableError as exc:
             raise _unavailable(exc) from None
         return ext.state()
@@ -125,7 +125,7 @@ def build_router(ext: RanAwareExtension) -> APIRouter:
     def put_ue_mode(change: ModeChange, ue: str = UePath) -> UeState:
         address = _ipv4(ue)
         try:
-            ext.set_ue_mode(address, Mode.parse(change.mode))
+            ext.set_ue_mode(address, CcaMode.parse(change.mode))
             return UeState.model_validate(ext.ue_state(address))
         except KernelUnavailableError as exc:
             raise _unavailable(exc) from None

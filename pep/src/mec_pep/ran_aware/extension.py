@@ -19,9 +19,9 @@ from mec_common.mp1 import Mp1Client
 from mec_pep.flows import Flow, PepContext, PepExtension
 from mec_pep.ran_aware.feed import RnisFeed
 from mec_pep.ran_aware.kernel import (
+    CcaMode,
     KernelUnavailableError,
     MeldKernel,
-    Mode,
     Tuning,
     UeCounters,
     loader_paths,
@@ -43,12 +43,12 @@ HEALTH_NAME = "meld"
 class ModeTable:
     """Global and per-UE modes; the kernel holds a copy it reads at every loss."""
 
-    def __init__(self, global_mode: Mode) -> None:
+    def __init__(self, global_mode: CcaMode) -> None:
         self.global_mode = global_mode
-        self.per_ue: dict[str, Mode] = {}
+        self.per_ue: dict[str, CcaMode] = {}
         self.lock = threading.Lock()
 
-    def effective(self, ue: str) -> Mode:
+    def effective(self, ue: str) -> CcaMode:
         return self.per_ue.get(ue, self.global_mode)
 
 
@@ -70,7 +70,7 @@ class RanAwareExtension(PepExtension):
     def __init__(self, context: PepContext, settings: RanAwareSettings | None = None) -> None:
         self.settings = settings or RanAwareSettings()
         self.context = context
-        self.modes = ModeTable(Mode.parse(self.settings.meld_mode))
+        self.modes = ModeTable(CcaMode.parse(self.settings.meld_mode))
         self.instance = instance_name(self.settings, context.settings.app_instance_id)
         self.kernel: MeldKernel | None = None
         self.kernel_error: str | None = None
@@ -137,7 +137,7 @@ class RanAwareExtension(PepExtension):
             RapidAllocator(s.rapid_slow_threshold, s.rapid_alpha),
             self.context,
             kernel,
-            lambda ue: self.modes.effective(ue) is Mode.RAPID,
+            lambda ue: self.modes.effective(ue) is CcaMode.RAPID,
             min_tick_s=s.rapid_tick_ms / 1e3,
         )
         self.feed = RnisFeed(
@@ -216,14 +216,14 @@ class RanAwareExtension(PepExtension):
             raise KernelUnavailableError(self.kernel_error or "not loaded")
         return self.kernel
 
-    def set_global_mode(self, mode: Mode) -> None:
+    def set_global_mode(self, mode: CcaMode) -> None:
         kernel = self.require_kernel()
         with self.modes.lock:
             kernel.set_global_mode(mode)
             self.modes.global_mode = mode
         log.info("global mode changed", mode=mode.label)
 
-    def set_ue_mode(self, ue: str, mode: Mode | None) -> None:
+    def set_ue_mode(self, ue: str, mode: CcaMode | None) -> None:
         kernel = self.require_kernel()
         with self.modes.lock:
             kernel.set_ue_mode(ue, mode)

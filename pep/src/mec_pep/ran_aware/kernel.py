@@ -39,7 +39,9 @@ BASE_NAMES = ("meld_reno", "meld_cubic")
 CA_NAME_MAX = 15  # TCP_CA_NAME_MAX - 1
 
 
-class Mode(enum.IntEnum):
+class CcaMode(enum.IntEnum):
+    """MELD/RAPID's congestion-control mode of a flow: the twin of ``enum meld_mode`` (meld.h)."""
+
     OFF = 0
     MELD_DE = 1
     MELD_ME = 2
@@ -52,7 +54,7 @@ class Mode(enum.IntEnum):
         return self.name.lower().replace("_", "-")
 
     @classmethod
-    def parse(cls, label: str) -> Mode:
+    def parse(cls, label: str) -> CcaMode:
         try:
             return cls[label.upper().replace("-", "_")]
         except KeyError:
@@ -256,7 +258,7 @@ class MeldDecision(ctypes.Structure):
             "flow": {"src": key_to_ue(self.saddr), "sport": self.sport, "dport": self.dport},
             "snd_una": self.snd_una,
             "snd_nxt": self.snd_nxt,
-            "mode": Mode(self.mode).label,
+            "mode": CcaMode(self.mode).label,
             "verdict": verdict.name.lower(),
             "kept": verdict in (Verdict.SUPPRESS, Verdict.RAPID),
             "d_tbs_bytes": self.d_tbs,
@@ -413,7 +415,7 @@ class MeldKernel:
 
     # --- configuration ------------------------------------------------------------------------
 
-    def configure(self, mode: Mode, tuning: Tuning) -> None:
+    def configure(self, mode: CcaMode, tuning: Tuning) -> None:
         cfg = MeldConfig(
             stale_ns=int(tuning.stale_ms * 1e6),
             rapid_period_ns=int(tuning.rapid_period_ms * 1e6),
@@ -430,25 +432,25 @@ class MeldKernel:
         assert cfg is not None  # an array map always has its entry
         return cfg
 
-    def set_global_mode(self, mode: Mode) -> None:
+    def set_global_mode(self, mode: CcaMode) -> None:
         cfg = self.config()
         cfg.global_mode = int(mode)
         self._maps["meld_config"].update(ctypes.c_uint32(0), cfg)
 
-    def set_ue_mode(self, ue: str, mode: Mode | None) -> None:
+    def set_ue_mode(self, ue: str, mode: CcaMode | None) -> None:
         """A UE's own mode; None returns it to the global mode."""
         if mode is None:
             self._maps["ue_mode"].delete(ue_key(ue))
         else:
             self._maps["ue_mode"].update(ue_key(ue), ctypes.c_uint32(int(mode)))
 
-    def ue_modes(self) -> dict[str, Mode]:
+    def ue_modes(self) -> dict[str, CcaMode]:
         m = self._maps["ue_mode"]
         modes = {}
         for key in m:
             value = m.lookup(key, _U32)
             if value is not None:
-                modes[key_to_ue(int(key.value))] = Mode(value.value)
+                modes[key_to_ue(int(key.value))] = CcaMode(value.value)
         return modes
 
     # --- radio state and counters -------------------------------------------------------------

@@ -14,7 +14,7 @@ from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from mec_common.config import _split_commas
-from mec_pep.ran_aware.kernel import Mode
+from mec_pep.ran_aware.kernel import CcaMode
 
 Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(_split_commas)]
 
@@ -108,4 +108,4 @@ class RanAwareSettings(BaseSettings):
     @field_validator("meld_mode")
     @classmethod
     def _known_mode(cls, value: str) -> str:
-        return Mode.parse(value).label
+        return CcaMode.parse(value).label

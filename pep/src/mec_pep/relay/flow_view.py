@@ -1,4 +1,7 @@
-"""Per-flow state as the API shows it. Every function here runs in the flow's relay thread."""
+"""What the relay shows of a flow: its state for the API, its buffered bytes, its backlog.
+
+Every function here runs in the flow's relay thread (its sockets are valid only there).
+"""
 
 from __future__ import annotations
 

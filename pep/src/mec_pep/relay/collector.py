@@ -4,12 +4,12 @@ The defect this prevents. CPython (3.11 here) runs an automatic collection synch
 in whichever thread's allocation takes generation 0 over its threshold, and that thread
 runs the finalizers of every unreachable object the collection finds, whoever made it. A
 socket's finalizer closes its descriptor *by number* (``close(fd)``). Every relay thread
-has a private descriptor table (``unshare(CLONE_FILES)``, ``relay.py``): the numbers of
-the process's other sockets and pipes (uvicorn's, pika's, a test's) were closed in it at
-start and are reused there by the relay's own epoll, listeners, pipes and flow sockets.
-So the garbage of another thread collected in a relay thread closes one of the relay's
-descriptors: seen on a CI run, the relay's epoll was closed (EBADF) and the relay thread
-died. Relay garbage collected in another thread would, likewise, close a descriptor of
+has a private descriptor table (``unshare(CLONE_FILES)``, ``descriptors.py``): the
+numbers of the process's other sockets and pipes (uvicorn's, pika's, a test's) were
+closed in it at start and are reused there by the relay's own epoll, listeners, pipes
+and flow sockets. So the garbage of another thread collected in a relay thread closes one
+of the relay's descriptors: seen on a CI run, the relay's epoll was closed (EBADF) and the
+relay thread died. Relay garbage collected in another thread would, likewise, close a descriptor of
 the process's table.
 
 The guard. While a data plane runs, automatic collection is off (``gc.disable()`` is
