@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +255,10 @@ def check_client_abort(server: DataServer, connect: Callable[[], socket.socket])
 
 
 class PepProcess:
-    def __init__(self, lab: Lab, state_dir: Path, **settings: Any) -> None:
+    def __init__(
+        self, lab: Lab, state_dir: Path, wrapper: Sequence[str] = (), **settings: Any
+    ) -> None:
+        """``wrapper``: a command the PEP runs under (e.g. one that installs a seccomp filter)."""
         self.lab = lab
         env = {
             **os.environ,
@@ -281,7 +284,7 @@ class PepProcess:
         self._log = self.log_path.open("wb")
         self.proc = lab.popen(
             lab.pep_ns,
-            [sys.executable, "-m", "mec_pep", "serve"],
+            [*wrapper, sys.executable, "-m", "mec_pep", "serve"],
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

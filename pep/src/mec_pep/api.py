@@ -127,6 +127,7 @@ def _router(service: PepService) -> APIRouter:
             pipes_in_use=dp.pipes_in_use(),
             relay_threads=dp.thread_count,
             descriptor_limit=service.descriptor_limit(),
+            private_descriptor_tables=dp.private_descriptor_tables,
             listeners=_listeners(service),
             tfo_server_enabled=service.tfo_server_enabled(),
         )

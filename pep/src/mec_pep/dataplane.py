@@ -131,6 +131,10 @@ class DataPlane:
                 total.aborted[reason] = total.aborted.get(reason, 0) + n
         return total
 
+    @property
+    def private_descriptor_tables(self) -> bool:
+        return all(relay.private_table for relay in self.relays)
+
     def pipes_in_use(self) -> int:
         return sum(relay.mover.pipes.in_use for relay in self.relays)
 

@@ -119,7 +119,13 @@ class Stats(BaseModel):
     bytes_from_ue: int
     pipes_in_use: int
     relay_threads: int
-    descriptor_limit: int = Field(description="RLIMIT_NOFILE per relay thread")
+    descriptor_limit: int = Field(
+        description="RLIMIT_NOFILE per relay thread (per process if the tables are shared)"
+    )
+    private_descriptor_tables: bool = Field(
+        description="each relay thread has its own descriptor table (false: unshare "
+        "refused, e.g. by a seccomp profile; all flows share one RLIMIT_NOFILE)"
+    )
     listeners: dict[str, str]
     tfo_server_enabled: bool
 

@@ -12,6 +12,7 @@ only in its relay thread), ``calls.py`` (other threads reach a relay through cal
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import resource
 import stat
@@ -21,15 +22,23 @@ CLONE_FILES = 0x400
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def own_descriptor_table(keep: int) -> None:
-    """Give the calling thread a private copy of the descriptor table.
+def own_descriptor_table(keep: int) -> bool:
+    """Give the calling thread a private copy of the descriptor table; False if the
+    system refuses (EPERM): the thread then keeps the process's table.
 
     Descriptors that existed before (BPF maps of an extension, the relay's wake eventfd
     ``keep``) stay usable here. Copies of sockets and pipes are closed: they would keep
     another thread's connections open, or a subprocess's pipe from ever reaching EOF.
+
+    Refused under a container runtime's default seccomp profile without ``SYS_ADMIN``
+    (containerd's and Docker's ``RuntimeDefault``: seen on a Kubernetes node). A shared
+    table is correct, only smaller: every relay thread's flows then count against one
+    ``RLIMIT_NOFILE``.
     """
     if _libc.unshare(CLONE_FILES) != 0:
         err = ctypes.get_errno()
+        if err == errno.EPERM:
+            return False
         raise OSError(err, f"unshare(CLONE_FILES): {os.strerror(err)}")
     for entry in Path("/proc/thread-self/fd").iterdir():
         fd = int(entry.name)
@@ -41,6 +50,7 @@ def own_descriptor_table(keep: int) -> None:
             continue  # the descriptor listdir itself used
         if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
             os.close(fd)
+    return True
 
 
 def raise_fd_limit() -> int:

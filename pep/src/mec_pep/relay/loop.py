@@ -109,6 +109,7 @@ class Relay:
         self._thread: threading.Thread | None = None
         self.now = time.monotonic()
         self._next_sweep = self.now + 1.0
+        self.private_table = False  # set by the thread: its own descriptor table or not
 
     # ---- control (any thread) ---------------------------------------------------------
 
@@ -185,7 +186,12 @@ class Relay:
 
     def _run(self) -> None:
         try:
-            own_descriptor_table(keep=self._calls.wake_fd)
+            self.private_table = own_descriptor_table(keep=self._calls.wake_fd)
+            if not self.private_table:
+                log.warning("relay thread shares the process's descriptor table: "
+                            "unshare(CLONE_FILES) refused (a seccomp profile without "
+                            "SYS_ADMIN); all flows count against one RLIMIT_NOFILE",
+                            relay=self.index)  # fmt: skip
             self._epoll = select.epoll()
             self._epoll.register(self._calls.wake_fd, select.EPOLLIN)
         except BaseException as exc:

@@ -1,0 +1,53 @@
+"""A PEP under a seccomp profile that refuses unshare(2), as containerd's and Docker's
+RuntimeDefault do to a container without SYS_ADMIN (found on a Kubernetes node): the relay
+threads keep the process's descriptor table, say so, and relay as before."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pep_support import PepProcess, connect_direct, connect_socks5, connect_tlv, request
+
+from mts_lab.line import Lab
+
+pytestmark = pytest.mark.netns
+
+TOOL = Path(__file__).resolve().parent / "tools" / "deny_unshare.c"
+
+
+@pytest.fixture(scope="module")
+def deny_unshare(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    binary = tmp_path_factory.mktemp("seccomp") / "deny_unshare"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary), str(TOOL)],
+                   check=True)  # fmt: skip
+    refused = subprocess.run([str(binary), "unshare", "--mount", "true"], check=False)
+    assert refused.returncode != 0, "the filter lets unshare through"
+    return binary
+
+
+def test_relays_share_the_table_when_unshare_is_refused(
+    lab: Lab, start_pep: Callable[..., PepProcess], server: object, deny_unshare: Path
+) -> None:
+    pep = start_pep(wrapper=[str(deny_unshare)])
+    stats = pep.get("/pep/v1/stats").json()
+    assert stats["private_descriptor_tables"] is False, stats
+    assert "unshare(CLONE_FILES) refused" in pep.log()
+    target = server.address  # type: ignore[attr-defined]
+    for connect in (connect_direct, connect_socks5, connect_tlv):
+        with connect(lab, target) as sock:
+            sock.sendall(request(b"E") + b"x" * 100_000)
+            sock.shutdown(1)
+            echoed = b""
+            while chunk := sock.recv(65536):
+                echoed += chunk
+        assert echoed == b"x" * 100_000, connect.__name__
+    assert pep.get("/pep/v1/stats").json()["established"] >= 3
+    pep.stop()  # the next test's PEP takes the same ports
+
+
+def test_relays_own_their_tables_otherwise(start_pep: Callable[..., PepProcess]) -> None:
+    pep = start_pep()
+    assert pep.get("/pep/v1/stats").json()["private_descriptor_tables"] is True
