@@ -13,8 +13,7 @@
  * (on tcp_ack_update_rtt, or on tcp_rcv_established) are refused by this machine's
  * kernel with EPERM before verification, as root with CAP_BPF and CAP_PERFMON; and
  * recovering each ACK's sample from srtt's change in the parse-all-headers callback
- * fails because that callback misses the segments TCP takes on its fast path (about
- * half of the ACKs, measured; docs/l4s.md).
+ * fails because that callback does not run on every segment (measured; docs/l4s.md).
  *
  * sender_ack_in (tc ingress on the sender's interface) notes when each ACK number first
  * arrives, so each record also tells how long after its ACK reached the interface TCP

@@ -328,6 +328,14 @@ def _summarise(
         row |= _errors(calm, "vs_tcp_calm") | _errors(excess, "vs_tcp_excess")
         row["vs_tcp_excess_share"] = len(excess) / max(1, len(calm) + len(excess))
         row["own_excess_share"] = own_excess / max(1, len(calm) + len(excess))
+        # per direction of the packets that carried the edges or samples: under WAN
+        # reordering the client's are in order at the observer, yet the client reacts to
+        # the reordered segments it received (its spin rule has no guard)
+        for sender_side, from_client in (("client", True), ("server", False)):
+            carried = [s.rtt_ms for s in e2e if s.from_client == from_client]
+            if carried:
+                row[f"from_{sender_side}_mean_ms"] = statistics.fmean(carried)
+                row[f"from_{sender_side}_n"] = len(carried)
         for side in ("client_side", "server_side"):
             half = [s.rtt_ms for s in mine if s.rules == rules and s.measurement == side]
             if half:
@@ -370,7 +378,7 @@ OBSERVER_KEYS = (
     "mean_ms", "std_ms", "abs_error_p50_ms", "abs_error_p90_ms", "vs_tcp_p50_ms",
     "vs_tcp_p90_ms", "vs_tcp_bias_ms", "vs_tcp_calm_p50_ms", "vs_tcp_calm_p90_ms",
     "vs_tcp_excess_p50_ms", "vs_tcp_excess_share", "own_excess_share", "vs_wire_p50_ms",
-    "vs_wire_p90_ms",
+    "vs_wire_p90_ms", "from_client_mean_ms", "from_server_mean_ms",
     "client_side_p50_ms",
     "client_side_p90_ms", "server_side_p50_ms", "server_side_p90_ms",
 )  # fmt: skip
@@ -456,14 +464,18 @@ def table_reorder(results: Results) -> str:
         for key, row in rows.items():
             technique, cca = key.split("/")
             pub = results["published"].get(rate, {}).get(cca)
-            published = f"{pub['ss'][0]}/{pub['ss'][1]}, {pub[technique][0]}/{pub[technique][1]}"
+            published = (
+                f"{pub['ss'][0]}/{pub['ss'][1]}, {pub[technique][0]}/{pub[technique][1]}"
+                if pub
+                else "-"
+            )
             lines.append(
                 f"{rate:>9} {key:14} "
                 f"{row['truth_mean_ms'][0]:>7.1f}/{row['truth_std_ms'][0]:<4.1f} "
                 f"{row['raw_mean_ms'][0]:>7.1f}/{row['raw_std_ms'][0]:<4.1f} "
                 f"{row['filtered_mean_ms'][0]:>7.1f}/{row['filtered_std_ms'][0]:<4.1f} "
                 f"{row['raw_vs_tcp_p90_ms'][0]:>10.1f}/{row['filtered_vs_tcp_p90_ms'][0]:<10.1f} "
-                + (published if pub else "-")
+                + published
             )
     lines.append("(mean/std in ms: means over runs of each run's mean and population std dev)")
     return "\n".join(lines)
@@ -579,7 +591,7 @@ def main() -> None:
         return
     results["reorder_pct"] = rates
     results["tables"] = {
-        str(rate): aggregate([r for r in runs if r["reorder_pct"] == rate]) for rate in rates
+        f"{rate:g}": aggregate([r for r in runs if r["reorder_pct"] == rate]) for rate in rates
     }
     results["published"] = PUBLISHED_REORDER
     save_results(results, args.out, "table-7-2-3", plot_reorder, table_reorder)
