@@ -362,6 +362,11 @@ def test_download_at_a_ue_through_the_pep_pod(release: Release, testbed: Emulate
     moved = {k: after["counters"][k] - before["counters"][k] for k in after["counters"]}
     assert sum(moved.values()) > 0, (before, after)
     print(f"MELD counters during the download: {moved}")
+    # All of it under containerd's RuntimeDefault seccomp profile (the chart's default for
+    # the PEP too): bpf() is allowed with CAP_BPF, unshare is not, so the relay threads
+    # share the process's descriptor table.
+    stats = release.api("pep", "GET", "/pep/v1/stats").json()
+    assert stats["private_descriptor_tables"] is False, stats
 
 
 Sample = list[dict[str, Any]]
