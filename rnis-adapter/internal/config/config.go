@@ -63,7 +63,7 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("POLL_PERIOD", "8ms", "poll period, 1ms..10s", svc.Duration(&c.PollPeriod)),
 		svc.Var("POLL_TIMEOUT", "1s", "timeout of one statistics request", svc.Duration(&c.PollTimeout)),
 		svc.Var("CONFIG_PERIOD", "1s", "enb_config refresh period in split mode (also on an unknown RNTI)", svc.Duration(&c.ConfigPeriod)),
-		svc.Var("REPORT_SF", "0", "if > 0, keep the controller's reporting period at this many ms: set on every (re)connection of an eNB (POST /stats/conf/enb/:id), read back every CONFIG_PERIOD and set again when the controller's configuration or the report stream differs", svc.Int(&c.ReportSF)),
+		svc.Var("REPORT_SF", "0", "if > 0, keep the controller's reporting period at this many ms: set on every (re)connection of an eNB (POST /stats/conf/enb/:id), read back every CONFIG_PERIOD and set again when the controller's configuration differs or the report stream shows reports further apart than the period or the poll explain", svc.Int(&c.ReportSF)),
 		svc.Var("SFN_FORMAT", "decimal", "how the source writes sfnSn: decimal (frame*10+subframe: OAI's FlexRAN agent, the RAN emulator) or packed (frame<<4|subframe)", svc.OneOf(&c.SFNFormat, "decimal", "packed")),
 		svc.Var("STALE_BOUND", "50ms", "the consumers' staleness bound (the PEP's PEP_MELD_STALE_MS): a warning is logged when the RAN reports less often", svc.Duration(&c.StaleBound)),
 		svc.Var("IP_MAP", "", "JSON file mapping IMSI or <bs_id>/<rnti> to UE IPv4 (docs/rnis-adapter.md)", svc.Str(&c.IPMapFile)),

@@ -361,9 +361,9 @@ func (p *Poller) keepReportPeriod(ctx context.Context, s *flexran.Snapshot, veri
 				p.log.Warn("could not read the controller's reporting period", "bs_id", id, "err", err)
 			} else if freq != "FLSRF_PERIODICAL" || sf != p.cfg.ReportSF {
 				p.setReportPeriod(ctx, id, fmt.Sprintf("controller reports %s every %d ms", freq, sf))
-			} else if got := p.streamPeriodSF(id); got > int64(p.cfg.ReportSF)*3/2+2 {
+			} else if got, limit := p.streamPeriodSF(id); got > limit {
 				// the controller's configuration reads right but the agent reports slower
-				p.setReportPeriod(ctx, id, fmt.Sprintf("reports arrive every %d subframes", got))
+				p.setReportPeriod(ctx, id, fmt.Sprintf("reports arrive every %d subframes at best", got))
 			}
 		}
 	}
@@ -379,12 +379,21 @@ func (p *Poller) setReportPeriod(ctx context.Context, bsID int64, why string) {
 	p.log.Info("controller reporting period set", "bs_id", bsID, "sf_ms", p.cfg.ReportSF, "why", why)
 }
 
-// streamPeriodSF is the report period the station's sfnSn shows (0 when unknown).
-func (p *Poller) streamPeriodSF(bsID int64) int64 {
+// streamPeriodSF is the shortest report interval of station bsID since the last check, in
+// subframes, and the longest one the configured period explains (got <= limit: as
+// configured; got 0: unknown). The adapter sees a new report at most once per poll, so a
+// RAN that reports more often than it polls shows the poll period: RNIS_POLL_PERIOD in
+// the station's measured TTIs (the RF simulator runs ~1.6 subframes per ms idle).
+func (p *Poller) streamPeriodSF(bsID int64) (got, limit int64) {
 	if p.cfg.Clock == nil {
-		return 0
+		return 0, 0
 	}
-	return p.cfg.Clock.Stations()[bsID].ReportSF
+	tti := p.cfg.Clock.Stations()[bsID].TTI
+	expected := int64(p.cfg.ReportSF)
+	if tti > 0 {
+		expected = max(expected, int64((p.cfg.Period+tti-1)/tti))
+	}
+	return p.cfg.Clock.TakeMinReportSF(bsID), expected*3/2 + 2
 }
 
 // getReportConf reads GET /stats/conf/enb/:id: the period (ms) and frequency in force.

@@ -103,6 +103,7 @@ type station struct {
 	seenNs      int64 // when that report was first seen
 	period      time.Duration
 	periodSF    int64
+	minSF       int64 // fewest subframes between two reports since TakeMinReportSF (0: none)
 	winSF       int64 // subframes summed in the current rate window
 	winStartNs  int64
 	tti         time.Duration
@@ -153,6 +154,9 @@ func (c *Clock) advance(s *station, idx, now int64) {
 		return
 	}
 	s.period, s.periodSF = elapsed, steps
+	if s.minSF == 0 || steps < s.minSF {
+		s.minSF = steps
+	}
 	s.winSF += steps
 	s.sfn, s.seenNs = idx, now
 	if span := time.Duration(now - s.winStartNs); span >= rateWindow && s.winSF > 0 {
@@ -173,6 +177,22 @@ func nominalOr(tti time.Duration) time.Duration {
 func (s *station) reading(fresh bool) Reading {
 	return Reading{MeasuredNs: s.seenNs, UncertaintyNs: int64(s.period), ReportPeriod: s.period,
 		ReportSF: s.periodSF, TTI: s.tti, New: fresh}
+}
+
+// TakeMinReportSF returns the fewest subframes between two reports of station bsID seen
+// since the previous call (0: fewer than two reports), and starts a new count. The agent
+// reports at least that often: a poll that comes late (a loaded machine) or one period of
+// polling that spans several reports only ever makes an interval look longer.
+func (c *Clock) TakeMinReportSF(bsID int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.st[bsID]
+	if s == nil {
+		return 0
+	}
+	n := s.minSF
+	s.minSF = 0
+	return n
 }
 
 // Forget drops a station's state (it disappeared from the statistics).
