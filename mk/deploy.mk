@@ -40,7 +40,7 @@ test-deploy-chart: python deploy-tools kube-tools images ## helm lint, API-serve
 
 # The host-mode test runs the RAN emulator on the machine (build/bin/ran-emulator).
 test-deploy-compose: python deploy-tools images build/bin/ran-emulator ## compose up (emulated; host mode beside a RAN outside compose; a taken port), checks, down
-	uv run pytest -q deploy/tests/test_compose.py
+	uv run pytest -q deploy/tests/test_compose.py deploy/tests/test_host_check.py
 
 # A real single-node cluster on this machine (deploy/k8s/cluster.sh + node.sh): the chart's
 # Pods run, the suite works end to end through them, upgrade/rollback/uninstall

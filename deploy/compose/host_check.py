@@ -60,16 +60,42 @@ def forward_policy() -> str:
     return "unknown (no ip filter FORWARD chain in nftables: iptables-legacy or none)"
 
 
+def docker_user_accepts(chain: str, pool: str) -> bool:
+    """Whether the DOCKER-USER chain (``nft list chain ip filter DOCKER-USER``) accepts the
+    UE pool both ways, as the two iptables lines of docs/oai-testbed.md#forwarding write it."""
+    rules = [line.split() for line in chain.splitlines()]
+    return all(
+        any(r[:3] == ["ip", way, pool] and r[-1] == "accept" for r in rules)
+        for way in ("saddr", "daddr")
+    )
+
+
+def docker_user_chain() -> str:
+    return subprocess.run(
+        ["nft", "list", "chain", "ip", "filter", "DOCKER-USER"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+
+
 def report_forwarding() -> None:
     forwarding = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == "1"
     policy = forward_policy()
     print(f"host-check: IPv4 forwarding {'on' if forwarding else 'off'}, FORWARD policy {policy}")
-    clients = os.environ.get("PEP_ALLOWED_CLIENTS") or "<UE pool>"
+    pools = os.environ.get("PEP_ALLOWED_CLIENTS", "").replace(",", " ").split()
+    clients = " ".join(pools) or "<UE pool>"
     if not forwarding:
         print(
             "host-check: WARNING: this host routes no UE traffic (sysctl net.ipv4.ip_forward=1 "
             "if the UEs' traffic to the servers is routed through it)"
         )
+    elif (
+        policy == "drop"
+        and pools
+        and all(docker_user_accepts(docker_user_chain(), pool) for pool in pools)
+    ):
+        print(f"host-check: DOCKER-USER accepts the UE pool ({clients}) both ways")
     elif policy == "drop":
         print(
             "host-check: WARNING: FORWARD drops what no rule accepts: UE traffic the PEP does "
