@@ -43,6 +43,8 @@ struct efm_config {
 	__u32 dynamic_t_max;	/* 1: T_max = max(t_max_us, 2 x SRTT) */
 	__u32 ect1;		/* 1: outgoing ECT(0) becomes ECT(1), the L4S identifier (this
 				 * kernel gives a BPF CCA no way to ask for ECT(1)) */
+	__u32 spin_guard;	/* 1: a received segment sets the spin value only if its seq and
+				 * ack are not below the highest seen (not the research's rule) */
 };
 
 /* Endpoint state of one socket (socket storage). */
@@ -51,7 +53,9 @@ struct efm_sock {
 	__u32 role;		/* enum efm_role */
 	__u32 spin;		/* spin: time bit of the last segment received (0/1) */
 	__u32 sample_pending;	/* delay: a received sample waits for the next segment out (0/1) */
-	__u32 pad;
+	__u32 ordered;		/* spin guard: hi_seq and hi_ack hold a segment (0/1) */
+	__u32 hi_seq;		/* spin guard: highest seq and ack received */
+	__u32 hi_ack;
 };
 
 /* Endpoint counters: index into the `efm_counters` per-CPU array, in segments. */
@@ -66,7 +70,8 @@ enum efm_counter {
 	EFM_C_SAMPLES_IN = 7,	/* delay samples received */
 	EFM_C_UNPARSED = 8,	/* TCP/IPv4 packets whose headers could not be read */
 	EFM_C_ECT1 = 9,		/* ECT(0) packets sent as ECT(1) */
-	EFM_C_COUNT = 10,
+	EFM_C_SPIN_GUARDED = 10, /* spin guard: segments below the highest, not followed */
+	EFM_C_COUNT = 11,
 };
 
 

@@ -18,7 +18,9 @@
  *
  * The rules are the research's, in its order (§2.1, §3.2):
  *   spin:  receive: spin = time bit of every segment (no ordering guard, as TCP has no
- *          packet number); send: the server echoes it, the client inverts it.
+ *          packet number; with the optional spin_guard, of the newest segments only:
+ *          seq and ack not below the highest seen); send: the server echoes it, the
+ *          client inverts it.
  *   delay: receive: a marked segment makes a sample pending; send: SYN -> handshake
  *          code; a segment carrying SACK is never marked (the sample stays pending);
  *          a pending sample marks the next segment (the client stamps ds_time); the
@@ -297,6 +299,18 @@ int efm_out(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
+/* The spin guard: is this segment the newest received (seq and ack not below the highest
+ * seen)? A reordered or retransmitted segment is not, and must not flip the wave. */
+static __always_inline bool newest(struct efm_sock *s, const struct tcp_seg *seg)
+{
+	if (s->ordered && ((__s32)(seg->seq - s->hi_seq) < 0 || (__s32)(seg->ack - s->hi_ack) < 0))
+		return false;
+	s->ordered = 1;
+	s->hi_seq = seg->seq;
+	s->hi_ack = seg->ack;
+	return true;
+}
+
 SEC("tc")
 int efm_in(struct __sk_buff *skb)
 {
@@ -325,7 +339,10 @@ int efm_in(struct __sk_buff *skb)
 		goto out;
 	time = seg.byte12 & EFM_TIME_BIT;
 	if (cfg->technique == EFM_SPIN) {
-		s->spin = time;
+		if (cfg->spin_guard && !newest(s, &seg))
+			count(EFM_C_SPIN_GUARDED);
+		else
+			s->spin = time;
 	} else if (time) {
 		s->sample_pending = 1;
 		count(EFM_C_SAMPLES_IN);

@@ -61,6 +61,7 @@ class MarkerCounter(enum.IntEnum):
     SAMPLES_IN = 7
     UNPARSED = 8
     ECT1 = 9
+    SPIN_GUARDED = 10
 
 
 class EfmConfig(ctypes.Structure):
@@ -69,6 +70,7 @@ class EfmConfig(ctypes.Structure):
         ("t_max_us", ctypes.c_uint32),
         ("dynamic_t_max", ctypes.c_uint32),
         ("ect1", ctypes.c_uint32),
+        ("spin_guard", ctypes.c_uint32),
     )
 
 
@@ -78,7 +80,9 @@ class EfmSock(ctypes.Structure):
         ("role", ctypes.c_uint32),
         ("spin", ctypes.c_uint32),
         ("sample_pending", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("ordered", ctypes.c_uint32),
+        ("hi_seq", ctypes.c_uint32),
+        ("hi_ack", ctypes.c_uint32),
     )
 
 
@@ -169,8 +173,12 @@ class Marker:
         *,
         dynamic_t_max: bool = False,
         ect1: bool = False,
+        spin_guard: bool = False,
     ) -> None:
-        """``ect1``: send ECN-capable packets as ECT(1) (the sender of an L4S flow)."""
+        """``ect1``: send ECN-capable packets as ECT(1) (the sender of an L4S flow).
+        ``spin_guard``: follow a received spin value only from the newest segment (seq and
+        ack not below the highest seen), so reordering cannot flip the endpoint's wave;
+        off by default, as in the research."""
         if t_max_ms <= 0:
             raise ValueError(f"t_max_ms must be > 0, got {t_max_ms}")
         cfg = EfmConfig(
@@ -178,6 +186,7 @@ class Marker:
             t_max_us=round(t_max_ms * 1000),
             dynamic_t_max=int(dynamic_t_max),
             ect1=int(ect1),
+            spin_guard=int(spin_guard),
         )
         self.obj.maps["efm_config"].update(ctypes.c_uint32(0), cfg)
 

@@ -137,9 +137,15 @@ def _receiver(line: WanLine, flow: FlowRun, cca: str) -> None:
 
 
 def one_run(
-    line: WanLine, prague: Prague, technique: Technique, seconds: float, dump: Path | None = None
+    line: WanLine,
+    prague: Prague,
+    technique: Technique,
+    seconds: float,
+    dump: Path | None = None,
+    spin_guard: bool = False,
 ) -> dict[str, Any]:
-    """One run of both flows; ``dump``: write every sample of it there (JSON lines)."""
+    """One run of both flows; ``dump``: write every sample of it there (JSON lines);
+    ``spin_guard``: the endpoints' optional spin ordering guard on."""
     observer = Observer.load(OBSERVER_OBJ, f"mts-obs-x{secrets.token_hex(3)}")
     markers: list[Marker] = []
     truth: SenderRtt | None = None
@@ -153,7 +159,7 @@ def one_run(
         for ns, ifname, ect1 in ((line.client_ns, "c0", False), (line.server_ns, "wan0", True)):
             m = Marker.load(MARKER_OBJ, f"mts-efm-x{secrets.token_hex(3)}")
             markers.append(m)
-            m.configure(technique, dynamic_t_max=True, ect1=ect1)
+            m.configure(technique, dynamic_t_max=True, ect1=ect1, spin_guard=spin_guard)
             m.attach(ifname, ns)
         flows = {"prague": FlowRun("prague"), "cubic": FlowRun("cubic")}
         ccas = {"prague": prague.name, "cubic": "cubic"}
@@ -547,7 +553,7 @@ def run_all(args: argparse.Namespace, rates: list[float]) -> list[dict[str, Any]
                 args.dump.mkdir(parents=True, exist_ok=True)
                 dump = args.dump / f"{name}.jsonl"
             try:
-                result = one_run(line, prague, technique, args.seconds, dump)
+                result = one_run(line, prague, technique, args.seconds, dump, args.spin_guard)
             finally:
                 line.down()
             result |= {"technique": technique.name.lower(), "run": run, "reorder_pct": rate}
@@ -571,6 +577,11 @@ def main() -> None:
         help="comma-separated WAN reorder rates in %% (e.g. 0,0.01,0.1): Tables 7.2/7.3 "
         "(table-7-2-3) instead of Table 7.1",
     )
+    parser.add_argument(
+        "--spin-guard",
+        action="store_true",
+        help="the endpoints follow the spin value of the newest segments only",
+    )
     args = parser.parse_args()
     rates = [float(r) for r in args.reorder_pct.split(",")] if args.reorder_pct else [0.0]
     load_before = os.getloadavg()
@@ -584,6 +595,7 @@ def main() -> None:
         "load_after": [round(x, 1) for x in os.getloadavg()],
         "per_run": runs,
         "absent": "Tables 8.1-8.5",
+        "spin_guard": args.spin_guard,
     }
     if args.reorder_pct is None:
         results["table"] = aggregate(runs)
