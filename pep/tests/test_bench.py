@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mts_lab.pep import bench
+from mts_lab.pep import bench, cost
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -31,3 +31,15 @@ def test_bench_small(tmp_path: Path) -> None:
         assert idle["connections"] == 300
         assert idle["new_connection_ms_loaded"]["p99"] > 0
     assert 0 < results["idle_connections"]["pep"]["kib_per_connection"] < 10
+
+
+def test_cost_small(tmp_path: Path) -> None:
+    """``mts_lab.pep.cost``: system calls per connection, counted by strace."""
+    results = cost.run("syscalls", {"installed": None}, rounds=1, seconds=1.0, out=tmp_path)
+    assert json.loads((tmp_path / "cost-syscalls.json").read_text())["measure"] == "syscalls"
+    per = results["summary"]["installed"]
+    assert per["flows"] > 10
+    assert 10 < per["syscalls_per_connection"] < 200
+    # every connection accepts its RAN leg and connects its WAN leg once
+    assert per["by_call"]["connect"] == pytest.approx(1.0, abs=0.2)
+    assert per["by_call"]["accept4"] >= 0.9

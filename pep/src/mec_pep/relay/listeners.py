@@ -19,12 +19,14 @@ NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL)
 
 
 class Listener:
-    __slots__ = ("fd", "mode", "paused_until", "sock")
+    __slots__ = ("family", "fd", "mode", "paused_until", "proto", "sock")
 
     def __init__(self, mode: ProxyMode, sock: socket.socket) -> None:
         self.mode = mode
         self.sock = sock
         self.fd = sock.fileno()
+        self.family = int(sock.family)  # what accepted sockets are made with
+        self.proto = sock.proto
         self.paused_until = 0.0
 
 
