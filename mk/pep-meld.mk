@@ -50,3 +50,16 @@ EXPERIMENT_TARGETS += experiment-meld-discrimination
 .PHONY: experiment-meld-discrimination
 experiment-meld-discrimination: python rabbitmq build ## MELD decisions vs the emulator's drop labels (long) -> docs/results/meld/discrimination.*
 	uv run python -m mts_lab.meld.discrimination_experiment --out docs/results/meld
+
+# Against a RAN you run (docs/oai-testbed.md): nothing here builds or starts the RAN, so it
+# is in no target list. The UE's and the server's namespaces and addresses are yours.
+LIVE_UE_NS ?= oai-ue
+LIVE_UE_IP ?= 10.0.1.2
+LIVE_SERVER_IP ?= 10.79.0.2
+LIVE_PEP_URL ?= http://127.0.0.1:8102
+LIVE_RNIS_METRICS ?= http://127.0.0.1:8101/metrics
+.PHONY: experiment-meld-live
+experiment-meld-live: python ## goodput direct / PEP / PEP+MELD-DE at 0, 0.5, 1 % loss on a live RAN and the compose stack of .env -> docs/results/meld-live/
+	uv run python -m mts_lab.meld.live --ue-ns $(LIVE_UE_NS) --ue-ip $(LIVE_UE_IP) \
+		--server-ip $(LIVE_SERVER_IP) --pep-url $(LIVE_PEP_URL) \
+		--rnis-metrics $(LIVE_RNIS_METRICS) --env-file .env --out docs/results/meld-live
