@@ -125,8 +125,8 @@ class WanLine:
                 "delay_ms": self.delay_ms,
                 "rate_mbps": self.rate_mbps,
                 "queue": self.queue,
-                "reorder_pct": self.reorder_pct,
-            },
+            }
+            | ({"reorder_pct": self.reorder_pct} if self.reorder_pct else {}),
         }
 
     def _start_emulator(self) -> None:
