@@ -99,6 +99,8 @@ func replayMELD(t *testing.T, name string, meldME bool, input func(*Measurement)
 var timelines = []string{
 	"live-oai-rfsim-timeline/idle-poll-10ms.jsonl",
 	"live-oai-rfsim-timeline/saturated-poll-10ms.jsonl",
+	"live-oai-rfsim-sf10/idle-sf10-poll-10ms.jsonl", // RNIS_REPORT_SF=10 applied (issues 22/23 run)
+	"live-oai-rfsim-sf10/saturated-sf10-poll-10ms.jsonl",
 	"emulator-oai-like/light-3mbps-loss2-poll-10ms.jsonl",
 	"emulator-oai-like/saturated-loss1-poll-10ms.jsonl",
 }
