@@ -171,25 +171,36 @@ func (p *Poller) pollOnce(ctx context.Context, handle Handler) error {
 		}
 		handle(s, observed)
 	}
+	var shortest map[int64]ranclock.Shortest
+	if verify && p.cfg.Clock != nil {
+		shortest = p.cfg.Clock.TakeShortest()
+	}
 	if len(snaps) > 0 {
-		p.keepReportPeriod(ctx, &snaps[len(snaps)-1], verify)
+		p.keepReportPeriod(ctx, &snaps[len(snaps)-1], verify, shortest)
 	}
 	if verify {
-		p.checkReportPeriods()
+		p.checkReportPeriods(shortest)
 	}
 	return nil
 }
 
 // checkReportPeriods exports each station's measured report period and TTI, and warns when
 // reports come less often than the consumers' staleness bound: they would then act on
-// stale radio state (MELD falls back to plain TCP) part of the time.
-func (p *Poller) checkReportPeriods() {
+// stale radio state (MELD falls back to plain TCP) part of the time. It judges the shortest
+// interval since the last check (the last one when there was none): one late poll or one
+// gap in the RF simulator's pace is no reason to lower RNIS_REPORT_SF (the live run of
+// issues 22/23 warned and took it back every few seconds on the last interval alone).
+func (p *Poller) checkReportPeriods(shortest map[int64]ranclock.Shortest) {
 	if p.cfg.Clock == nil {
 		return
 	}
 	for id, r := range p.cfg.Clock.Stations() {
 		p.obs.ReportPeriod(id, r.ReportPeriod, r.TTI)
-		slow := p.cfg.StaleBound > 0 && r.ReportPeriod > p.cfg.StaleBound
+		period := r.ReportPeriod
+		if s := shortest[id].Period; s > 0 {
+			period = s
+		}
+		slow := p.cfg.StaleBound > 0 && period > p.cfg.StaleBound
 		if slow == p.slow[id] {
 			continue // said when it started or ended
 		}
@@ -340,7 +351,7 @@ func (p *Poller) mergeConfig(s *flexran.Snapshot) {
 // came back (a restarted eNB or controller reuses its bs_id and falls back to the
 // controller's default, 100 ms), and, when verify is set, reads each station's
 // configuration back and sets it again if it differs.
-func (p *Poller) keepReportPeriod(ctx context.Context, s *flexran.Snapshot, verify bool) {
+func (p *Poller) keepReportPeriod(ctx context.Context, s *flexran.Snapshot, verify bool, shortest map[int64]ranclock.Shortest) {
 	if p.cfg.ReportSF <= 0 {
 		return
 	}
@@ -361,7 +372,7 @@ func (p *Poller) keepReportPeriod(ctx context.Context, s *flexran.Snapshot, veri
 				p.log.Warn("could not read the controller's reporting period", "bs_id", id, "err", err)
 			} else if freq != "FLSRF_PERIODICAL" || sf != p.cfg.ReportSF {
 				p.setReportPeriod(ctx, id, fmt.Sprintf("controller reports %s every %d ms", freq, sf))
-			} else if got, limit := p.streamPeriodSF(id); got > limit {
+			} else if got, limit := shortest[id].SF, p.expectedPeriodSF(id); got > limit {
 				// the controller's configuration reads right but the agent reports slower
 				p.setReportPeriod(ctx, id, fmt.Sprintf("reports arrive every %d subframes at best", got))
 			}
@@ -379,21 +390,18 @@ func (p *Poller) setReportPeriod(ctx context.Context, bsID int64, why string) {
 	p.log.Info("controller reporting period set", "bs_id", bsID, "sf_ms", p.cfg.ReportSF, "why", why)
 }
 
-// streamPeriodSF is the shortest report interval of station bsID since the last check, in
-// subframes, and the longest one the configured period explains (got <= limit: as
-// configured; got 0: unknown). The adapter sees a new report at most once per poll, so a
-// RAN that reports more often than it polls shows the poll period: RNIS_POLL_PERIOD in
-// the station's measured TTIs (the RF simulator runs ~1.6 subframes per ms idle).
-func (p *Poller) streamPeriodSF(bsID int64) (got, limit int64) {
-	if p.cfg.Clock == nil {
-		return 0, 0
-	}
-	tti := p.cfg.Clock.Stations()[bsID].TTI
+// expectedPeriodSF is the longest report interval, in subframes, that the configured
+// period explains. The adapter sees a new report at most once per poll, so a RAN that
+// reports more often than it polls shows the poll period: RNIS_POLL_PERIOD in the
+// station's measured TTIs (the RF simulator runs ~1.6 subframes per ms idle).
+func (p *Poller) expectedPeriodSF(bsID int64) int64 {
 	expected := int64(p.cfg.ReportSF)
-	if tti > 0 {
-		expected = max(expected, int64((p.cfg.Period+tti-1)/tti))
+	if p.cfg.Clock != nil {
+		if tti := p.cfg.Clock.Stations()[bsID].TTI; tti > 0 {
+			expected = max(expected, int64((p.cfg.Period+tti-1)/tti))
+		}
 	}
-	return p.cfg.Clock.TakeMinReportSF(bsID), expected*3/2 + 2
+	return expected*3/2 + 2
 }
 
 // getReportConf reads GET /stats/conf/enb/:id: the period (ms) and frequency in force.

@@ -293,9 +293,36 @@ func TestWarnsWhenReportsAreRarerThanTheStalenessBound(t *testing.T) {
 	p := New(Config{BaseURL: "http://x", Path: "/stats", Period: time.Millisecond, Timeout: time.Second,
 		Clock: clock, StaleBound: 50 * time.Millisecond}, nopObs{}, slog.New(slog.NewTextHandler(&logged, nil)))
 	feedLiveTimeline(t, clock, 10000)
-	p.checkReportPeriods()
-	p.checkReportPeriods()
+	p.checkReportPeriods(clock.TakeShortest())
+	p.checkReportPeriods(clock.TakeShortest())
 	if n := strings.Count(logged.String(), "rarer than the consumers' staleness bound"); n != 1 {
 		t.Fatalf("%d warnings for a %v report period: %s", n, clock.Stations()[10000].ReportPeriod, logged.String())
+	}
+}
+
+// The same live run: with the 10 ms period in force, single intervals of 51-85 ms (a late
+// poll, a pause in the RF simulator) are no reason to warn that reports are rarer than the
+// 50 ms bound; the adapter warned and took it back every few seconds on the last interval.
+func TestSingleLongIntervalsDoNotWarn(t *testing.T) {
+	var logged strings.Builder
+	clock := ranclock.New(ranclock.SFNDecimal)
+	p := New(Config{BaseURL: "http://x", Path: "/stats", Period: 10 * time.Millisecond, Timeout: time.Second,
+		Clock: clock, StaleBound: 50 * time.Millisecond}, nopObs{}, slog.New(slog.NewTextHandler(&logged, nil)))
+	var checked time.Time
+	for _, o := range liveTimeline(t, "live-oai-rfsim-sf10/saturated-sf10-poll-10ms.jsonl") {
+		before := clock.Stations()[1].ReportPeriod
+		clock.Observe(1, o.sfn.V, o.sfn.Set, o.at)
+		long := clock.Stations()[1].ReportPeriod != before && clock.Stations()[1].ReportPeriod > 50*time.Millisecond
+		if checked.IsZero() {
+			checked = o.at
+		} else if long && o.at.Sub(checked) >= 200*time.Millisecond {
+			// a check (every CONFIG_PERIOD, 200 ms here) falls right after a long interval
+			p.checkReportPeriods(clock.TakeShortest())
+			checked = o.at
+		}
+	}
+	p.checkReportPeriods(clock.TakeShortest())
+	if strings.Contains(logged.String(), "rarer than") {
+		t.Fatalf("warned on single long intervals: %s", logged.String())
 	}
 }

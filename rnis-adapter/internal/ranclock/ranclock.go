@@ -103,8 +103,9 @@ type station struct {
 	seenNs      int64 // when that report was first seen
 	period      time.Duration
 	periodSF    int64
-	minSF       int64 // fewest subframes between two reports since TakeMinReportSF (0: none)
-	winSF       int64 // subframes summed in the current rate window
+	minSF       int64         // fewest subframes between two reports since TakeShortest (0: none)
+	minPeriod   time.Duration // shortest time between two reports since TakeShortest (0: none)
+	winSF       int64         // subframes summed in the current rate window
 	winStartNs  int64
 	tti         time.Duration
 	holMeasured bool
@@ -157,6 +158,9 @@ func (c *Clock) advance(s *station, idx, now int64) {
 	if s.minSF == 0 || steps < s.minSF {
 		s.minSF = steps
 	}
+	if s.minPeriod == 0 || elapsed < s.minPeriod {
+		s.minPeriod = elapsed
+	}
 	s.winSF += steps
 	s.sfn, s.seenNs = idx, now
 	if span := time.Duration(now - s.winStartNs); span >= rateWindow && s.winSF > 0 {
@@ -179,20 +183,25 @@ func (s *station) reading(fresh bool) Reading {
 		ReportSF: s.periodSF, TTI: s.tti, New: fresh}
 }
 
-// TakeMinReportSF returns the fewest subframes between two reports of station bsID seen
-// since the previous call (0: fewer than two reports), and starts a new count. The agent
-// reports at least that often: a poll that comes late (a loaded machine) or one period of
-// polling that spans several reports only ever makes an interval look longer.
-func (c *Clock) TakeMinReportSF(bsID int64) int64 {
+// Shortest is the shortest interval between two reports of a station over a window.
+type Shortest struct {
+	SF     int64         // subframes (0: fewer than two reports in the window)
+	Period time.Duration // time, as the adapter saw it
+}
+
+// TakeShortest returns, per station, the shortest interval between two reports seen since
+// the previous call, and starts a new window. The agent reports at least that often: a
+// poll that comes late (a loaded machine) or one period of polling that spans several
+// reports only ever makes an interval look longer.
+func (c *Clock) TakeShortest() map[int64]Shortest {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.st[bsID]
-	if s == nil {
-		return 0
+	out := make(map[int64]Shortest, len(c.st))
+	for id, s := range c.st {
+		out[id] = Shortest{SF: s.minSF, Period: s.minPeriod}
+		s.minSF, s.minPeriod = 0, 0
 	}
-	n := s.minSF
-	s.minSF = 0
-	return n
+	return out
 }
 
 // Forget drops a station's state (it disappeared from the statistics).
