@@ -11,7 +11,15 @@ import jsonschema_rs
 import pytest
 from conftest import official_spec
 
-from mec_platform.testing import Receiver, Running, onboard, running_platform, wait_op, wait_until
+from mec_platform.testing import (
+    Receiver,
+    Running,
+    onboard,
+    running_platform,
+    wait_op,
+    wait_termination_subscribed,
+    wait_until,
+)
 
 LCM = "/app_lcm/v1"
 
@@ -106,7 +114,7 @@ def test_operate_stops_with_mp1_handshake_and_starts_again(
     assert wait_op(platform, op)["operationState"] == "COMPLETED"
     services = "/mec_service_mgmt/v1/services"
     wait_until(lambda: admin.get(services, params={"ser_name": "sample"}).json(), what="service")
-
+    wait_termination_subscribed(platform, iid)
     again = admin.post(f"{LCM}/app_instances/{iid}/operate", json={"changeStateTo": "STARTED"})
     assert again.status_code == 409, again.text
     r = admin.post(f"{LCM}/app_instances/{iid}/operate",

@@ -8,7 +8,15 @@ from pathlib import Path
 
 from mec_common.health import Health
 from mec_common.mp1 import MecAppRegistration, Mp1Client
-from mec_platform.testing import Running, external_app, make_settings, onboard, wait_op, wait_until
+from mec_platform.testing import (
+    Running,
+    external_app,
+    make_settings,
+    onboard,
+    wait_op,
+    wait_termination_subscribed,
+    wait_until,
+)
 
 SAMPLE = Path(__file__).with_name("sample_app.py")
 LCM = "/app_lcm/v1"
@@ -44,6 +52,7 @@ def test_instantiate_register_terminate_gracefully(platform: Running) -> None:
     services = "/mec_service_mgmt/v1/services"
     wait_until(lambda: admin.get(services, params={"ser_name": "sample"}).json(), what="service")
     wait_until(lambda: admin.get(f"{LCM}/app_instances/{iid}").json()["ready"], what="ready")
+    wait_termination_subscribed(platform, iid)
     info = admin.get(f"{LCM}/app_instances/{iid}").json()
     assert info["instantiatedAppState"] == {"operationalState": "STARTED"}
     again = admin.post(f"{LCM}/app_instances/{iid}/instantiate", json={})

@@ -183,6 +183,15 @@ def wait_op(platform: Running, op: dict[str, Any], timeout: float = 60) -> dict[
     return op
 
 
+def wait_termination_subscribed(platform: Running, instance_id: str) -> None:
+    """Until the app has subscribed to its termination notification: an Mp1 app registers
+    its services first (discovery shows them earlier), and a stop before the subscription
+    exists has nobody to notify."""
+    url = f"/mec_app_support/v1/applications/{instance_id}/subscriptions"
+    wait_until(lambda: platform.admin.get(url).json().get("_links", {}).get("subscriptions"),
+               what="the app's termination subscription")  # fmt: skip
+
+
 def wait_until(predicate: Any, timeout: float = 30, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
