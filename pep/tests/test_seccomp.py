@@ -9,7 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pep_support import PepProcess, connect_direct, connect_socks5, connect_tlv, request
+from pep_support import (
+    DataServer,
+    PepProcess,
+    connect_direct,
+    connect_socks5,
+    connect_tlv,
+    request,
+)
 
 from mts_lab.line import Lab
 
@@ -29,13 +36,13 @@ def deny_unshare(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_relays_share_the_table_when_unshare_is_refused(
-    lab: Lab, start_pep: Callable[..., PepProcess], server: object, deny_unshare: Path
+    lab: Lab, start_pep: Callable[..., PepProcess], server: DataServer, deny_unshare: Path
 ) -> None:
     pep = start_pep(wrapper=[str(deny_unshare)])
     stats = pep.get("/pep/v1/stats").json()
     assert stats["private_descriptor_tables"] is False, stats
     assert "unshare(CLONE_FILES) refused" in pep.log()
-    target = server.address  # type: ignore[attr-defined]
+    target = server.address
     for connect in (connect_direct, connect_socks5, connect_tlv):
         with connect(lab, target) as sock:
             sock.sendall(request(b"E") + b"x" * 100_000)
