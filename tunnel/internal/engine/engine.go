@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"mts.invalid/suite/services/common/go/aqm"
 	"mts.invalid/suite/services/common/go/pkt"
 	"mts.invalid/suite/services/common/go/tun"
@@ -70,6 +72,7 @@ var DropReasons = []string{DropMalformed, DropUnknownPath, DropNotPeer, DropAuth
 const (
 	ackSeqBit = uint64(1) << 63 // acks have path seqs of their own, with this bit set
 	batch     = 64
+	ackEvery  = 32 // datagrams an ack covers at most (its bitmap covers 64)
 	tick      = time.Millisecond
 	radioTTL  = time.Second // an RNIS report older than this is not used
 )
@@ -85,6 +88,8 @@ type pathIO struct {
 	conn  *net.UDPConn
 	tx    *path.Sender // under Engine.mu
 	radio radio        // under Engine.mu
+	batch *gsoBatch    // the pump's datagrams not yet sent
+	gso   bool         // the pump may send segmented (cleared if the kernel refuses)
 	// receive side, under Engine.rxMu
 	rxData, rxAck path.Receiver
 	ackSeq        atomic.Uint64
@@ -173,8 +178,9 @@ func (e *Engine) addPath(pc PathConfig) error {
 	if pc.CwndBytes == 0 {
 		pc.CwndBytes = e.cfg.CwndBytes
 	}
+	enableGRO(conn) // without it, one datagram per read
 	p := &pathIO{cfg: pc, conn: conn, tx: path.NewSender(path.Config{ID: pc.ID, MSS: e.cfg.MTU + wire.Overhead,
-		CwndMode: e.cfg.CwndMode, CwndBytes: pc.CwndBytes}, e.now())}
+		CwndMode: e.cfg.CwndMode, CwndBytes: pc.CwndBytes}, e.now()), batch: newGSOBatch(), gso: true}
 	e.paths = append(e.paths, p)
 	e.byID[pc.ID] = p
 	for i := len(e.paths) - 1; i > 0 && e.paths[i].cfg.ID < e.paths[i-1].cfg.ID; i-- {
@@ -279,15 +285,19 @@ type outgoing struct {
 }
 
 // pump sends while a path has room and the queue has packets; else it waits for a signal.
+// What one pull takes leaves in one segmented send per path.
 func (e *Engine) pump(ctx context.Context) {
 	out := make([]outgoing, 0, batch)
-	buf := make([]byte, pkt.BufSize+wire.Overhead)
 	cands := make([]sched.Path, 0, 8)
 	for {
 		out = e.pull(out[:0], cands)
+		now := e.now()
 		for _, o := range out {
-			e.sendData(buf, o)
+			e.queueData(o, now)
 			pkt.Put(o.pkt)
+		}
+		for _, p := range e.paths {
+			e.flush(p)
 		}
 		if len(out) > 0 {
 			continue
@@ -297,6 +307,45 @@ func (e *Engine) pump(ctx context.Context) {
 			return
 		case <-e.wake:
 		}
+	}
+}
+
+// queueData seals o into its path's batch, sending the batch first if o does not fit.
+func (e *Engine) queueData(o outgoing, now int64) {
+	size := wire.Overhead + o.pkt.N
+	if !o.p.batch.fits(size) {
+		e.flush(o.p)
+	}
+	e.seal(o.p.batch.room(size), o, now)
+	o.p.batch.add(size)
+}
+
+// flush sends what p's batch holds (pump only).
+func (e *Engine) flush(p *pathIO) {
+	b := p.batch
+	if b.count == 0 {
+		return
+	}
+	err := b.send(p.conn, p.cfg.Remote, p.gso)
+	if err == errGSOUnsupported {
+		e.log.Warn("UDP GSO refused: sending datagrams one by one", "path", p.cfg.ID)
+		p.gso = false
+		err = b.send(p.conn, p.cfg.Remote, false)
+	}
+	if err != nil {
+		e.sendFailed(p, err)
+	} else {
+		e.txPackets.Add(uint64(b.count))
+	}
+	b.reset()
+}
+
+func (e *Engine) sendFailed(p *pathIO, err error) {
+	e.mu.Lock()
+	wentDown := p.tx.SendFailed(e.now())
+	e.mu.Unlock()
+	if wentDown {
+		e.log.Warn("path down: send failed", "path", p.cfg.ID, "err", err)
 	}
 }
 
@@ -339,22 +388,22 @@ func (e *Engine) schedPath(p *pathIO) sched.Path {
 	return sp
 }
 
-// sendData seals and sends one data datagram (a probe when o.pkt is nil).
-func (e *Engine) sendData(buf []byte, o outgoing) {
-	wire.PutHeader(buf, o.hdr)
+// seal writes o as a sealed data datagram into dst (a probe when o.pkt is nil); dst must
+// hold wire.Overhead plus the packet.
+func (e *Engine) seal(dst []byte, o outgoing, now int64) []byte {
+	wire.PutHeader(dst, o.hdr)
 	n := 0
 	if o.pkt != nil {
-		n = copy(buf[wire.HeaderLen+wire.DataBodyLen:], o.pkt.Bytes())
+		n = copy(dst[wire.HeaderLen+wire.DataBodyLen:], o.pkt.Bytes())
 	}
-	wire.PutDataBody(buf[wire.HeaderLen:], o.data, e.now())
-	d := e.txKey.Seal(buf, buf[wire.HeaderLen:wire.HeaderLen+wire.DataBodyLen+n])
-	if _, err := o.p.conn.WriteToUDPAddrPort(d, o.p.cfg.Remote); err != nil {
-		e.mu.Lock()
-		wentDown := o.p.tx.SendFailed(e.now())
-		e.mu.Unlock()
-		if wentDown {
-			e.log.Warn("path down: send failed", "path", o.p.cfg.ID, "err", err)
-		}
+	wire.PutDataBody(dst[wire.HeaderLen:], o.data, now)
+	return e.txKey.Seal(dst, dst[wire.HeaderLen:wire.HeaderLen+wire.DataBodyLen+n])
+}
+
+// sendData seals and sends one data datagram on its own (probes).
+func (e *Engine) sendData(buf []byte, o outgoing) {
+	if _, err := o.p.conn.WriteToUDPAddrPort(e.seal(buf, o, e.now()), o.p.cfg.Remote); err != nil {
+		e.sendFailed(o.p, err)
 		return
 	}
 	e.txPackets.Add(1)
@@ -417,12 +466,14 @@ func (e *Engine) writeTUN(b []byte) {
 	}
 }
 
-// receive reads path p's socket until it is closed.
+// receive reads path p's socket until it is closed. One read may return several datagrams
+// (UDP GRO); they are acked together after the read (every ackEvery datagrams at most).
 func (e *Engine) receive(ctx context.Context, p *pathIO) {
-	buf := make([]byte, 65536)
+	buf := make([]byte, readBufSize)
+	oob := make([]byte, unix.CmsgSpace(4))
 	ackBuf := make([]byte, 256)
 	for ctx.Err() == nil {
-		n, from, err := p.conn.ReadFromUDPAddrPort(buf)
+		n, oobn, _, from, err := p.conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			if ctx.Err() == nil {
 				e.log.Error("path socket read failed", "path", p.cfg.ID, "err", err)
@@ -430,56 +481,73 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 			}
 			continue
 		}
-		e.handle(p, buf[:n], from, ackBuf)
+		seg := groSegmentSize(oob[:oobn])
+		if seg <= 0 {
+			seg = n
+		}
+		for off := 0; off < n; off += seg {
+			if e.handle(p, buf[off:min(off+seg, n)], from) {
+				e.ackIfPending(ackBuf, p, 1)
+			}
+		}
+		e.ackIfPending(ackBuf, p, 2) // as one datagram in two when they come one by one
 	}
 }
 
+// ackIfPending acks what p received if that is at least min datagrams.
+func (e *Engine) ackIfPending(buf []byte, p *pathIO, min int) {
+	e.rxMu.Lock()
+	if p.rxData.Pending() >= min {
+		e.sendAck(buf, p, e.now())
+	}
+	e.rxMu.Unlock()
+}
+
 // handle checks one datagram and acts on it; every rejection is counted by its reason.
-func (e *Engine) handle(p *pathIO, b []byte, from netip.AddrPort, ackBuf []byte) {
+// It returns whether an ack is due at once (a probe).
+func (e *Engine) handle(p *pathIO, b []byte, from netip.AddrPort) (ackNow bool) {
 	h, err := wire.ParseHeader(b)
 	switch {
 	case err != nil || (h.Type == wire.TypeData) == (h.PathSeq&ackSeqBit != 0):
 		e.drop(DropMalformed)
-		return
+		return false
 	case e.byID[h.PathID] == nil:
 		e.drop(DropUnknownPath)
-		return
+		return false
 	case h.PathID != p.cfg.ID || from != p.cfg.Remote || h.PeerID != e.cfg.PeerID:
 		e.drop(DropNotPeer)
-		return
+		return false
 	}
 	body, fresh, ok := e.open(h, b)
 	if !ok {
-		return
+		return false
 	}
 	now := e.now()
 	if h.Type == wire.TypeAck {
 		e.handleAck(p, h, body, fresh, now)
-		return
+		return false
 	}
 	seq, sent, packet, err := wire.ParseDataBody(body)
 	if err != nil {
 		e.drop(DropMalformed)
-		return
+		return false
 	}
 	e.rxMu.Lock()
 	defer e.rxMu.Unlock()
 	if fresh != nil && !e.adopt(fresh) {
 		e.drop(DropReplay)
-		return
+		return false
 	}
 	if !p.rxData.Accept(h.PathSeq, sent, now) {
 		e.drop(DropReplay)
-		return
+		return false
 	}
 	if len(packet) > 0 {
 		e.rxPackets.Add(1)
 		e.rxBytes.Add(uint64(len(packet)))
 		e.reorder.Push(seq, packet, now, e.writeTUN)
 	}
-	if len(packet) == 0 || p.rxData.Pending() >= 2 { // probes at once, data every 2nd
-		e.sendAck(ackBuf, p, now)
-	}
+	return len(packet) == 0 || p.rxData.Pending() >= ackEvery // probes at once
 }
 
 // open authenticates b: with the peer's current key, or, for a newer epoch (the peer
