@@ -119,10 +119,10 @@ type Engine struct {
 	flowDrops   map[int]uint64
 	wake        chan struct{}
 
-	peer     atomic.Pointer[peerKey]
-	rxMu     sync.Mutex
-	reorder  *reorder.Buffer
-	tunFails atomic.Uint64
+	peer    atomic.Pointer[peerKey]
+	rxMu    sync.Mutex
+	reorder *reorder.Buffer
+	toTUN   *tun.Coalescer // under rxMu: what the reorder buffer delivers, written per batch
 
 	drops     map[string]*atomic.Uint64
 	rxPackets atomic.Uint64
@@ -158,10 +158,14 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 			return nil, err
 		}
 	}
-	if e.dev, err = tun.Open("", cfg.TUN); err != nil {
-		e.Close()
-		return nil, err
+	if e.dev, err = tun.OpenOffload("", cfg.TUN); err != nil {
+		log.Warn("TUN offloads unavailable: one packet per read and write", "err", err)
+		if e.dev, err = tun.Open("", cfg.TUN); err != nil {
+			e.Close()
+			return nil, err
+		}
 	}
+	e.toTUN = tun.NewCoalescer(e.dev)
 	return e, nil
 }
 
@@ -246,6 +250,7 @@ func (e *Engine) queueDropped(p *pkt.Packet, byAQM bool) {
 // readTUN enqueues what the TUN gives into the ingress queue.
 func (e *Engine) readTUN(ctx context.Context) {
 	ps := make([]*pkt.Packet, batch)
+	badFrames := uint64(0)
 	for ctx.Err() == nil {
 		for i := range ps {
 			if ps[i] == nil {
@@ -256,6 +261,10 @@ func (e *Engine) readTUN(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			e.log.Error("TUN read failed", "err", err)
 			time.Sleep(100 * time.Millisecond)
+		}
+		if bad := e.dev.Invalid(); bad != badFrames { // super-packets that cannot be cut up
+			e.drops[DropOversize].Add(bad - badFrames)
+			badFrames = bad
 		}
 		now := e.now()
 		e.mu.Lock()
@@ -445,7 +454,8 @@ func (e *Engine) timers(ctx context.Context) {
 				e.sendAck(buf, p, now)
 			}
 		}
-		e.reorder.Expire(now, e.writeTUN)
+		e.reorder.Expire(now, e.toTUN.Add)
+		e.toTUN.Flush()
 		e.rxMu.Unlock()
 	}
 }
@@ -458,12 +468,6 @@ func (e *Engine) sendAck(buf []byte, p *pathIO, now int64) {
 	wire.PutAck(buf[wire.HeaderLen:], p.rxData.Ack(now))
 	d := e.txKey.Seal(buf, buf[wire.HeaderLen:wire.HeaderLen+wire.AckBodyLen])
 	_, _ = p.conn.WriteToUDPAddrPort(d, p.cfg.Remote)
-}
-
-func (e *Engine) writeTUN(b []byte) {
-	if _, err := e.dev.Write(b); err != nil {
-		e.tunFails.Add(1)
-	}
 }
 
 // receive reads path p's socket until it is closed. One read may return several datagrams
@@ -487,20 +491,18 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 		}
 		for off := 0; off < n; off += seg {
 			if e.handle(p, buf[off:min(off+seg, n)], from) {
-				e.ackIfPending(ackBuf, p, 1)
+				e.rxMu.Lock()
+				e.sendAck(ackBuf, p, e.now())
+				e.rxMu.Unlock()
 			}
 		}
-		e.ackIfPending(ackBuf, p, 2) // as one datagram in two when they come one by one
+		e.rxMu.Lock()
+		e.toTUN.Flush()
+		if p.rxData.Pending() >= 2 { // as one datagram in two when they come one by one
+			e.sendAck(ackBuf, p, e.now())
+		}
+		e.rxMu.Unlock()
 	}
-}
-
-// ackIfPending acks what p received if that is at least min datagrams.
-func (e *Engine) ackIfPending(buf []byte, p *pathIO, min int) {
-	e.rxMu.Lock()
-	if p.rxData.Pending() >= min {
-		e.sendAck(buf, p, e.now())
-	}
-	e.rxMu.Unlock()
 }
 
 // handle checks one datagram and acts on it; every rejection is counted by its reason.
@@ -545,7 +547,7 @@ func (e *Engine) handle(p *pathIO, b []byte, from netip.AddrPort) (ackNow bool) 
 	if len(packet) > 0 {
 		e.rxPackets.Add(1)
 		e.rxBytes.Add(uint64(len(packet)))
-		e.reorder.Push(seq, packet, now, e.writeTUN)
+		e.reorder.Push(seq, packet, now, e.toTUN.Add)
 	}
 	return len(packet) == 0 || p.rxData.Pending() >= ackEvery // probes at once
 }

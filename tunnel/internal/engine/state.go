@@ -190,11 +190,12 @@ type ReorderStats struct {
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	s := Stats{Drops: map[string]uint64{}, RxPackets: e.rxPackets.Load(), RxBytes: e.rxBytes.Load(),
-		TxPackets: e.txPackets.Load(), TUNFailures: e.tunFails.Load(), PeerUp: e.peer.Load() != nil}
+		TxPackets: e.txPackets.Load(), PeerUp: e.peer.Load() != nil}
 	for r, n := range e.drops {
 		s.Drops[r] = n.Load()
 	}
 	e.rxMu.Lock()
+	s.TUNFailures = e.toTUN.Failed
 	b := e.reorder
 	s.Reorder = ReorderStats{Held: b.Held(), InOrder: b.InOrder, Reordered: b.Reordered, Late: b.Late,
 		Skipped: b.Skipped, Duplicates: b.Duplicates}

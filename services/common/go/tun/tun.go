@@ -19,6 +19,10 @@ type Device struct {
 	Name string
 	f    *os.File
 	rc   syscall.RawConn
+
+	offload bool      // frames carry a virtio_net_hdr (OpenOffload)
+	frame   []byte    // the last frame read (offload)
+	seg     segmenter // what of it is not yet handed out
 }
 
 // Open attaches to the TUN device name in the network namespace at netnsPath ("" = the
@@ -26,10 +30,14 @@ type Device struct {
 // routes exist before the data plane starts; a device that does not exist is created here
 // (it then lives as long as the process).
 func Open(netnsPath, name string) (*Device, error) {
+	return open(netnsPath, name, unix.IFF_TUN|unix.IFF_NO_PI)
+}
+
+func open(netnsPath, name string, flags uint16) (*Device, error) {
 	var fd int
 	err := inNetns(netnsPath, func() error {
 		var err error
-		fd, err = attach(name)
+		fd, err = attach(name, flags)
 		return err
 	})
 	if err != nil {
@@ -48,7 +56,7 @@ func Open(netnsPath, name string) (*Device, error) {
 	return &Device{Name: name, f: f, rc: rc}, nil
 }
 
-func attach(name string) (int, error) {
+func attach(name string, flags uint16) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -58,7 +66,7 @@ func attach(name string) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("TUNSETIFF: %w", err)
@@ -98,12 +106,39 @@ func inNetns(path string, fn func() error) error {
 }
 
 // ReadBatch waits until the device is readable, then reads packets into ps until the
-// device is drained or ps is full. It returns how many it read.
+// device is drained or ps is full. It returns how many it read. With offloads, a
+// super-packet becomes several packets, and what does not fit into ps comes next call.
 func (d *Device) ReadBatch(ps []*pkt.Packet) (int, error) {
 	n := 0
 	var rerr error
+	for n < len(ps) && d.seg.next(ps[n]) {
+		n++
+	}
+	if n == len(ps) {
+		return n, nil
+	}
 	err := d.rc.Read(func(fd uintptr) bool {
 		for n < len(ps) {
+			if d.offload {
+				m, err := unix.Read(int(fd), d.frame)
+				if err == nil {
+					if m >= vnetHdrLen {
+						d.seg.start(d.frame[:m])
+					}
+					for n < len(ps) && d.seg.next(ps[n]) {
+						n++
+					}
+					continue
+				}
+				if err == unix.EAGAIN {
+					return n > 0
+				}
+				if err == unix.EINTR {
+					continue
+				}
+				rerr = err
+				return true
+			}
 			m, err := unix.Read(int(fd), ps[n].Buf())
 			if err == unix.EAGAIN {
 				return n > 0 // nothing yet: let the poller park us
@@ -132,7 +167,12 @@ func (d *Device) WriteBatch(ps []*pkt.Packet) (failed int, err error) {
 	i := 0
 	werr := d.rc.Write(func(fd uintptr) bool {
 		for i < len(ps) {
-			_, err := unix.Write(int(fd), ps[i].Bytes())
+			var err error
+			if d.offload {
+				_, err = unix.Writev(int(fd), [][]byte{noOffload[:], ps[i].Bytes()})
+			} else {
+				_, err = unix.Write(int(fd), ps[i].Bytes())
+			}
 			switch err {
 			case unix.EAGAIN:
 				return false
@@ -155,7 +195,12 @@ func (d *Device) Write(b []byte) (int, error) {
 	var werr error
 	err := d.rc.Write(func(fd uintptr) bool {
 		for {
-			n, werr = unix.Write(int(fd), b)
+			if d.offload {
+				n, werr = unix.Writev(int(fd), [][]byte{noOffload[:], b})
+				n = max(n-vnetHdrLen, 0)
+			} else {
+				n, werr = unix.Write(int(fd), b)
+			}
 			if werr != unix.EINTR {
 				return werr != unix.EAGAIN
 			}
@@ -166,6 +211,13 @@ func (d *Device) Write(b []byte) (int, error) {
 	}
 	return n, werr
 }
+
+// noOffload is the virtio_net_hdr of a packet written as it is (checksums complete).
+var noOffload [vnetHdrLen]byte
+
+// Invalid counts the frames read that could not be cut into packets (offload); only
+// the goroutine that calls ReadBatch may ask.
+func (d *Device) Invalid() uint64 { return d.seg.invalid }
 
 // Close closes the device.
 func (d *Device) Close() error { return d.f.Close() }

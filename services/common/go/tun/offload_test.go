@@ -1,0 +1,172 @@
+package tun
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"mts.invalid/suite/services/common/go/pkt"
+)
+
+// superPacket is an IPv4 TCP super-packet as the kernel hands it over with TSO: one
+// header, payload bytes of data, the TCP checksum field holding the pseudo-header sum.
+func superPacket(payload, gsoSize int) []byte {
+	b := make([]byte, vnetHdrLen+20+32+payload)
+	p := b[vnetHdrLen:]
+	p[0], p[6], p[8], p[9] = 0x45, 0x40, 64, unix.IPPROTO_TCP
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	binary.BigEndian.PutUint16(p[4:], 7)
+	copy(p[12:], []byte{10, 92, 0, 2, 10, 92, 0, 1})
+	t := p[20:]
+	binary.BigEndian.PutUint16(t[0:], 5201)
+	binary.BigEndian.PutUint16(t[2:], 40000)
+	binary.BigEndian.PutUint32(t[4:], 1000)
+	binary.BigEndian.PutUint32(t[8:], 555)
+	t[12], t[13] = 8<<4, tcpACK|tcpPSH
+	binary.BigEndian.PutUint16(t[14:], 512)
+	copy(t[20:], []byte{1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 3}) // NOP NOP timestamps
+	for i := range payload {
+		t[32+i] = byte(i)
+	}
+	binary.BigEndian.PutUint16(t[16:], fold(pseudoHeader(p, len(t))))
+	vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, gsoType: unix.VIRTIO_NET_HDR_GSO_TCPV4, hdrLen: 52,
+		gsoSize: uint16(gsoSize), csumStart: 20, csumOffset: 16}.put(b)
+	return b
+}
+
+func valid(t *testing.T, p []byte) {
+	t.Helper()
+	if fold(sum(p[:20], 0)) != 0xffff {
+		t.Fatal("IPv4 header checksum wrong")
+	}
+	if fold(sum(p[20:], pseudoHeader(p, len(p)-20))) != 0xffff {
+		t.Fatal("TCP checksum wrong")
+	}
+	if int(binary.BigEndian.Uint16(p[2:])) != len(p) {
+		t.Fatal("IPv4 total length wrong")
+	}
+}
+
+func TestSegmentSuperPacket(t *testing.T) {
+	var s segmenter
+	s.start(superPacket(2500, 1000))
+	var got []*pkt.Packet
+	for {
+		p := pkt.Get()
+		if !s.next(p) {
+			break
+		}
+		got = append(got, p)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d segments, want 3", len(got))
+	}
+	for i, p := range got {
+		b := p.Bytes()
+		valid(t, b)
+		if seq := binary.BigEndian.Uint32(b[24:]); seq != uint32(1000+1000*i) {
+			t.Fatalf("segment %d: seq %d", i, seq)
+		}
+		if id := binary.BigEndian.Uint16(b[4:]); id != uint16(7+i) {
+			t.Fatalf("segment %d: IP id %d", i, id)
+		}
+		if psh := b[33]&tcpPSH != 0; psh != (i == 2) {
+			t.Fatalf("segment %d: PSH %v", i, psh)
+		}
+		if b[52] != byte(1000*i) {
+			t.Fatalf("segment %d: payload starts with %d", i, b[52])
+		}
+	}
+	if len(got[2].Bytes()) != 52+500 {
+		t.Fatalf("last segment %d bytes", len(got[2].Bytes()))
+	}
+	s.start(superPacket(2500, 3000)) // gso size beyond a packet buffer: dropped, counted
+	if s.next(pkt.Get()) || s.invalid != 1 {
+		t.Fatal("an uncuttable super-packet was not refused")
+	}
+}
+
+// seqpacketDevice is a Device on one end of a socket pair, which keeps frame boundaries.
+func seqpacketDevice(t *testing.T) (*Device, int) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "pair")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(); unix.Close(fds[1]) })
+	return &Device{f: f, rc: rc, offload: true}, fds[1]
+}
+
+func TestCoalesceSegments(t *testing.T) {
+	var s segmenter
+	s.start(superPacket(2500, 1000))
+	d, peer := seqpacketDevice(t)
+	c := NewCoalescer(d)
+	for p := pkt.Get(); s.next(p); p = pkt.Get() {
+		c.Add(p.Bytes())
+	}
+	udp := []byte{0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, unix.IPPROTO_UDP, 0, 0, 10, 92, 0, 2, 10, 92, 0, 1}
+	udp = append(udp, make([]byte, 8)...)
+	c.Add(udp)
+	c.Flush()
+	buf := make([]byte, maxFrame)
+	n, err := unix.Read(peer, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, p := parseVnetHdr(buf), buf[vnetHdrLen:n]
+	if h.gsoType != unix.VIRTIO_NET_HDR_GSO_TCPV4 || h.gsoSize != 1000 || h.csumStart != 20 || h.csumOffset != 16 ||
+		h.flags != unix.VIRTIO_NET_HDR_F_NEEDS_CSUM || h.hdrLen != 52 {
+		t.Fatalf("virtio header %+v", h)
+	}
+	// the super-packet as the kernel took it: cut up again, it is the original one
+	want := superPacket(2500, 1000)
+	want[vnetHdrLen+4], want[vnetHdrLen+5] = 0, 7
+	if !bytes.Equal(p[52:], want[vnetHdrLen+52:]) || len(p) != len(want)-vnetHdrLen {
+		t.Fatalf("payload differs (%d bytes)", len(p))
+	}
+	if p[33]&tcpPSH == 0 {
+		t.Fatal("the last segment's PSH was lost")
+	}
+	s.start(buf[:n])
+	for p := pkt.Get(); s.next(p); p = pkt.Get() {
+		valid(t, p.Bytes())
+	}
+	n, err = unix.Read(peer, buf)
+	if err != nil || !bytes.Equal(buf[vnetHdrLen:n], udp) || parseVnetHdr(buf) != (vnetHdr{}) {
+		t.Fatalf("the UDP packet: %v %x", err, buf[:n])
+	}
+}
+
+// A segment that does not continue the flow's last one is not merged, and order holds.
+func TestCoalesceKeepsGapsApart(t *testing.T) {
+	var s segmenter
+	s.start(superPacket(3000, 1000))
+	var segs [][]byte
+	for p := pkt.Get(); s.next(p); p = pkt.Get() {
+		segs = append(segs, p.Bytes())
+	}
+	d, peer := seqpacketDevice(t)
+	c := NewCoalescer(d)
+	for _, i := range []int{0, 2, 1} {
+		c.Add(segs[i])
+	}
+	c.Flush()
+	buf := make([]byte, maxFrame)
+	for _, want := range []uint32{1000, 3000, 2000} {
+		n, err := unix.Read(peer, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq := binary.BigEndian.Uint32(buf[vnetHdrLen+24:]); seq != want || n != vnetHdrLen+52+1000 {
+			t.Fatalf("frame seq %d (%d bytes), want seq %d alone", seq, n, want)
+		}
+	}
+}
