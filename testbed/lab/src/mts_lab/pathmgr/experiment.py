@@ -144,8 +144,13 @@ class Transfer:
         self.sender = subprocess.Popen(
             ["ip", "netns", "exec", tb.topology.server.ns, sys.executable, records, "send",
              "--port", str(SERVER_PORT), "--rate", str(rate_bps), "--seconds", str(seconds + 1)],
+            stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
-        time.sleep(0.5)  # listening
+        # A fixed pause was too short on a loaded machine: the PEP found nobody listening
+        # and reset the UE's connection.
+        assert self.sender.stdout is not None
+        if self.sender.stdout.readline().strip() != "listening":
+            raise RuntimeError(f"the sender did not start ({self.sender.wait()})")
         self.t0 = time.monotonic()
         self.receiver = subprocess.Popen(
             ["ip", "netns", "exec", tb.ue.ns, sys.executable, records, "receive",

@@ -1,9 +1,10 @@
 """Paced records for the path manager experiment: a server and a UE client, each a process.
 
-``send`` (server namespace) accepts one connection and offers ``--rate`` bit/s in
-1500-byte records, each stamped with its sequence number and CLOCK_MONOTONIC at generation
-(the clock is the host's, shared by all namespaces). A record waits in the sender when the
-connection pushes back, so its delay counts from when the source produced it.
+``send`` (server namespace) prints ``listening`` once it listens, accepts one connection
+and offers ``--rate`` bit/s in 1500-byte records, each stamped with its sequence number and
+CLOCK_MONOTONIC at generation (the clock is the host's, shared by all namespaces). A record
+waits in the sender when the connection pushes back, so its delay counts from when the
+source produced it.
 
 ``receive`` (UE namespace) connects with MPTCP from the UE's first cell address (its kernel
 adds the other cells), reads for ``--seconds`` and saves every record's arrival time
@@ -26,6 +27,7 @@ HEADER = struct.Struct("=QQ")  # sequence number, generation time (ns, CLOCK_MON
 
 def send(port: int, rate_bps: float, seconds: float) -> None:
     listener = socket.create_server(("0.0.0.0", port))
+    print("listening", flush=True)  # the experiment starts the receiver on this line
     conn, _ = listener.accept()
     conn.setblocking(False)
     per_second = rate_bps / (8 * RECORD)
