@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from mts_lab.line import Lab, in_netns
 from mts_lab.pep import bench, cost
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -43,3 +45,26 @@ def test_cost_small(tmp_path: Path) -> None:
     # every connection accepts its RAN leg and connects its WAN leg once
     assert per["by_call"]["connect"] == pytest.approx(1.0, abs=0.2)
     assert per["by_call"]["accept4"] >= 0.9
+
+
+def test_pep_processes_share_the_listeners(tmp_path: Path) -> None:
+    """The A/B variant PROCESSES=2: two PEP processes on the same listeners both relay, and
+    a flow run reports what bound it (the proxy's cores, its run-queue wait, idle CPU)."""
+    lab = Lab.create("pt")
+    b = bench.Bench(lab, tmp_path)
+    try:
+        b.start()
+        b.restart_pep({"PROCESSES": "2", "PEP_RELAY_THREADS": "1"})
+        assert len(b.processes("pep")) == 2
+        x = bench.tcpload_flows(b, "pep", clients=8, request=1, response=1, seconds=1.0)
+        assert x["flows"] > 10 and x["errors"] == 0
+        assert x["proxy_cores"] > 0 and x["proxy_waiting_cores"] >= 0
+        assert 0 <= x["machine_idle_pct"] <= 100
+        accepted = [
+            in_netns(lab.pep_ns, partial(bench._pep_stats, bench.PEP_API_PORT + i))
+            for i in range(2)
+        ]
+        assert all(a["accepted"] > 0 for a in accepted), accepted  # SO_REUSEPORT spread them
+    finally:
+        b.stop()
+        lab.down()

@@ -41,13 +41,17 @@ from mts_lab.line import Lab, in_netns
 from mts_lab.results import pyplot, save_figure, save_results
 
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
-HAPROXY_IPERF, HAPROXY_LOAD = 5203, 7003
+HAPROXY_IPERF = 5203
 TPROXY_PORT = 5999
 # tcpload servers: one process per port, since one process holds at most RLIMIT_NOFILE
 # (20,000 here) connections; the idle case spreads its connections over all of them.
 LOAD_PORTS = 6
 LOAD_PEP = tuple(range(7100, 7100 + LOAD_PORTS))  # intercepted by the PEP
-LOAD_DIRECT = tuple(range(7200, 7200 + LOAD_PORTS))  # routed past it (and HAProxy's backend)
+LOAD_DIRECT = tuple(range(7200, 7200 + LOAD_PORTS))  # routed past it (and HAProxy's backends)
+# HAProxy's frontends, one per server process: the client spreads over the same six server
+# processes through every system (with one, HAProxy's server side was cheaper per
+# connection than the PEP's and direct routing's six: a bias, measured in docs/results.md).
+HAPROXY_LOAD = tuple(range(7000, 7000 + LOAD_PORTS))
 PER_PROCESS = 16_000  # idle connections per client process (below the descriptor limit)
 HAPROXY_MAXCONN = 9000  # one process, 2 descriptors per connection, limit 20,000
 SYSTEMS = ("direct", "pep", "haproxy")
@@ -55,6 +59,8 @@ SHORT_FLOWS = {"10kB": 10_000, "100kB": 100_000}  # response size; the request i
 SHORT_REQUEST = 500
 SHORT_CLIENTS = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CPUS = os.cpu_count() or 1
+PEP_API_PORT = 8102  # the first PEP process's; extra processes take the next ones
 TCPLOAD = Path(__file__).resolve().parents[5] / "build" / "bin" / "tcpload"
 RELAY_FLOOR = TCPLOAD.with_name("relay-floor")
 FLOOR_TABLE = "mts_floor"
@@ -114,6 +120,9 @@ class Bench:
     workdir: Path
     procs: list[subprocess.Popen[Any]] = field(default_factory=list)
     pep: subprocess.Popen[Any] | None = None
+    # More PEP processes on the same listeners (SO_REUSEPORT), for the A/B of relay
+    # processes against relay threads (variant setting PROCESSES=N; docs/pep.md).
+    extra_peps: list[subprocess.Popen[Any]] = field(default_factory=list)
     haproxy: subprocess.Popen[Any] | None = None
     floor: subprocess.Popen[Any] | None = None  # relay-floor, in A/B runs only
 
@@ -127,7 +136,7 @@ class Bench:
             self._spawn_ready(lab.server_ns, [str(TCPLOAD), "serve", f"{lab.server_ip}:{port}"])
         self.pep = self._start_pep()
         self.haproxy = self._start_haproxy()
-        for port in (HAPROXY_IPERF, HAPROXY_LOAD):
+        for port in (HAPROXY_IPERF, *HAPROXY_LOAD):
             _wait_listening(lab, lab.pep_ns, port)
         self.wait_pep_ready()
         for port in (IPERF_PEP, IPERF_DIRECT):
@@ -152,12 +161,12 @@ class Bench:
         self.wait_pep_ready()
 
     def stop_pep(self) -> None:
-        """Stop the PEP (it removes its TPROXY rules)."""
-        if self.pep is not None:
-            self.pep.send_signal(signal.SIGTERM)
-            self.pep.wait(30)
-            self.procs.remove(self.pep)
-            self.pep = None
+        """Stop the PEP (it removes its TPROXY rules) and its extra processes."""
+        for proc in [*self.extra_peps, *([self.pep] if self.pep is not None else [])]:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+            self.procs.remove(proc)
+        self.pep, self.extra_peps = None, []
 
     def start_floor(self) -> None:
         """``relay-floor`` in the PEP's place, behind the same TPROXY rules (PEP stopped)."""
@@ -186,6 +195,21 @@ class Bench:
         tproxy.remove(tproxy.Installed(FLOOR_TABLE, 0x51, 151), tproxy.Runner(self.lab.pep_ns))
 
     def _start_pep(self, overrides: dict[str, str] | None = None) -> subprocess.Popen[Any]:
+        """The PEP; with ``PROCESSES=N`` in ``overrides`` also N-1 more PEP processes that
+        open the same listeners (``SO_REUSEPORT``) beside it, each with its own API port
+        and no interception rules of its own."""
+        settings = dict(overrides or {})
+        processes = int(settings.pop("PROCESSES", "1"))
+        main = self._start_pep_process(settings)
+        for i in range(1, processes):
+            extra = {**settings, "PEP_HTTP_PORT": str(PEP_API_PORT + i),
+                     "PEP_TPROXY_INSTALL_RULES": "false"}  # fmt: skip
+            self.extra_peps.append(self._start_pep_process(extra, f"pep-{i}.log"))
+        return main
+
+    def _start_pep_process(
+        self, overrides: dict[str, str], log_name: str = "pep.log"
+    ) -> subprocess.Popen[Any]:
         lab = self.lab
         env = {
             **os.environ,
@@ -201,29 +225,27 @@ class Bench:
             "PEP_BACKLOG_INTERVAL_MS": "0",
             "PEP_RAN_AWARE": "false",
             "PEP_LOG_LEVEL": "WARNING",
-            **(overrides or {}),
+            **overrides,
         }
-        log = (self.workdir / "pep.log").open("wb")
+        log = (self.workdir / log_name).open("wb")
         cmd = [sys.executable, "-m", "mec_pep", "serve"]
         proc = lab.popen(lab.pep_ns, cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
 
     def wait_pep_ready(self, timeout: float = 60) -> None:
-        """Until /healthz says the relay and the TPROXY rules are in place."""
+        """Until /healthz of every PEP process says its relay (and the TPROXY rules) are in
+        place."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.pep is not None
-            if self.pep.poll() is not None:
-                raise RuntimeError((self.workdir / "pep.log").read_text())
-            try:
-                ok = in_netns(self.lab.pep_ns, _pep_healthy)
-            except OSError:
-                ok = False
-            if ok:
-                return
-            time.sleep(0.2)
-        raise TimeoutError("the PEP did not become healthy")
+        assert self.pep is not None
+        for i, proc in enumerate([self.pep, *self.extra_peps]):
+            port = PEP_API_PORT + i
+            while not _healthy(self.lab, proc, port):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a PEP process ended: see {self.workdir}/pep*.log")
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the PEP did not become healthy")
+                time.sleep(0.2)
 
     def _start_haproxy(self) -> subprocess.Popen[Any]:
         lab = self.lab
@@ -234,8 +256,11 @@ class Bench:
             "  timeout client 120s\n  timeout server 120s\n"
             f"listen iperf\n  bind {lab.pep_client_side_ip}:{HAPROXY_IPERF}\n"
             f"  server s {lab.server_ip}:{IPERF_DIRECT}\n"
-            f"listen load\n  bind {lab.pep_client_side_ip}:{HAPROXY_LOAD}\n"
-            f"  server s {lab.server_ip}:{LOAD_DIRECT[0]}\n"
+            + "".join(
+                f"listen load{i}\n  bind {lab.pep_client_side_ip}:{front}\n"
+                f"  server s {lab.server_ip}:{back}\n"
+                for i, (front, back) in enumerate(zip(HAPROXY_LOAD, LOAD_DIRECT, strict=True))
+            )
         )
         return self._spawn(lab.pep_ns, ["haproxy", "-db", "-f", str(config)])
 
@@ -254,26 +279,43 @@ class Bench:
         return lab.server_ip, IPERF_DIRECT
 
     def load_targets(self, system: str) -> list[str]:
-        """tcpload's servers through ``system`` (HAProxy has one frontend for them)."""
+        """tcpload's servers through ``system`` (the same six server processes for all)."""
         lab = self.lab
         if system == "haproxy":
-            return [f"{lab.pep_client_side_ip}:{HAPROXY_LOAD}"]
+            return [f"{lab.pep_client_side_ip}:{port}" for port in HAPROXY_LOAD]
         ports = LOAD_PEP if system in ("pep", "floor") else LOAD_DIRECT
         return [f"{lab.server_ip}:{port}" for port in ports]
 
     def process(self, system: str) -> subprocess.Popen[Any] | None:
         return {"pep": self.pep, "haproxy": self.haproxy, "floor": self.floor}.get(system)
 
+    def processes(self, system: str) -> list[subprocess.Popen[Any]]:
+        """Every process of ``system`` (the PEP's extra processes too)."""
+        main = self.process(system)
+        return [
+            *([main] if main is not None else []),
+            *(self.extra_peps if system == "pep" else []),
+        ]
 
-def _pep_healthy() -> bool:
-    with socket.create_connection(("127.0.0.1", 8102), timeout=2) as sock:
+
+def _healthy(lab: Lab, proc: subprocess.Popen[Any], port: int) -> bool:
+    if proc.poll() is not None:
+        return False
+    try:
+        return in_netns(lab.pep_ns, lambda: _pep_healthy(port))
+    except OSError:
+        return False
+
+
+def _pep_healthy(port: int = PEP_API_PORT) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
         sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
         return sock.recv(64).startswith(b"HTTP/1.1 200")
 
 
-def _pep_stats() -> dict[str, Any]:
+def _pep_stats(port: int = PEP_API_PORT) -> dict[str, Any]:
     """The PEP's refusal and abort counters (GET /pep/v1/stats)."""
-    with socket.create_connection(("127.0.0.1", 8102), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(b"GET /pep/v1/stats HTTP/1.0\r\nAuthorization: Bearer bench\r\n\r\n")
         raw = b""
         while chunk := sock.recv(65536):
@@ -295,9 +337,33 @@ def _wait_listening(lab: Lab, ns: str, port: int, timeout: float = 60) -> None:
     raise TimeoutError(f"nothing listens on {port} in {ns}")
 
 
-def cpu_seconds(proc: subprocess.Popen[Any] | None) -> float:
-    """User + system CPU time of a process (all its threads)."""
-    return sum(cpu_split(proc))
+def cpu_seconds(procs: list[subprocess.Popen[Any]]) -> float:
+    """User + system CPU time of processes (all their threads)."""
+    return sum(sum(cpu_split(proc)) for proc in procs)
+
+
+def cpu_split_all(procs: list[subprocess.Popen[Any]]) -> tuple[float, float]:
+    """(user, system) CPU seconds of processes (all their threads)."""
+    splits = [cpu_split(proc) for proc in procs]
+    return sum(u for u, _ in splits), sum(s for _, s in splits)
+
+
+def run_queue_wait_s(procs: list[subprocess.Popen[Any]]) -> float:
+    """Seconds the processes' threads have waited, runnable, for a CPU (schedstat)."""
+    total = 0
+    for proc in procs:
+        for task in Path(f"/proc/{proc.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError):
+                continue  # a thread that ended
+    return total / 1e9
+
+
+def machine_idle_s() -> float:
+    """Idle + iowait CPU seconds of the whole machine since boot (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return (int(fields[4]) + int(fields[5])) / CLK_TCK
 
 
 def cpu_split(proc: subprocess.Popen[Any] | None) -> tuple[float, float]:
@@ -326,10 +392,10 @@ def iperf3(
     cmd = ["iperf3", "-c", host, "-p", str(port), "-t", str(seconds), "-P", str(streams), "-J"]
     if download:
         cmd.append("-R")
-    proc = bench.process(system)
-    cpu_before = cpu_seconds(proc)
+    procs = bench.processes(system)
+    cpu_before = cpu_seconds(procs)
     out = bench.lab.sh(bench.lab.client_ns, " ".join(cmd))
-    cpu = cpu_seconds(proc) - cpu_before
+    cpu = cpu_seconds(procs) - cpu_before
     report = json.loads(out)
     if "error" in report:
         raise RuntimeError(f"iperf3 through {system}: {report['error']}")
@@ -339,29 +405,38 @@ def iperf3(
         "load": os.getloadavg()[0],
         "gbps": received["bits_per_second"] / 1e9,
         "cpu_s": cpu,
-        "cpu_s_per_gbit": cpu / gbit if proc is not None and gbit else None,
+        "cpu_s_per_gbit": cpu / gbit if procs and gbit else None,
     }
 
 
 def tcpload_flows(
     bench: Bench, system: str, *, clients: int, request: int, response: int, seconds: float
 ) -> dict[str, Any]:
-    """``tcpload flows``: connect, request, whole response, close, by ``clients`` at once."""
+    """``tcpload flows``: connect, request, whole response, close, by ``clients`` at once.
+
+    Besides the client's figures: the proxy's user and system CPU per flow, and whether
+    it was bound by its own cores or by the machine's: the cores its processes used
+    (``proxy_cores``), the cores' worth of its threads that waited, runnable, for a CPU
+    (``proxy_waiting_cores``), and the machine's idle share (``machine_idle_pct``).
+    """
     cmd = [str(TCPLOAD), "flows", "-targets", ",".join(bench.load_targets(system)),
            "-clients", str(clients), "-request", str(request), "-response", str(response),
            "-seconds", str(seconds)]  # fmt: skip
-    proc = bench.process(system)
-    user_before, sys_before = cpu_split(proc)
+    procs = bench.processes(system)
+    (user_before, sys_before), wait_before = cpu_split_all(procs), run_queue_wait_s(procs)
+    idle_before, started = machine_idle_s(), time.monotonic()
     out = bench.lab.sh(bench.lab.client_ns, " ".join(cmd))
+    wall = time.monotonic() - started
     result: dict[str, Any] = json.loads(out)
-    user, sys_ = (
-        after - before
-        for after, before in zip(cpu_split(proc), (user_before, sys_before), strict=True)
-    )
+    user_after, sys_after = cpu_split_all(procs)
+    user, sys_ = user_after - user_before, sys_after - sys_before
     result["cpu_s"] = user + sys_
     flows = max(result["flows"], 1)
     result["user_us_per_flow"] = user / flows * 1e6
     result["sys_us_per_flow"] = sys_ / flows * 1e6
+    result["proxy_cores"] = (user + sys_) / wall
+    result["proxy_waiting_cores"] = (run_queue_wait_s(procs) - wait_before) / wall
+    result["machine_idle_pct"] = 100 * (machine_idle_s() - idle_before) / wall / CPUS
     result["load"] = os.getloadavg()[0]
     if result["errors"]:
         print(f"  {system}: {result['errors']} failed flows ({result['first_error']})")
@@ -371,6 +446,15 @@ def tcpload_flows(
 def connections_per_second(bench: Bench, system: str, seconds: float) -> dict[str, Any]:
     """New connections per second: connect, 1-byte exchange, close (16 clients at once)."""
     return tcpload_flows(bench, system, clients=16, request=1, response=1, seconds=seconds)
+
+
+BOUND_KEYS = ("proxy_cores", "proxy_waiting_cores", "machine_idle_pct")
+
+
+def _bound(x: dict[str, Any]) -> str:
+    """What bound a run: the proxy's cores used and waited for, the machine's idle share."""
+    return (f"proxy {x['proxy_cores']:.2f} cores (+{x['proxy_waiting_cores']:.2f} waiting) "
+            f"idle {x['machine_idle_pct']:.0f}%")  # fmt: skip
 
 
 def short_flows(bench: Bench, system: str, size: int, seconds: float) -> dict[str, Any]:
@@ -478,7 +562,8 @@ def _measure(
                 flow_samples.setdefault(name, {}).setdefault(system, []).append(x)
                 print(f"round {r + 1}/{rounds} {name:<11} {system:<8} "
                       f"{x['flows_per_s']:8.0f} flows/s  p50 {x['p50_ms']:.2f} ms  "
-                      f"p99 {x['p99_ms']:.2f} ms  load {x['load']:.1f}", flush=True)  # fmt: skip
+                      f"p99 {x['p99_ms']:.2f} ms  {_bound(x)}  load {x['load']:.1f}",
+                      flush=True)  # fmt: skip
     return {"throughput": _summarize(samples), **_flow_summary(flow_samples),
             "idle_connections": _idle_all(bench, idle)}  # fmt: skip
 
@@ -522,6 +607,7 @@ def _flow_summary(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[s
                 "samples": [round(x["flows_per_s"]) for x in runs],
                 "p99_samples": [x["p99_ms"] for x in runs],
                 "load": [round(x["load"], 1) for x in runs],
+                **{k: statistics.median(x[k] for x in runs) for k in BOUND_KEYS},
             }
         pep, haproxy = entry["pep"], entry["haproxy"]
         entry["pep_vs_haproxy"] = pep["median"] / haproxy["median"] if haproxy["median"] else None
@@ -713,15 +799,16 @@ def compare_flows(
                     print(f"round {r + 1}/{rounds} {case:<11} {name:<10} "
                           f"{x['flows_per_s']:7.0f}/s p50 {x['p50_ms']:6.2f} "
                           f"p99 {x['p99_ms']:7.2f} ms user {x['user_us_per_flow']:5.1f} "
-                          f"sys {x['sys_us_per_flow']:5.1f} us/flow load {x['load']:.1f}",
-                          flush=True)  # fmt: skip
+                          f"sys {x['sys_us_per_flow']:5.1f} us/flow {_bound(x)} "
+                          f"load {x['load']:.1f}", flush=True)  # fmt: skip
                 if name == "floor":
                     bench.stop_floor()
                     bench.restart_pep(next(iter(variants.values())))
     finally:
         bench.stop()
         lab.down()  # with the namespace go the rules of a relay-floor run
-    keys = ("flows_per_s", "p50_ms", "p99_ms", "user_us_per_flow", "sys_us_per_flow")
+    keys = ("flows_per_s", "p50_ms", "p99_ms", "user_us_per_flow", "sys_us_per_flow",
+            *BOUND_KEYS)  # fmt: skip
     summary = {
         case: {
             name: {
