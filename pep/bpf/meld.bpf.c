@@ -199,9 +199,21 @@ static __always_inline enum meld_verdict overflow_verdict(const struct ue_radio 
 	return w->txq_peak_bytes >= r->full_bytes ? VERDICT_NOTIFY : VERDICT_SUPPRESS;
 }
 
+/*
+ * How old the newest measurement may be at a loss. MELD-DE and MELD-ME decide on the state
+ * at detection: stale_ns (PEP_MELD_STALE_MS). MELD-overflow decides on the history over the
+ * episode's span (one srtt back, see episode_window): a measurement taken within the span
+ * was taken while the lost data was in flight, so the longer of the two bounds it. A loaded
+ * host delays the feed by more than 50 ms, but often by less than the RTT of a queue.
+ */
+static __always_inline __u64 stale_bound_ns(__u32 mode, __u64 stale_ns, __u64 span_ns)
+{
+	return mode == MODE_MELD_OVERFLOW && span_ns > stale_ns ? span_ns : stale_ns;
+}
+
 static __always_inline enum meld_verdict decide(__u32 mode, const struct ue_radio *r,
 						const struct radio_window *w, __u64 now_ns,
-						__u64 stale_ns, __u32 t_pdu)
+						__u64 stale_ns, __u64 span_ns, __u32 t_pdu)
 {
 	if (mode == MODE_OFF || mode >= MODE_COUNT)
 		return VERDICT_OFF;
@@ -210,7 +222,8 @@ static __always_inline enum meld_verdict decide(__u32 mode, const struct ue_radi
 	if (!r)
 		return VERDICT_NO_DATA;
 	/* A measurement from the future (clock step) is as unusable as an old one. */
-	if (now_ns < r->observed_ns || now_ns - r->observed_ns > stale_ns)
+	if (now_ns < r->observed_ns ||
+	    now_ns - r->observed_ns > stale_bound_ns(mode, stale_ns, span_ns))
 		return VERDICT_STALE;
 	if (mode == MODE_RAPID)
 		return VERDICT_RAPID;
@@ -226,12 +239,17 @@ static __always_inline enum meld_verdict decide(__u32 mode, const struct ue_radi
  * else the verdict is stale): with a short RTT and a late feed, it is the state that
  * held over the whole span. Returns the span looked back, µs.
  */
+static __always_inline __u64 srtt_ns(const struct tcp_sock *tp)
+{
+	return (__u64)(tp->srtt_us >> 3) * NSEC_PER_USEC;	/* srtt_us is 8 x srtt */
+}
+
 static __always_inline __u32 episode_window(__u32 ue, const struct tcp_sock *tp,
 					    const struct ue_radio *r, __u64 now,
 					    struct radio_window *w)
 {
 	struct ue_history *h = bpf_map_lookup_elem(&ue_history, &ue);
-	__u64 lookback_ns = (__u64)(tp->srtt_us >> 3) * NSEC_PER_USEC; /* srtt_us is 8 x srtt */
+	__u64 lookback_ns = srtt_ns(tp);
 
 	if (r && now > r->observed_ns && now - r->observed_ns > lookback_ns)
 		lookback_ns = now - r->observed_ns;
@@ -293,7 +311,7 @@ static __always_inline bool loss_reaches_cca(struct sock *sk, struct meld_decisi
 	enum meld_verdict v;
 
 	d->lookback_us = episode_window(ue, tp, r, now, &d->window);
-	v = decide(mode, r, &d->window, now, cfg ? cfg->stale_ns : 0, t_pdu_of(tp));
+	v = decide(mode, r, &d->window, now, cfg ? cfg->stale_ns : 0, srtt_ns(tp), t_pdu_of(tp));
 	count(ue, v);
 	d->time_ns = now;
 	d->ue = ue;
@@ -321,6 +339,30 @@ static __always_inline bool loss_reaches_cca(struct sock *sk, struct meld_decisi
 static __always_inline __u32 kept_ssthresh(const struct tcp_sock *tp)
 {
 	return tp->snd_ssthresh > tp->snd_cwnd ? tp->snd_ssthresh : tp->snd_cwnd;
+}
+
+/*
+ * MELD-overflow's queue discipline, apart from its loss decision. A loss it keeps (radio)
+ * is not answered with the growth function's reduction, but the window it keeps loses its
+ * share of the standing queue: cwnd x RTT_min / srtt (the socket's windowed minimum,
+ * tcp_min_rtt_wlen 300 s, and its smoothed RTT, which includes the RLC queue's delay).
+ * Every flow of the UE scales by the same ratio, so together they keep about one BDP in
+ * flight and the queue drains, whatever their number; without it, ignoring radio losses
+ * grows the queue until the buffer overflows, the only loss that still reduces. Never
+ * below Reno's halving, never above the kept window; no queue (srtt <= RTT_min): kept.
+ */
+static __always_inline __u32 drained_ssthresh(__u32 cwnd, __u32 kept, __u32 rtt_min_us,
+					      __u32 srtt_us)
+{
+	__u32 half = cwnd / 2 > 2 ? cwnd / 2 : 2;	/* segments */
+	__u64 drained;
+
+	if (!rtt_min_us || srtt_us <= rtt_min_us)
+		return kept;
+	drained = (__u64)cwnd * rtt_min_us / srtt_us;	/* segments */
+	if (drained < half)
+		return half;
+	return drained < kept ? drained : kept;
 }
 
 static __always_inline struct flow_priv *priv_of(struct sock *sk)
@@ -488,7 +530,7 @@ static __always_inline bool rapid_cong_avoid(struct sock *sk)
 	if (!cfg || ue_mode_of(ue, cfg) != MODE_RAPID)
 		return false;
 	r = bpf_map_lookup_elem(&ue_radio, &ue);
-	if (decide(MODE_RAPID, r, NULL, bpf_ktime_get_ns(), cfg->stale_ns, 0) != VERDICT_RAPID)
+	if (decide(MODE_RAPID, r, NULL, bpf_ktime_get_ns(), cfg->stale_ns, 0, 0) != VERDICT_RAPID)
 		return false;
 	cwnd = rapid_target(sk, r, cfg);
 	if (!cwnd)
@@ -561,11 +603,16 @@ static __always_inline void cca_init(struct sock *sk)
 
 static __always_inline __u32 cca_ssthresh(struct sock *sk, enum cca_base base)
 {
+	const struct tcp_sock *tp = tcp_sk(sk);
 	struct meld_decision d = {};
 
 	if (loss_reaches_cca(sk, &d))
 		return loss_ssthresh(sk, &d, base_ssthresh(sk, base));
-	return loss_ssthresh(sk, &d, kept_ssthresh(tcp_sk(sk)));
+	if (d.mode == MODE_MELD_OVERFLOW)
+		return loss_ssthresh(sk, &d, drained_ssthresh(tp->snd_cwnd, kept_ssthresh(tp),
+							      tp->rtt_min.s[0].v,
+							      tp->srtt_us >> 3));
+	return loss_ssthresh(sk, &d, kept_ssthresh(tp));
 }
 
 static __always_inline bool cca_cong_avoid(struct sock *sk, __u32 acked)
@@ -596,7 +643,7 @@ int meld_decide(struct decide_args *args)
 	struct radio_window window = args->window;
 
 	args->verdict = decide(args->mode, args->has_radio ? &radio : NULL, &window,
-			       args->now_ns, args->stale_ns, args->t_pdu);
+			       args->now_ns, args->stale_ns, args->span_ns, args->t_pdu);
 	return 0;
 }
 
@@ -608,6 +655,14 @@ int meld_window(struct window_args *args)
 
 	radio_window_of(bpf_map_lookup_elem(&ue_history, &ue), args->from_ns, args->to_ns, &w);
 	args->window = w;
+	return 0;
+}
+
+SEC("syscall")
+int meld_drained(struct drain_args *args)
+{
+	args->ssthresh = drained_ssthresh(args->cwnd, args->kept, args->rtt_min_us,
+					  args->srtt_us);
 	return 0;
 }
 

@@ -166,10 +166,20 @@ struct decide_args {
 	__u32 has_radio;
 	__u64 now_ns;
 	__u64 stale_ns;
+	__u64 span_ns;		/* the episode's span, the socket's srtt (MELD-overflow's bound) */
 	__u32 mode;
 	__u32 t_pdu;
 	__u32 verdict;		/* out */
 	__u32 pad;
+};
+
+/* Input of the `drained` test program: the window MELD-overflow keeps at a radio loss. */
+struct drain_args {
+	__u32 cwnd;		/* snd_cwnd at the loss, segments */
+	__u32 kept;		/* the ssthresh that keeps it (kept_ssthresh), segments */
+	__u32 rtt_min_us;	/* the socket's windowed minimum RTT, µs */
+	__u32 srtt_us;		/* its smoothed RTT, µs */
+	__u32 ssthresh;		/* out: segments */
 };
 
 /* Input of the `window` test program: the history walk over the `ue_history` map. */

@@ -20,6 +20,7 @@ from mec_pep.ran_aware.kernel import (
     LAYOUTS,
     CcaMode,
     DecideArgs,
+    DrainArgs,
     KernelUnavailableError,
     MeldKernel,
     RadioWindow,
@@ -166,8 +167,9 @@ def decide(
     radio: UeRadio | None,
     t_pdu: int = 1500,
     window: RadioWindow | None = None,
+    span_ns: int = 0,
 ) -> Verdict:
-    args = DecideArgs(now_ns=NOW, stale_ns=STALE, mode=int(mode), t_pdu=t_pdu)
+    args = DecideArgs(now_ns=NOW, stale_ns=STALE, span_ns=span_ns, mode=int(mode), t_pdu=t_pdu)
     if radio is not None:
         args.radio, args.has_radio = radio, 1
     if window is not None:
@@ -233,6 +235,21 @@ def test_meld_overflow_decides_on_the_history_not_the_current_state(kernel: Meld
     assert (
         decide(kernel, CcaMode.MELD_OVERFLOW, now_empty, window=peak(2**32 - 1)) is Verdict.NOTIFY
     )
+
+
+def test_meld_overflow_state_is_fresh_within_the_episodes_span(kernel: MeldKernel) -> None:
+    """MELD-overflow judges the history over one srtt back: a measurement older than the
+    staleness bound but taken within that span still saw the lost data in flight. The
+    thesis's modes decide on the state at detection and keep the bound alone."""
+    late = fresh(2292)
+    late.observed_ns = NOW - 80 * 10**6  # 80 ms: stale by PEP_MELD_STALE_MS (50)
+    srtt_100ms, srtt_60ms = 100 * 10**6, 60 * 10**6
+    window = peak(50_000)
+    assert decide(kernel, CcaMode.MELD_OVERFLOW, late, window=window, span_ns=srtt_100ms) is (
+        Verdict.SUPPRESS)  # fmt: skip
+    assert decide(kernel, CcaMode.MELD_OVERFLOW, late, window=window, span_ns=srtt_60ms) is (
+        Verdict.STALE)  # fmt: skip
+    assert decide(kernel, CcaMode.MELD_ME, late, span_ns=srtt_100ms) is Verdict.STALE
 
 
 def test_meld_overflow_without_buffer_size_or_history_is_plain(kernel: MeldKernel) -> None:
@@ -336,6 +353,32 @@ def test_kernel_agrees_with_algorithm_2(
     verdict = decide(kernel, CcaMode.parse(mode), fresh(d_tbs, txq, q_th, n_harq), t_pdu)
     expected = notify_cca(mode, d_tbs, n_harq, t_pdu, txq, q_th)
     assert verdict is (Verdict.NOTIFY if expected else Verdict.SUPPRESS)
+
+
+# --- MELD-overflow's kept window at a radio loss (meld_drained, BPF_PROG_TEST_RUN) ---------
+
+
+def drained(kernel: MeldKernel, cwnd: int, kept: int, rtt_min_us: int, srtt_us: int) -> int:
+    args = DrainArgs(cwnd=cwnd, kept=kept, rtt_min_us=rtt_min_us, srtt_us=srtt_us)
+    return kernel.drained(args)
+
+
+def test_a_kept_loss_drains_the_windows_share_of_the_queue(kernel: MeldKernel) -> None:
+    """cwnd x RTT_min / srtt within [Reno's halving, the kept window]."""
+    infinite = 0x7FFFFFFF  # ssthresh in slow start
+    # 60 segments, 25 ms path, 40 ms srtt: 15 ms of it is queue -> 60 x 25 / 40 = 37.5
+    assert drained(kernel, 60, 60, 25_000, 40_000) == 37
+    assert drained(kernel, 60, infinite, 25_000, 40_000) == 37  # slow start ends there
+    # two flows of one UE see the same ratio: together they keep one BDP in flight
+    assert drained(kernel, 30, 30, 25_000, 40_000) + drained(kernel, 30, 30, 25_000, 40_000) == 36
+    # a deep queue: never below the plain response's halving (and never below 2 segments)
+    assert drained(kernel, 60, 60, 25_000, 200_000) == 30
+    assert drained(kernel, 3, 3, 25_000, 200_000) == 2
+    # no queue, or no RTT sample yet: the kept window (MELD's silent retransmission)
+    assert drained(kernel, 60, 60, 25_000, 25_000) == 60
+    assert drained(kernel, 60, infinite, 0, 40_000) == infinite
+    # never above the kept window
+    assert drained(kernel, 60, 50, 25_000, 26_000) == 50
 
 
 # --- RAPID's cwnd arithmetic alone (meld_rapid_cwnd, BPF_PROG_TEST_RUN) --------------------

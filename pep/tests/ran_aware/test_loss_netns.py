@@ -207,13 +207,17 @@ def test_stale_radio_state_halves_cwnd(lossy, kernel: MeldKernel, tuning: Tuning
 
 
 def test_meld_overflow_keeps_cwnd_below_a_full_buffer(lossy, kernel: MeldKernel) -> None:  # type: ignore[no-untyped-def]
-    """A standing queue above Q_th (MELD-ME's congestion) is random loss to MELD-overflow."""
+    """A standing queue above Q_th (MELD-ME's congestion) is random loss to MELD-overflow:
+    the growth function is not told (verdict suppress), but the kept window loses its share
+    of the standing queue, cwnd x RTT_min / srtt, never below Reno's halving. This link's
+    RTT_min is well under a millisecond and its tbf queue holds nearly all of a 100-segment
+    window, so the floor is what is kept."""
     kernel.set_ue_mode(lossy.b_ip, CcaMode.MELD_OVERFLOW)
     with _Fresh(kernel, lossy.b_ip, txq=50_000):
         _, priv = transfer(lossy, kernel, kernel.names["meld_reno"])
     c = counters(kernel, lossy.b_ip)
-    assert c["suppressed"] >= 1 and c["notified"] == 0, c
-    assert priv.loss_ssthresh >= priv.loss_cwnd, (priv.loss_cwnd, priv.loss_ssthresh)
+    assert c["suppressed"] == c["losses"] >= 1 and c["notified"] == 0, c
+    assert priv.loss_ssthresh == max(priv.loss_cwnd // 2, 2), (priv.loss_cwnd, priv.loss_ssthresh)
 
 
 def test_meld_overflow_halves_cwnd_on_a_full_buffer(lossy, kernel: MeldKernel) -> None:  # type: ignore[no-untyped-def]

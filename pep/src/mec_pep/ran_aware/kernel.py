@@ -192,6 +192,7 @@ class DecideArgs(ctypes.Structure):
         ("has_radio", ctypes.c_uint32),
         ("now_ns", ctypes.c_uint64),
         ("stale_ns", ctypes.c_uint64),
+        ("span_ns", ctypes.c_uint64),
         ("mode", ctypes.c_uint32),
         ("t_pdu", ctypes.c_uint32),
         ("verdict", ctypes.c_uint32),
@@ -205,6 +206,16 @@ class WindowArgs(ctypes.Structure):
         ("to_ns", ctypes.c_uint64),
         ("ue", ctypes.c_uint32),
         ("window", RadioWindow),
+    )
+
+
+class DrainArgs(ctypes.Structure):
+    _fields_ = (
+        ("cwnd", ctypes.c_uint32),
+        ("kept", ctypes.c_uint32),
+        ("rtt_min_us", ctypes.c_uint32),
+        ("srtt_us", ctypes.c_uint32),
+        ("ssthresh", ctypes.c_uint32),
     )
 
 
@@ -311,6 +322,7 @@ LAYOUTS: dict[str, type[ctypes.Structure]] = {
     "flow_priv": FlowPriv,
     "decide_args": DecideArgs,
     "rapid_cwnd_args": RapidCwndArgs,
+    "drain_args": DrainArgs,
     "meld_decision": MeldDecision,
 }
 
@@ -363,6 +375,7 @@ class MeldKernel:
                 self._maps[name] = BpfMap(str(pin_dir / name))
             self._decide = BpfProgram(str(pin_dir / "prog_meld_decide"))
             self._rapid_cwnd = BpfProgram(str(pin_dir / "prog_meld_rapid_cwnd"))
+            self._drained = BpfProgram(str(pin_dir / "prog_meld_drained"))
             self._window = BpfProgram(str(pin_dir / "prog_meld_window"))
         except OSError:
             self._close_fds()
@@ -409,7 +422,7 @@ class MeldKernel:
     def _close_fds(self) -> None:
         for m in self._maps.values():
             m.close()
-        for prog in ("_decide", "_rapid_cwnd", "_window"):
+        for prog in ("_decide", "_rapid_cwnd", "_drained", "_window"):
             if hasattr(self, prog):
                 getattr(self, prog).close()
 
@@ -510,6 +523,11 @@ class MeldKernel:
         """RAPID's cwnd arithmetic alone, in segments."""
         self._rapid_cwnd.run(args)
         return int(args.cwnd)
+
+    def drained(self, args: DrainArgs) -> int:
+        """MELD-overflow's kept window at a radio loss alone, in segments."""
+        self._drained.run(args)
+        return int(args.ssthresh)
 
     def window(self, ue: str, from_ns: int, to_ns: int) -> RadioWindow:
         """The kernel's walk of the UE's history over [from_ns, to_ns]."""

@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import yaml
@@ -120,6 +120,7 @@ def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) 
     for record, decision in zip(records, decisions, strict=True):
         record["truth"] = truths[id(decision)]  # the episode's cause, for the analysis
     rtts = [p[1] for p in pings]
+    ages = [cast(float, r["radio_age_ms"]) for r in records if r["radio_age_ms"]]
     return {
         "mode": mode,
         "loadavg_1min": os.getloadavg()[0],
@@ -132,6 +133,12 @@ def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) 
         "verdicts": dict(collections.Counter(r["verdict"] for r in records)),
         # what each verdict was given, per truth: where a mode's misses come from
         "verdicts_by_truth": verdicts_by_truth(records),
+        # how old the radio state was at the decisions (the feed's delay on this host), and
+        # where it was too old to decide on
+        "radio_age_ms_p50_p90": [percentile(ages, 50), percentile(ages, 90)] if ages else None,
+        "stale_radio_age_ms": sorted(
+            round(cast(float, r["radio_age_ms"]), 1) for r in records if r["verdict"] == "stale"
+        ),
         "discrimination": joined.as_dict(),
         "decisions": records,
     }
