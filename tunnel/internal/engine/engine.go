@@ -117,7 +117,10 @@ type Engine struct {
 	sched       sched.Scheduler
 	nextDataSeq uint64
 	flowDrops   map[int]uint64
-	wake        chan struct{}
+
+	pumping, pumpWanted atomic.Bool
+	out                 []outgoing   // the pump's, while it holds pumping
+	cands               []sched.Path // the pump's
 
 	peer    atomic.Pointer[peerKey]
 	rxMu    sync.Mutex
@@ -133,7 +136,7 @@ type Engine struct {
 // New opens the TUN and the path sockets.
 func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	e := &Engine{cfg: cfg, log: log, start: time.Now(), epoch: uint64(time.Now().UnixNano()),
-		flowDrops: map[int]uint64{}, wake: make(chan struct{}, 1), reorder: reorder.New(cfg.ReorderTimeout),
+		flowDrops: map[int]uint64{}, out: make([]outgoing, 0, batch), cands: make([]sched.Path, 0, 8), reorder: reorder.New(cfg.ReorderTimeout),
 		drops: map[string]*atomic.Uint64{}}
 	for _, r := range DropReasons {
 		e.drops[r] = new(atomic.Uint64)
@@ -215,7 +218,6 @@ func (e *Engine) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	run(func() { e.readTUN(ctx) })
-	run(func() { e.pump(ctx) })
 	run(func() { e.timers(ctx) })
 	for _, p := range e.paths {
 		run(func() { e.receive(ctx, p) })
@@ -223,13 +225,6 @@ func (e *Engine) Run(ctx context.Context) {
 	<-ctx.Done()
 	e.Close() // unblocks the readers
 	wg.Wait()
-}
-
-func (e *Engine) signal() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (e *Engine) drop(reason string) { e.drops[reason].Add(1) }
@@ -281,7 +276,7 @@ func (e *Engine) readTUN(ctx context.Context) {
 		}
 		e.mu.Unlock()
 		if n > 0 {
-			e.signal()
+			e.pump()
 		}
 	}
 }
@@ -293,29 +288,33 @@ type outgoing struct {
 	data uint64
 }
 
-// pump sends while a path has room and the queue has packets; else it waits for a signal.
-// What one pull takes leaves in one segmented send per path.
-func (e *Engine) pump(ctx context.Context) {
-	out := make([]outgoing, 0, batch)
-	cands := make([]sched.Path, 0, 8)
-	for {
-		out = e.pull(out[:0], cands)
-		now := e.now()
-		for _, o := range out {
-			e.queueData(o, now)
-			pkt.Put(o.pkt)
+// pump sends while a path has room and the queue has packets. Whoever made sending
+// possible (the TUN reader after an enqueue, the receiver after an ack, the timers, the
+// API) pumps in its own goroutine, so no hand-over to a sender goroutine is waited for;
+// one pumps at a time (path seqs leave in order), and a call that finds another pumping
+// leaves the work to it. What one pull takes leaves in one segmented send per path.
+func (e *Engine) pump() {
+	e.pumpWanted.Store(true)
+	for e.pumpWanted.Load() {
+		if !e.pumping.CompareAndSwap(false, true) {
+			return // the one pumping sees pumpWanted after it stops
 		}
-		for _, p := range e.paths {
-			e.flush(p)
+		e.pumpWanted.Store(false)
+		for {
+			e.out = e.pull(e.out[:0], e.cands)
+			if len(e.out) == 0 {
+				break
+			}
+			now := e.now()
+			for _, o := range e.out {
+				e.queueData(o, now)
+				pkt.Put(o.pkt)
+			}
+			for _, p := range e.paths {
+				e.flush(p)
+			}
 		}
-		if len(out) > 0 {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-e.wake:
-		}
+		e.pumping.Store(false)
 	}
 }
 
@@ -447,7 +446,7 @@ func (e *Engine) timers(ctx context.Context) {
 		for _, o := range probes {
 			e.sendData(buf, o)
 		}
-		e.signal() // a timeout frees room in a window
+		e.pump() // a timeout frees room in a window
 		e.rxMu.Lock()
 		for _, p := range e.paths {
 			if p.rxData.Pending() > 0 {
@@ -619,5 +618,5 @@ func (e *Engine) handleAck(p *pathIO, h wire.Header, body []byte, fresh *peerKey
 		e.log.Info("path up", "path", p.cfg.ID)
 	}
 	e.mu.Unlock()
-	e.signal()
+	e.pump()
 }

@@ -72,7 +72,7 @@ func (e *Engine) SetEnabled(id byte, enabled bool) error {
 		return ErrNoPath
 	}
 	e.log.Info("path set", "path", id, "enabled", enabled)
-	e.signal()
+	e.pump()
 	return nil
 }
 
