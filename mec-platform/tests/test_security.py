@@ -4,21 +4,28 @@ stall the event loop (5), malformed RS256 tokens (6), file modes (7), request li
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
 import socket
 import stat
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mec_common.auth import TokenVerifier, jwks_key_lookup
+from mec_platform.manager_api import LoginAdmission
+from mec_platform.security import LoginLimiter
 from mec_platform.testing import (
     ADMIN_SECRET,
     SIMPLE_APPD,
@@ -250,3 +257,63 @@ def test_failed_logins_neither_stall_the_platform_nor_run_unbounded(platform: Ru
     assert flooded < 5 * baseline + 1.0, (baseline, probes)
     time.sleep(1.0)  # the bucket refills: the right secret still gets a token
     assert platform.token("admin", platform.settings.admin_client_secret or "")
+
+
+class _Inner:
+    """The app behind ``LoginAdmission``: records what reached it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.calls += 1
+        await receive()
+        await JSONResponse({"error": "invalid_client"}, 401)(scope, receive, send)
+
+
+def _login(app: ASGIApp, address: str = "10.0.0.1") -> tuple[int, int]:
+    """One token request through ``app``: (status, times the body was asked for)."""
+    scope: dict[str, Any] = {
+        "type": "http",
+        "method": "POST",
+        "path": "/oauth2/token",
+        "headers": [],
+        "client": (address, 4000),
+        "query_string": b"",
+    }
+    reads, sent = 0, []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        return {"type": "http.request", "body": b"grant_type=client_credentials"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], reads
+
+
+def test_refused_logins_never_reach_the_app() -> None:
+    """Issue 20, defect 5: over the budget a login is refused at the front door, before its
+    body is read or it is routed, so a flood costs the event loop almost nothing per login
+    and cannot queue in front of /healthz (the figure: make bench-security)."""
+    inner = _Inner()
+    admission = LoginAdmission(inner, LoginLimiter(rate_per_s=0.001, burst=3, max_pending=8))
+    statuses = [_login(admission) for _ in range(300)]
+    assert statuses[:3] == [(401, 1)] * 3  # the burst reaches the token route
+    assert set(statuses[3:]) == {(429, 0)}  # the rest: 429, body unread, app untouched
+    assert inner.calls == 3
+    assert _login(admission, "10.0.0.2") == (401, 1)  # another address has its own budget
+    other = LoginAdmission(_Inner(), LoginLimiter(rate_per_s=1e6, burst=10**6, max_pending=1))
+    assert [_login(other) for _ in range(3)] == [(401, 1)] * 3  # each slot given back
+
+
+def test_secret_checks_run_below_the_event_loops_priority(platform: Running) -> None:
+    """The scrypt threads are niced, so a login flood's hashing yields the CPU to the event
+    loop (and /healthz) on a busy host."""
+    loop_niceness = os.getpriority(os.PRIO_PROCESS, platform.thread.native_id or 0)
+    hashing = platform.platform.app.state.hashing
+    niceness = hashing.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    assert niceness.result(timeout=60) >= min(19, loop_niceness + 10)
