@@ -56,7 +56,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
-def measure(seconds: int) -> Results:
+def measure(seconds: int, load_bps: float | None = None) -> Results:
     paths = [PathSpec(1, rate_mbit=1000), PathSpec(2, rate_mbit=1000)]
     env = {"TUNNEL_SCHEDULER": "lowrtt", "TUNNEL_CWND": "adaptive", "TUNNEL_CWND_BYTES": "200000"}
     results: Results = {
@@ -79,7 +79,7 @@ def measure(seconds: int) -> Results:
         results["cpu_cores_per_gbps"] = cpu / elapsed / (results["tunnel_bps"] / 1e9)
         results["tunnel_paths"] = bed.get("mec", "/tunnel/v1/paths")
 
-        half = results["tunnel_bps"] / 2
+        half = load_bps or results["tunnel_bps"] / 2
         bed.exec("ue", "iperf3", "-s", "-D", "-1", "-B", UE_ADDR)
         time.sleep(0.3)
         load = bed.popen(
@@ -162,8 +162,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/results/tunnel-bench"))
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument(
+        "--load-mbit", type=float, help="UDP load of the latency run (default: half the throughput)"
+    )
     args = parser.parse_args()
-    results = measure(args.seconds)
+    results = measure(args.seconds, args.load_mbit * 1e6 if args.load_mbit else None)
     results["median_tunnel_rtt_ms"] = statistics.median(results["tunnel_rtt_ms"])
     save_results(results, args.out, "bench", plot, table)
 
