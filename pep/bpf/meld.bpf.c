@@ -22,8 +22,9 @@
  *
  * Modes (enum meld_mode): the thesis's MELD-DE and MELD-ME decide on the radio state at
  * detection; MELD-overflow (ours) on the RLC queue while the lost data was in flight,
- * from a per-UE history (struct ue_history); ignore-loss keeps every loss (the upper
- * bound on goodput); RAPID sets cwnd itself. docs/meld-rapid.md.
+ * from a per-UE history (struct ue_history), and drains the queue's share of the window
+ * at a loss it keeps (drained_ssthresh); ignore-loss keeps every loss (the upper bound on
+ * goodput); RAPID sets cwnd itself. docs/meld-rapid.md.
  *
  * The struct_ops wrappers around the kernel's Reno/CUBIC are the suite's one
  * CCA_STRUCT_OPS (services/common/bpf/cca.h), shared with SIGMA. Style after the kernel's
@@ -350,6 +351,7 @@ static __always_inline __u32 kept_ssthresh(const struct tcp_sock *tp)
  * flight and the queue drains, whatever their number; without it, ignoring radio losses
  * grows the queue until the buffer overflows, the only loss that still reduces. Never
  * below Reno's halving, never above the kept window; no queue (srtt <= RTT_min): kept.
+ * cwnd, kept and the result in segments, the RTTs in µs.
  */
 static __always_inline __u32 drained_ssthresh(__u32 cwnd, __u32 kept, __u32 rtt_min_us,
 					      __u32 srtt_us)
