@@ -28,6 +28,7 @@ from mec_platform.manager_api import LoginAdmission
 from mec_platform.security import LoginLimiter
 from mec_platform.testing import (
     ADMIN_SECRET,
+    HTTP_TIMEOUT,
     SIMPLE_APPD,
     Running,
     external_app,
@@ -308,6 +309,23 @@ def test_refused_logins_never_reach_the_app() -> None:
     assert _login(admission, "10.0.0.2") == (401, 1)  # another address has its own budget
     other = LoginAdmission(_Inner(), LoginLimiter(rate_per_s=1e6, burst=10**6, max_pending=1))
     assert [_login(other) for _ in range(3)] == [(401, 1)] * 3  # each slot given back
+
+
+def test_a_forwarded_for_header_does_not_buy_a_new_login_budget(tmp_path: Path) -> None:
+    """A client on the host cannot reset its login budget by claiming another address in
+    X-Forwarded-For (uvicorn honours it from 127.0.0.1 unless told not to)."""
+    running = Running(make_settings(tmp_path / "state", login_rate_per_s=0.001, login_burst=3))
+    try:
+        statuses = [
+            httpx.post(f"{running.url}/oauth2/token", data={"grant_type": "client_credentials"},
+                       auth=("nobody", "wrong"), headers={"X-Forwarded-For": f"10.9.0.{i}"},
+                       timeout=HTTP_TIMEOUT).status_code
+            for i in range(6)
+        ]  # fmt: skip
+    finally:
+        running.stop()
+    # the admin client's own login (Running) spent one of the three
+    assert statuses == [401, 401, 429, 429, 429, 429], statuses
 
 
 def test_secret_checks_run_below_the_event_loops_priority(platform: Running) -> None:

@@ -418,10 +418,16 @@ class HeaderDeadline(_HttpProtocol):
 
 
 def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
-    """The uvicorn settings every service runs with (``serve``, and servers run in tests)."""
+    """The uvicorn settings every service runs with (``serve``, and servers run in tests).
+
+    ``proxy_headers`` off: uvicorn would otherwise take the client address from
+    ``X-Forwarded-For`` of any request from 127.0.0.1, so a local client could pick the
+    address its login budget is counted against. Forwarded headers have one owner,
+    ``public_url.ForwardedBase``, and only from the configured trusted proxies."""
     protocol = type("HeaderDeadline", (HeaderDeadline,),
                     {"header_timeout_s": settings.header_timeout_s})  # fmt: skip
-    return {"http": protocol, "timeout_keep_alive": 5, "log_config": None, "access_log": False}
+    return {"http": protocol, "timeout_keep_alive": 5, "log_config": None, "access_log": False,
+            "proxy_headers": False}  # fmt: skip
 
 
 def build_routes_now(app: FastAPI) -> None:
