@@ -159,6 +159,9 @@ class RanAwareBed:
 
     def _start_adapter(self) -> None:
         emu = self.topo.emulator
+        port = _free_port()
+        self.adapter_url = f"http://127.0.0.1:{port}"
+        self.adapter_token = secrets.token_hex(8)
         env = {
             **os.environ,
             "RNIS_FLEXRAN_URL": emu.url,
@@ -166,8 +169,8 @@ class RanAwareBed:
             "RNIS_AMQP_URL": f"amqp://guest:guest@{BROKER[0]}:{BROKER[1]}/%2F",
             "RNIS_AMQP_EXCHANGE": self.exchange,
             "RNIS_HTTP_HOST": "127.0.0.1",
-            "RNIS_HTTP_PORT": str(_free_port()),
-            "RNIS_API_TOKENS": secrets.token_hex(8),
+            "RNIS_HTTP_PORT": str(port),
+            "RNIS_API_TOKENS": self.adapter_token,
             "RNIS_POLL_PERIOD": self.config.poll_period,
             "RNIS_LOG_LEVEL": "WARNING",
         }
@@ -212,6 +215,20 @@ class RanAwareBed:
             if time.monotonic() > deadline or pep.poll() is not None:
                 raise RuntimeError(f"the PEP did not start: {self.pep_log()}")
             time.sleep(0.3)
+
+    def adapter_metrics(self) -> dict[str, float]:
+        """The adapter's counters that time the feed's first hops (Prometheus text): polls
+        of the RAN, their latency, the broker's publish confirms and their latency."""
+        r = httpx.get(self.adapter_url + "/metrics", timeout=10,
+                      headers={"Authorization": f"Bearer {self.adapter_token}"})  # fmt: skip
+        r.raise_for_status()
+        wanted = ("rnis_polls_total", "rnis_poll_latency_seconds", "rnis_amqp_confirm_latency")
+        out: dict[str, float] = {}
+        for line in r.text.splitlines():
+            if line.startswith(wanted):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
 
     def pep_log(self) -> str:
         return (self.workdir / f"{self.name}-pep.log").read_text(errors="replace")[-3000:]

@@ -105,9 +105,11 @@ def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) 
     log.drain()  # decisions of the previous run's last moments
     cursor = int(get("/emulator/v1/drops/counters")["last_seq"])
     unlogged_before = bed.ue_state()["counters"]["unlogged"]
+    adapter_before = bed.adapter_metrics()
     with bed.ping() as pings:
         downloads = [bed.fetch(port, size) for port in PORTS]
         results = [bed.result(d) for d in downloads]
+    adapter = feed_hops(adapter_before, bed.adapter_metrics(), span_s(results))
     time.sleep(0.5)  # the last losses are detected about an RTT after their drops
     if bed.ue_state()["counters"]["unlogged"] != unlogged_before:
         raise RuntimeError("the kernel's decision log overflowed: the join would be partial")
@@ -137,12 +139,31 @@ def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) 
         # how old the radio state was at the decisions (the feed's delay on this host), and
         # where it was too old to decide on
         "radio_age_ms_p50_p90": [percentile(ages, 50), percentile(ages, 90)] if ages else None,
+        # the feed's first hops over the run (RAN polls, broker confirms): where it is late
+        "adapter": adapter,
         "stale_radio_age_ms": sorted(
             round(cast(float, r["radio_age_ms"]), 1) for r in records if r["verdict"] == "stale"
         ),
         "discrimination": joined.as_dict(),
         "decisions": records,
     }
+
+
+def feed_hops(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, Any]:
+    """Polls per second, and per hop (the RAN poll, the broker's publish confirm) the mean
+    latency and the share above 50 ms, PEP_MELD_STALE_MS, from two scrapes of the adapter."""
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    out: dict[str, Any] = {"polls_per_s": round(delta("rnis_polls_total") / seconds, 1)}
+    for hop, metric in (("poll", "rnis_poll_latency_seconds"),
+                        ("confirm", "rnis_amqp_confirm_latency_seconds")):  # fmt: skip
+        n = delta(f"{metric}_count")
+        late = n - delta(f'{metric}_bucket{{le="0.05"}}')
+        mean_ms = round(delta(f"{metric}_sum") / n * 1e3, 2) if n else None
+        out[hop] = {"n": int(n), "mean_ms": mean_ms, "over_50ms": int(late)}
+    return out
 
 
 def verdicts_by_truth(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
