@@ -14,6 +14,7 @@ whether the connection is to be reset (an RST) or closed after the answer.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -39,8 +40,8 @@ class Destination:
     buffer_size: int | None = None  # TLV BUFFER_SIZE: the client's buffer size for this flow
 
 
-class Handshake:
-    """Bytes from the client until the destination is known."""
+class Handshake(ABC):
+    """Bytes from the client until the destination is known (SOCKS5 or TLV below)."""
 
     first_stage: ClassVar[Stage]
 
@@ -70,8 +71,9 @@ class Handshake:
         answer, self._answer = self._answer, b""
         return answer, destination
 
+    @abstractmethod
     def _parse(self) -> Destination | None:
-        raise NotImplementedError
+        """The destination once the handshake is complete, None while it needs more bytes."""
 
 
 class SocksHandshake(Handshake):
