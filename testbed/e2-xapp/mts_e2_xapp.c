@@ -11,9 +11,17 @@
  *
  * The MAC/RLC service models carry no cell id or bandwidth: -P/-B/-S/-H give the gNB's
  * configuration, written into every indication's "cell" (left out when not given).
- * Build: make e2-xapp FLEXRIC_SRC=... FLEXRIC_BUILD=... (links FlexRIC's libe42_xapp).
+ * Build: make e2-xapp FLEXRIC_SRC=... FLEXRIC_BUILD=... (links FlexRIC's libe42_xapp; FlexRIC
+ * v2.0.0 or 34d6810f).
  */
 #include "src/xApp/e42_xapp_api.h"
+
+/* FlexRIC after v2.0.0 (34d6810f, the commit OAI 2024.w12 pins as its E2 agent) returns the
+ * node list as e2_node_arr_xapp_t; the fields this xApp reads (len, n[i].id) are the same. */
+#if __has_include("src/xApp/e2_node_arr_xapp.h")
+typedef e2_node_arr_xapp_t e2_node_arr_t;
+#define free_e2_node_arr free_e2_node_arr_xapp
+#endif
 #include "src/util/time_now_us.h"
 
 #include <arpa/inet.h>
