@@ -130,6 +130,23 @@ import_images() {
     done
 }
 
+prune_images() {
+    # Every import leaves the previous build behind: the CRI plugin names each image also by
+    # its ID (sha256:<config>), and that name keeps the old layers and snapshots alive. The
+    # root is the suite's own (only node.sh imports into it): every image there that is not
+    # the current build of one of IMAGES goes, and containerd's GC frees its content and
+    # snapshots (--sync: before the node starts).
+    local keep ref digest
+    keep=$(for image in "${IMAGES[@]}"; do
+        ctr_ images ls "name==docker.io/mts/$image:latest" | awk 'NR > 1 {print $3}'
+    done)
+    ctr_ images ls | awk 'NR > 1 {print $1, $3}' | while read -r ref digest; do
+        grep -qx "$digest" <<<"$keep" && continue
+        ctr_ images rm --sync "$ref" >/dev/null
+        echo "node: pruned $ref"
+    done
+}
+
 cni_up() {
     # The bridge exists before the first pod so that CoreDNS can listen on its address.
     ip link add "$BRIDGE" type bridge
@@ -248,6 +265,7 @@ up() {
     scheduler_up
     containerd_up
     import_images
+    prune_images
     cni_up
     coredns_up
     kubelet_up "$node_ip" "$name"

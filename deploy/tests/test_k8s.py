@@ -51,6 +51,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 NODE = REPO / "deploy/k8s/node.sh"
 NODE_VALUES = CHART / "ci/node-values.yaml"
 COMPONENTS = ("rabbitmq", "platform", "rnis-adapter", "pep", "path-manager", "dashboard")
+NODE_IMAGES = ("pause", "rabbitmq", "mec-platform", "rnis-adapter", "pep", "path-manager",
+               "dashboard")  # fmt: skip
 READY_TIMEOUT_S = 480  # a hang guard (278 s at load 50): the figure is printed, not asserted
 WAIT = ("--wait", "--timeout", f"{READY_TIMEOUT_S}s")
 DOWNLOAD_BYTES = 4 * 2**20
@@ -299,6 +301,19 @@ def test_every_pod_runs_and_is_ready(release: Release) -> None:
     assert pods["platform"]["status"]["podIP"].startswith("10.244.")
 
 
+def test_containerd_keeps_only_the_current_images(node: Node) -> None:
+    """node.sh prunes the builds of earlier runs from the node's containerd root (kept
+    across runs), so that repeated runs do not fill the disk: every image left there is a
+    name of the current build of one of the suite's images."""
+    ctr = ["ctr", "--address", str(node.directory / "node/containerd/containerd.sock"),
+           "-n", "k8s.io", "images", "ls"]  # fmt: skip
+    images = [line.split()[:3] for line in run(*ctr).splitlines()[1:]]
+    current = {digest for ref, _, digest in images if ref.startswith("docker.io/mts/")
+               and ref.endswith(":latest")}  # fmt: skip
+    assert len(current) == len(NODE_IMAGES), images
+    assert {digest for _, _, digest in images} == current, images
+
+
 def test_apis_answer_through_their_services(release: Release) -> None:
     # Denied without a token (ETSI ProblemDetails), the health endpoints open.
     r = httpx.get(release.url("rnis-adapter", "/rni/v2/queries/layer2_meas"), timeout=10)
@@ -367,6 +382,9 @@ def test_download_at_a_ue_through_the_pep_pod(release: Release, testbed: Emulate
     # share the process's descriptor table.
     stats = release.api("pep", "GET", "/pep/v1/stats").json()
     assert stats["private_descriptor_tables"] is False, stats
+    metrics = httpx.get(release.url("pep", "/metrics"), timeout=10).text
+    assert "pep_private_descriptor_tables 0.0" in metrics
+    print(f"PEP under RuntimeDefault: one descriptor table of {stats['descriptor_limit']}")
 
 
 Sample = list[dict[str, Any]]

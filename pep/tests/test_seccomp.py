@@ -41,7 +41,9 @@ def test_relays_share_the_table_when_unshare_is_refused(
     pep = start_pep(wrapper=[str(deny_unshare)])
     stats = pep.get("/pep/v1/stats").json()
     assert stats["private_descriptor_tables"] is False, stats
-    assert "unshare(CLONE_FILES) refused" in pep.log()
+    assert pep.log().count("unshare(CLONE_FILES) refused") == 1, "logged once, not per relay"
+    assert stats["relay_threads"] > 1, stats  # else "once" would prove nothing
+    assert "pep_private_descriptor_tables 0.0" in pep.get("/metrics").text
     target = server.address
     for connect in (connect_direct, connect_socks5, connect_tlv):
         with connect(lab, target) as sock:
@@ -58,3 +60,4 @@ def test_relays_share_the_table_when_unshare_is_refused(
 def test_relays_own_their_tables_otherwise(start_pep: Callable[..., PepProcess]) -> None:
     pep = start_pep()
     assert pep.get("/pep/v1/stats").json()["private_descriptor_tables"] is True
+    assert "pep_private_descriptor_tables 1.0" in pep.get("/metrics").text

@@ -274,6 +274,12 @@ class PepCollector(Collector):
         relayed.add_metric(["from_ue"], c.bytes_from_ue)
         yield relayed
         yield GaugeMetricFamily("pep_pipes_in_use", "Splice pipes holding data", dp.pipes_in_use())
+        yield GaugeMetricFamily(
+            "pep_private_descriptor_tables",
+            "1: each relay thread has its own descriptor table; 0: unshare was refused (a "
+            "seccomp profile) and all flows share the process's RLIMIT_NOFILE",
+            int(dp.private_descriptor_tables),
+        )
         # Totals only: /metrics needs no token, so it names no UE (per UE: GET /pep/v1/ues).
         latest = list(self.service.backlog.latest.values()) if self.service.backlog else []
         yield GaugeMetricFamily("pep_ue_backlog_bytes", "Bytes held toward all UEs (last samples)",

@@ -188,11 +188,12 @@ class Relay:
     def _run(self) -> None:
         try:
             self.private_table = own_descriptor_table(keep=self._calls.wake_fd)
-            if not self.private_table:
-                log.warning("relay thread shares the process's descriptor table: "
-                            "unshare(CLONE_FILES) refused (a seccomp profile without "
-                            "SYS_ADMIN); all flows count against one RLIMIT_NOFILE",
-                            relay=self.index)  # fmt: skip
+            if not self.private_table and self.index == 0:  # once: every relay is refused alike
+                log.warning(
+                    "relay threads share the process's descriptor table: "
+                    "unshare(CLONE_FILES) refused (a seccomp profile without "
+                    "SYS_ADMIN); all flows count against one RLIMIT_NOFILE"
+                )
             self._epoll = select.epoll()
             self._epoll.register(self._calls.wake_fd, select.EPOLLIN)
         except BaseException as exc:
