@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import jsonschema_rs
 import pytest
@@ -156,6 +158,7 @@ def test_openapi_and_docs(ready: Adapter) -> None:
         "/queries/ext/ran_meas",
         "/subscriptions",
         "/subscriptions/{subscriptionId}",
+        "/websockets/{subscriptionId}",
     }
     assert doc["paths"]["/queries/ext/ran_meas"]["get"]["x-mts-extension"] is True
     assert doc["servers"] == [{"url": f"{ready.url}/rni/v2"}]
@@ -382,3 +385,143 @@ def test_subscriptions_survive_a_restart(
     with pytest.raises(AssertionError, match=r"rnis-subscriptions\.json"):
         broken.start()  # refuses to start rather than overwrite the file later
     assert saved.read_text() == "{not json"
+
+
+def check_v221(schema: str, instance: Any) -> None:
+    """Validate against a component schema of the official v2.2.1 document."""
+    spec = _str_keys(yaml.safe_load((REPO_SPECS / "mec012-v2.2.1" / "RniAPI.yaml").read_text()))
+    jsonschema_rs.Draft4Validator(
+        {"$ref": f"#/components/schemas/{schema}", "components": spec["components"]}
+    ).validate(instance)
+
+
+async def _next_notification(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
+    """The next websocket message that is a notification of kind (hang guard: 20 s)."""
+    while True:
+        msg = await ws.receive(timeout=20)
+        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+        body = json.loads(msg.data)
+        if body["notificationType"] == kind:
+            return dict(body)
+
+
+def test_websocket_notifications(ready: Adapter, source: FlexranSource) -> None:
+    """MEC 012 v2.2.1 websockNotifConfig (MEC 009 6.12a) over a real socket: the RNIS
+    allocates the websocketUri and drops the callbackReference it was also given; opening it
+    needs the token; the TestNotification asked for arrives once it is open, then a cell
+    change of the emulated source; deleting the subscription closes the socket."""
+    body = {
+        "subscriptionType": "CellChangeSubscription",
+        "callbackReference": "http://127.0.0.1:9/never",
+        "websockNotifConfig": {"requestWebsocketUri": True},
+        "requestTestNotification": True,
+        "filterCriteriaAssocHo": {"associateId": [{"type": 1, "value": "10.30.2.1"}]},
+    }
+    r = ready.request("POST", "/rni/v2/subscriptions", body)
+    assert r.status_code == 201, r.text
+    created = r.json()
+    check_v221("CellChangeSubscription", created)
+    assert "callbackReference" not in created, "one alternative is chosen and returned"
+    uri = created["websockNotifConfig"]["websocketUri"]
+    assert (
+        uri
+        == ready.url.replace("http://", "ws://")
+        + "/rni/v2/websockets/"
+        + path_of(created).rsplit("/", 1)[1]
+    )
+    assert created["websockNotifConfig"]["requestWebsocketUri"] is True
+
+    async def session() -> None:
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(uri)
+            assert refused.value.status == 401
+            ws = await http.ws_connect(uri, headers={"Authorization": f"Bearer {TOKEN}"})
+            test = await _next_notification(ws, "TestNotification")
+            check_v221("TestNotification", test)
+            assert test["_links"]["subscription"]["href"] == created["_links"]["self"]["href"]
+            await asyncio.to_thread(source.control, "move", ue=0, cell=1)
+            cell = await _next_notification(ws, "CellChangeNotification")
+            check("CellChangeNotification", cell)
+            assert cell["associateId"] == [{"type": 1, "value": "10.30.2.1"}]
+            assert cell["trgEcgi"][0]["cellId"] == "0271100"
+            deleted = await asyncio.to_thread(ready.request, "DELETE", path_of(created))
+            assert deleted.status_code == 204
+            closing = await ws.receive(timeout=20)
+            assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), closing
+
+    asyncio.run(session())
+    metrics = ready.get("/metrics", token=None).text
+    assert 'rnis_mec012_notifications_total{result="sent",type="CellChangeNotification"}' in metrics
+
+
+def test_websocket_refusals_and_bad_configs(ready: Adapter, callbacks: CallbackServer) -> None:
+    """No websocket for a callback subscription (409) or an unknown one (404); a plain GET
+    is not an upgrade (400); a websockNotifConfig that asks for nothing, or not an object,
+    is 400 and stores nothing."""
+    plain = subscribe(
+        ready,
+        {
+            "subscriptionType": "RabEstSubscription",
+            "callbackReference": callbacks.url + "/est",
+            "filterCriteriaQci": {"qci": 9},
+        },
+    )
+    sub_id = path_of(plain).rsplit("/", 1)[1]
+    is_problem(ready.get(f"/rni/v2/websockets/{sub_id}"), 409)
+    is_problem(ready.get("/rni/v2/websockets/nosuchid"), 404)
+    ws_body = {
+        "subscriptionType": "RabEstSubscription",
+        "websockNotifConfig": {"requestWebsocketUri": True},
+        "filterCriteriaQci": {"qci": 9},
+    }
+    ws_sub = ready.request("POST", "/rni/v2/subscriptions", ws_body).json()
+    is_problem(ready.get(path_of(ws_sub).replace("/subscriptions/", "/websockets/")), 400)
+    before = ready.get("/rni/v2/subscriptions").json()
+    for bad in ({"requestWebsocketUri": False}, {}, "yes", {"requestWebsocketUri": "yes"}):
+        is_problem(
+            ready.request("POST", "/rni/v2/subscriptions", {**ws_body, "websockNotifConfig": bad}),
+            400,
+        )
+    no_callback = {k: v for k, v in ws_body.items() if k != "websockNotifConfig"}
+    is_problem(ready.request("POST", "/rni/v2/subscriptions", no_callback), 400)
+    assert ready.get("/rni/v2/subscriptions").json() == before
+
+
+def test_rab_modification_on_a_qci_change(
+    ready: Adapter, source: FlexranSource, callbacks: CallbackServer
+) -> None:
+    """A change of an established bearer's QCI at the source is a RabModNotification with
+    the new QCI (MEC 012 RabModSubscription: filter on the new QCI and the E-RAB)."""
+    subscribe(
+        ready,
+        {
+            "subscriptionType": "RabModSubscription",
+            "callbackReference": callbacks.url + "/mod",
+            "filterCriteriaQci": {"qci": 7, "erabId": 5},
+        },
+    )
+    source.control("qci", ue=1, qci=7)
+    _, mod = callbacks.wait(lambda p, b: p == "/mod")
+    check("RabModNotification", mod)
+    assert mod["erabId"] == 5 and mod["erabQosParameters"] == {"qci": 7}
+    assert mod["associateId"] == [{"type": 1, "value": "10.30.1.2"}]
+
+
+@pytest.mark.parametrize(
+    ("kind", "filter_name"),
+    [
+        ("NrMeasRepUeSubscription", "filterCriteriaNrMrs"),
+        ("MeasTaSubscription", "filterCriteriaAssoc"),
+        ("CaReconfSubscription", "filterCriteriaAssoc"),
+        ("S1BearerSubscription", "S1BearerSubscriptionCriteria"),
+    ],
+)
+def test_types_no_source_can_trigger_are_refused(
+    ready: Adapter, callbacks: CallbackServer, kind: str, filter_name: str
+) -> None:
+    """Refused with a ProblemDetails saying why (accepted, they would never fire)."""
+    body = {"subscriptionType": kind, "callbackReference": callbacks.url + "/x", filter_name: {}}
+    problem = is_problem(ready.request("POST", "/rni/v2/subscriptions", body), 400)
+    assert f"{kind} is not supported: no source reports" in problem["detail"]
+    assert ready.get("/rni/v2/subscriptions").json()["_links"]["subscription"] == []

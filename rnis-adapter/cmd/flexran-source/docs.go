@@ -115,7 +115,9 @@ func (s *source) appendConfig(b []byte, c int) []byte {
 		b = append(b, `{"rnti":`...)
 		b = strconv.AppendInt(b, int64(u.rnti), 10)
 		b = append(b, `,"lcConfig":[{"lcid":1,"lcg":0,"direction":2,"qosBearerType":0,"qci":9},`+
-			`{"lcid":2,"lcg":0,"direction":2,"qosBearerType":0,"qci":9},{"lcid":3,"lcg":1,"direction":1,"qosBearerType":0,"qci":9}]}`...)
+			`{"lcid":2,"lcg":0,"direction":2,"qosBearerType":0,"qci":9},{"lcid":3,"lcg":1,"direction":1,"qosBearerType":0,"qci":`...)
+		b = strconv.AppendInt(b, int64(u.qci), 10)
+		b = append(b, `}]}`...)
 	}
 	return append(b, "]}}"...)
 }

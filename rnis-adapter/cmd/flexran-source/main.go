@@ -8,7 +8,8 @@
 // changes the population for tests:
 //
 //	POST /source/attach?ue=N   POST /source/detach?ue=N   POST /source/move?ue=N&cell=C
-//	POST /source/rrc?ue=N&rsrp=DBM   POST /source/fail?status=CODE (0 = stop failing)
+//	POST /source/rrc?ue=N&rsrp=DBM   POST /source/qci?ue=N&qci=Q (the data bearer's QCI)
+//	POST /source/fail?status=CODE (0 = stop failing)
 package main
 
 import (
@@ -32,6 +33,7 @@ type ue struct {
 	id, cell, rnti int
 	attached       bool
 	rsrp, measID   int
+	qci            int // of the data bearer (lcid 3)
 	queue          int
 	ip             string
 	ipCell         int
@@ -67,7 +69,7 @@ func main() {
 	for c := range *cells {
 		for i := range *nUEs {
 			id := c**nUEs + i
-			s.ues = append(s.ues, &ue{id: id, cell: c, rnti: 1000 + id, attached: true, rsrp: -1, measID: -1})
+			s.ues = append(s.ues, &ue{id: id, cell: c, rnti: 1000 + id, attached: true, rsrp: -1, measID: -1, qci: 9})
 		}
 	}
 	if *e2Listen != "" {
@@ -177,6 +179,13 @@ func (s *source) control(w http.ResponseWriter, r *http.Request) {
 	case "rrc":
 		u.rsrp, _ = strconv.Atoi(q.Get("rsrp"))
 		u.measID++
+	case "qci":
+		qci, err := strconv.Atoi(q.Get("qci"))
+		if err != nil || qci < 1 || qci > 255 {
+			http.Error(w, "qci must be 1..255", http.StatusBadRequest)
+			return
+		}
+		u.qci = qci
 	default:
 		http.Error(w, "unknown action", http.StatusNotFound)
 	}

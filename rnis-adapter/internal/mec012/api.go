@@ -1,6 +1,6 @@
 // Package mec012 serves the ETSI GS MEC 012 Radio Network Information API (v2) from the
 // adapter's latest measurements: queries (layer2_meas, rab_info, plmn_info), subscriptions
-// with HTTP POST notifications, and the extension /queries/ext/ran_meas with the raw values
+// with notifications by HTTP POST or over a websocket, and the extension /queries/ext/ran_meas with the raw values
 // MEC 012 has no field for. Errors are ProblemDetails.
 package mec012
 
@@ -50,6 +50,7 @@ type Server struct {
 	log      *slog.Logger
 	subs     *store
 	notifier *notifier
+	sockets  *sockets // the open websockets of subscriptions that asked for one
 	known    sync.Map // app instance ids this RNIS knows exist: its own and its callers'
 }
 
@@ -63,11 +64,11 @@ func New(cfg Config, tracker *uestate.Tracker, metrics *obs.Metrics, log *slog.L
 		cfg.MaxSubsPerApp = 100
 	}
 	s := &Server{cfg: cfg, auth: append([]auth.Verifier{auth.StaticTokens(cfg.Tokens)}, cfg.Verifiers...), tracker: tracker, metrics: metrics, log: log,
-		subs: newStore(cfg.PublicURL+Base+"/subscriptions/", cfg.SubscriptionsFile)}
+		subs: newStore(cfg.PublicURL, cfg.SubscriptionsFile), sockets: newSockets()}
 	if err := s.subs.load(log); err != nil {
 		return nil, fmt.Errorf("subscriptions: %w", err)
 	}
-	s.notifier = newNotifier(s.subs, cfg.NotifyTimeout, metrics, log)
+	s.notifier = newNotifier(s.subs, s.sockets, cfg.NotifyTimeout, metrics, log)
 	return s, nil
 }
 
@@ -81,15 +82,16 @@ func (s *Server) Routes(mux *http.ServeMux) {
 		panic(err)
 	}
 	routes := map[string]http.HandlerFunc{
-		"GET /queries/layer2_meas":               s.layer2Meas,
-		"GET /queries/rab_info":                  s.rabInfo,
-		"GET /queries/plmn_info":                 s.plmnInfo,
-		"GET /queries/ext/ran_meas":              s.extRanMeas,
-		"GET /subscriptions":                     s.listSubscriptions,
-		"POST /subscriptions":                    s.createSubscription,
-		"GET /subscriptions/{subscriptionId}":    s.getSubscription,
-		"PUT /subscriptions/{subscriptionId}":    s.putSubscription,
-		"DELETE /subscriptions/{subscriptionId}": s.deleteSubscription,
+		"GET /queries/layer2_meas":                  s.layer2Meas,
+		"GET /queries/rab_info":                     s.rabInfo,
+		"GET /queries/plmn_info":                    s.plmnInfo,
+		"GET /queries/ext/ran_meas":                 s.extRanMeas,
+		"GET /subscriptions":                        s.listSubscriptions,
+		"POST /subscriptions":                       s.createSubscription,
+		"GET /subscriptions/{subscriptionId}":       s.getSubscription,
+		"PUT /subscriptions/{subscriptionId}":       s.putSubscription,
+		"DELETE /subscriptions/{subscriptionId}":    s.deleteSubscription,
+		"GET " + websocketPath + "{subscriptionId}": s.serveWebsocket,
 	}
 	for pattern, h := range routes {
 		method, path, _ := strings.Cut(pattern, " ")

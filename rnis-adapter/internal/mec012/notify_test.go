@@ -44,7 +44,7 @@ func TestStalledReceiversDelayOnlyThemselves(t *testing.T) {
 	}
 	subs = append(subs, &subscription{ID: "healthy", Callback: healthy.URL + "/notify"}) // last: behind every stalled one
 
-	n := newNotifier(newStore("http://rnis/subscriptions/", ""), time.Minute, obs.NewMetrics(svc.NewHealth()),
+	n := newNotifier(newStore("http://rnis", ""), newSockets(), time.Minute, obs.NewMetrics(svc.NewHealth()),
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

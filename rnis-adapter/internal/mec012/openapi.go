@@ -66,7 +66,8 @@ func OpenAPI(publicURL string) (map[string]any, error) {
 	info := doc["info"].(map[string]any)
 	info["description"] = fmt.Sprint(info["description"], " Served by the MEC transport suite's rnis-adapter from FlexRAN statistics:",
 		" the implemented paths of the official document, plus the extension /queries/ext/ran_meas (x-mts-extension).",
-		" Subscription types: CellChangeSubscription, RabEstSubscription, RabRelSubscription, MeasRepUeSubscription.")
+		" Subscription types: CellChangeSubscription, RabEstSubscription, RabModSubscription, RabRelSubscription, MeasRepUeSubscription;",
+		" from v2.2.1: requestTestNotification and websockNotifConfig (the websocket at /websockets/{subscriptionId}, x-mts-extension).")
 	return doc, nil
 }
 

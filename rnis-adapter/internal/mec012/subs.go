@@ -29,8 +29,19 @@ var subscriptionTypes = map[string]struct {
 }{
 	"CellChangeSubscription": {"filterCriteriaAssocHo", "cell_change", uestate.CellChange},
 	"RabEstSubscription":     {"filterCriteriaQci", "rab_est", uestate.RabEst},
+	"RabModSubscription":     {"filterCriteriaQci", "rab_mod", uestate.RabMod},
 	"RabRelSubscription":     {"filterCriteriaQci", "rab_rel", uestate.RabRel},
 	"MeasRepUeSubscription":  {"filterCriteriaAssocTri", "meas_rep_ue", uestate.MeasRep},
+}
+
+// absentTypes are the MEC 012 subscription types this RNIS refuses (400), with the reason:
+// no source it reads carries the data that would trigger them, and a subscription accepted
+// but never notified would look like a quiet RAN.
+var absentTypes = map[string]string{
+	"NrMeasRepUeSubscription": "no source reports NR measurement reports (FlexRAN is LTE; the E2 source's MAC/RLC/KPM models carry no RRC measurement reports)",
+	"MeasTaSubscription":      "no source reports a UE's timing advance (FlexRAN's statistics and the E2 models carry none)",
+	"CaReconfSubscription":    "no source reports secondary cells or their reconfiguration (FlexRAN reports the primary carrier only)",
+	"S1BearerSubscription":    "no source reports S1 bearers (the S-GW and eNB addresses of the tunnel)",
 }
 
 // subscription is one subscription: the body as the client sent it (returned as is, plus
@@ -42,7 +53,10 @@ type subscription struct {
 	Body     map[string]any
 	Expiry   *TimeStamp
 	Owner    string // app instance of the token that created it ("": a static token)
-	f        subFilter
+	// Websocket: notifications go over the websocket the consumer opens at
+	// websocketURI (websockNotifConfig), not to Callback.
+	Websocket bool
+	f         subFilter
 }
 
 type subFilter struct {
@@ -53,14 +67,15 @@ type subFilter struct {
 }
 
 type store struct {
-	base string // <public URL>/rni/v2/subscriptions/
-	path string // JSON file the subscriptions persist in ("": memory only)
-	mu   sync.RWMutex
-	subs map[string]*subscription
+	publicURL string
+	base      string // <public URL>/rni/v2/subscriptions/
+	path      string // JSON file the subscriptions persist in ("": memory only)
+	mu        sync.RWMutex
+	subs      map[string]*subscription
 }
 
-func newStore(base, path string) *store {
-	return &store{base: base, path: path, subs: map[string]*subscription{}}
+func newStore(publicURL, path string) *store {
+	return &store{publicURL: publicURL, base: publicURL + Base + "/subscriptions/", path: path, subs: map[string]*subscription{}}
 }
 
 func (st *store) href(id string) string { return st.base + id }
@@ -75,28 +90,35 @@ func parseSubscription(raw []byte) (*subscription, error) {
 	}
 	typ, _ := body["subscriptionType"].(string)
 	spec, ok := subscriptionTypes[typ]
+	if reason, absent := absentTypes[typ]; absent {
+		return nil, fmt.Errorf("subscriptionType %s is not supported: %s", typ, reason)
+	}
 	if !ok {
 		return nil, fmt.Errorf("subscriptionType %q is not supported; supported: CellChangeSubscription, "+
-			"RabEstSubscription, RabRelSubscription, MeasRepUeSubscription", typ)
+			"RabEstSubscription, RabModSubscription, RabRelSubscription, MeasRepUeSubscription", typ)
+	}
+	websock, err := parseWebsockNotifConfig(body)
+	if err != nil {
+		return nil, err
 	}
 	cb, _ := body["callbackReference"].(string)
-	if u, err := url.Parse(cb); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errors.New("callbackReference must be an absolute http or https URI")
-	}
-	if _, ok := body["websockNotifConfig"]; ok {
-		return nil, errors.New("websockNotifConfig is not supported: notifications are HTTP POSTs to callbackReference")
+	if websock {
+		cb = "" // MEC 012 note: given both, the RNIS chooses one and returns only that one
+		delete(body, "callbackReference")
+	} else if u, err := url.Parse(cb); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("callbackReference must be an absolute http or https URI (or ask for a websocket: " +
+			`"websockNotifConfig": {"requestWebsocketUri": true})`)
 	}
 	if v, ok := body["requestTestNotification"]; ok {
 		if _, isBool := v.(bool); !isBool {
 			return nil, errors.New("requestTestNotification must be a boolean")
 		}
 	}
-	s := &subscription{Type: typ, Callback: cb, Body: body}
+	s := &subscription{Type: typ, Callback: cb, Body: body, Websocket: websock}
 	raw2, ok := body[spec.filter].(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("%s is required for %s", spec.filter, typ)
 	}
-	var err error
 	if s.f, err = parseFilterCriteria(typ, raw2); err != nil {
 		return nil, fmt.Errorf("%s: %w", spec.filter, err)
 	}
@@ -117,6 +139,36 @@ func parseSubscription(raw []byte) (*subscription, error) {
 	}
 	delete(body, "_links")
 	return s, nil
+}
+
+// parseWebsockNotifConfig reads the optional websockNotifConfig: true when the consumer
+// asks for websocket delivery. The websocketUri is the RNIS's to set; a consumer may send
+// back the one it was given (a PUT of what GET returned), which is then replaced by the
+// RNIS's own. The stored form is {"requestWebsocketUri": true}; the view adds the URI.
+func parseWebsockNotifConfig(body map[string]any) (bool, error) {
+	raw, present := body["websockNotifConfig"]
+	if !present {
+		return false, nil
+	}
+	cfg, ok := raw.(map[string]any)
+	if !ok {
+		return false, errors.New("websockNotifConfig must be an object")
+	}
+	if uri, ok := cfg["websocketUri"]; ok {
+		if _, isString := uri.(string); !isString {
+			return false, errors.New("websockNotifConfig.websocketUri must be a string")
+		}
+	}
+	asked, isBool := cfg["requestWebsocketUri"].(bool)
+	if _, present := cfg["requestWebsocketUri"]; present && !isBool {
+		return false, errors.New("websockNotifConfig.requestWebsocketUri must be a boolean")
+	}
+	if !asked {
+		return false, errors.New(`websockNotifConfig: set "requestWebsocketUri": true to ask for websocket delivery ` +
+			"(the RNIS allocates the websocketUri)")
+	}
+	body["websockNotifConfig"] = map[string]any{"requestWebsocketUri": true}
+	return true, nil
 }
 
 func parseFilterCriteria(typ string, f map[string]any) (subFilter, error) {
@@ -159,12 +211,12 @@ func parseFilterCriteria(typ string, f map[string]any) (subFilter, error) {
 	if out.triggers, err = integers(f, "trigger"); err != nil {
 		return out, err
 	}
-	if typ == "RabEstSubscription" || typ == "RabRelSubscription" {
+	if typ == "RabEstSubscription" || typ == "RabModSubscription" || typ == "RabRelSubscription" {
 		if out.qci = num(f["qci"]); out.qci < 0 {
 			return out, errors.New("qci is required")
 		}
 	}
-	if typ == "RabRelSubscription" {
+	if typ == "RabRelSubscription" || typ == "RabModSubscription" { // FilterCriteriaQci1: erabId required
 		if out.erab = num(f["erabId"]); out.erab < 0 {
 			return out, errors.New("erabId is required")
 		}
@@ -246,6 +298,10 @@ func (st *store) view(s *subscription) map[string]any {
 		out[k] = v
 	}
 	out["_links"] = map[string]any{"self": map[string]any{"href": st.href(s.ID)}}
+	if s.Websocket {
+		out["websockNotifConfig"] = map[string]any{"requestWebsocketUri": true,
+			"websocketUri": websocketURI(st.publicURL, s.ID)}
+	}
 	return out
 }
 
@@ -374,8 +430,12 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := q.Get("subscription_type")
+	caller := auth.AppInstanceOf(auth.BearerToken(r.Header.Get("Authorization")))
 	links := []map[string]any{}
 	for _, sub := range s.subs.all() {
+		if caller != "" && sub.Owner != caller {
+			continue // an app sees its own subscriptions only
+		}
 		if want == "" || subscriptionTypes[sub.Type].query == want {
 			links = append(links, map[string]any{"href": s.subs.href(sub.ID), "subscriptionType": sub.Type})
 		}
@@ -417,17 +477,33 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("subscription created", "id", sub.ID, "type", sub.Type, "callback", sub.Callback)
-	if sub.Body["requestTestNotification"] == true {
-		s.notifier.test(sub)
+	if sub.Body["requestTestNotification"] == true && !sub.Websocket {
+		s.notifier.test(sub) // over a websocket: once it is open (serveWebsocket)
 	}
 	w.Header().Set("Location", s.subs.href(sub.ID))
 	svc.WriteTagged(w, r, http.StatusCreated, s.subs.view(sub))
 }
 
-func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
-	sub, ok := s.subs.get(r.PathValue("subscriptionId"))
+// reachable finds subscription id for the caller: 404 if it does not exist, 403 if it
+// belongs to another app instance (an app's token reaches only its own subscriptions; a
+// static operator token reaches all). It answers the refusal itself.
+func (s *Server) reachable(w http.ResponseWriter, r *http.Request, id string) (*subscription, bool) {
+	sub, ok := s.subs.get(id)
 	if !ok {
-		problem(w, r, http.StatusNotFound, "no subscription "+r.PathValue("subscriptionId"))
+		problem(w, r, http.StatusNotFound, "no subscription "+id)
+		return nil, false
+	}
+	caller := auth.AppInstanceOf(auth.BearerToken(r.Header.Get("Authorization")))
+	if caller != "" && caller != sub.Owner {
+		problem(w, r, http.StatusForbidden, fmt.Sprintf("subscription %s belongs to another app instance", id))
+		return nil, false
+	}
+	return sub, true
+}
+
+func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
+	sub, ok := s.reachable(w, r, r.PathValue("subscriptionId"))
+	if !ok {
 		return
 	}
 	svc.WriteTagged(w, r, http.StatusOK, s.subs.view(sub))
@@ -445,9 +521,8 @@ func conditions(r *http.Request) precondition {
 
 func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("subscriptionId")
-	old, ok := s.subs.get(id)
+	old, ok := s.reachable(w, r, id)
 	if !ok {
-		problem(w, r, http.StatusNotFound, "no subscription "+id)
 		return
 	}
 	raw, ok := readBody(w, r)
@@ -463,19 +538,27 @@ func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusUnprocessableEntity, "subscriptionType cannot change ("+old.Type+")")
 		return
 	}
+	sub.Owner = old.Owner
 	found, err := s.subs.replace(id, sub, conditions(r))
 	if !s.stored(w, r, id, found, err) {
 		return
+	}
+	if !sub.Websocket {
+		s.sockets.close(id) // delivery moved to the callback
 	}
 	svc.WriteTagged(w, r, http.StatusOK, s.subs.view(sub))
 }
 
 func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("subscriptionId")
+	if _, ok := s.reachable(w, r, id); !ok {
+		return
+	}
 	found, err := s.subs.remove(id, conditions(r))
 	if !s.stored(w, r, id, found, err) {
 		return
 	}
+	s.sockets.close(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -504,6 +587,7 @@ func (s *Server) stored(w http.ResponseWriter, r *http.Request, id string, found
 // than slow the poller down. A receiver's goroutine ends when its queue stays empty.
 type notifier struct {
 	subs      *store
+	sockets   *sockets
 	client    *http.Client
 	metrics   *obs.Metrics
 	log       *slog.Logger
@@ -523,8 +607,8 @@ const (
 	receiverIdle  = 30 * time.Second // a receiver's goroutine ends after this without work
 )
 
-func newNotifier(subs *store, timeout time.Duration, metrics *obs.Metrics, log *slog.Logger) *notifier {
-	return &notifier{subs: subs, client: &http.Client{Timeout: timeout}, metrics: metrics, log: log,
+func newNotifier(subs *store, sockets *sockets, timeout time.Duration, metrics *obs.Metrics, log *slog.Logger) *notifier {
+	return &notifier{subs: subs, sockets: sockets, client: &http.Client{Timeout: timeout}, metrics: metrics, log: log,
 		queue: make(chan uestate.Event, 4096), tests: make(chan *subscription, 64), receivers: map[string]chan delivery{}}
 }
 
@@ -577,7 +661,7 @@ func (n *notifier) run(ctx context.Context) {
 
 // send queues a notification for its receiver, starting the receiver's goroutine if needed.
 func (n *notifier) send(ctx context.Context, sub *subscription, body map[string]any) {
-	key := receiverOf(sub.Callback)
+	key := receiverOf(sub)
 	n.mu.Lock()
 	defer n.mu.Unlock() // held while sending, so a goroutine that finds its queue empty can end
 	queue, ok := n.receivers[key]
@@ -619,10 +703,15 @@ func (n *notifier) serve(ctx context.Context, key string, queue chan delivery) {
 	}
 }
 
-func receiverOf(callback string) string {
-	u, err := url.Parse(callback)
+// receiverOf is who receives a subscription's notifications: the callback's scheme, host
+// and port, or the subscription's own websocket.
+func receiverOf(sub *subscription) string {
+	if sub.Websocket {
+		return "websocket:" + sub.ID
+	}
+	u, err := url.Parse(sub.Callback)
 	if err != nil {
-		return callback
+		return sub.Callback
 	}
 	return u.Scheme + "://" + u.Host
 }
@@ -630,6 +719,17 @@ func receiverOf(callback string) string {
 func (n *notifier) post(ctx context.Context, sub *subscription, body map[string]any) {
 	raw, _ := json.Marshal(body)
 	kind := body["notificationType"].(string)
+	if sub.Websocket {
+		err := n.sockets.send(sub.ID, raw, n.client.Timeout)
+		if kind == "ExpiryNotification" {
+			n.sockets.close(sub.ID) // the subscription is gone: so is its websocket
+		}
+		n.metrics.Notified(kind, err == nil)
+		if err != nil {
+			n.log.Warn("notification not delivered", "subscription", sub.ID, "type", kind, "err", err)
+		}
+		return
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Callback, bytes.NewReader(raw))
 	if err != nil {
 		n.metrics.Notified(kind, false)
@@ -687,13 +787,14 @@ func notification(sub *subscription, e *uestate.Event) map[string]any {
 		out["srcEcgi"] = ecgiOf(e.Previous)
 		out["trgEcgi"] = []Ecgi{ecgiOf(m)}
 		out["hoStatus"] = 3 // COMPLETED: FlexRAN statistics show handovers only once done
-	case uestate.RabEst, uestate.RabRel:
+	case uestate.RabEst, uestate.RabMod, uestate.RabRel:
 		if !inCells(m) || !e.ERAB.QCI.Set || e.ERAB.QCI.V != f.qci || (f.erab >= 0 && e.ERAB.ID != f.erab) {
 			return nil
 		}
 		out["ecgi"] = ecgiOf(m)
-		if e.Kind == uestate.RabEst {
-			out["notificationType"] = "RabEstNotification"
+		if e.Kind != uestate.RabRel {
+			out["notificationType"] = map[uestate.Kind]string{uestate.RabEst: "RabEstNotification",
+				uestate.RabMod: "RabModNotification"}[e.Kind]
 			out["erabId"] = e.ERAB.ID
 			out["erabQosParameters"] = map[string]any{"qci": e.ERAB.QCI.V}
 		} else {

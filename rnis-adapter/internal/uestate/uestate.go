@@ -21,6 +21,7 @@ const (
 	Detach     Kind = "detach"
 	CellChange Kind = "cell_change"
 	RabEst     Kind = "rab_est"  // MEC 012 only
+	RabMod     Kind = "rab_mod"  // MEC 012 only: an announced E-RAB's QCI changed
 	RabRel     Kind = "rab_rel"  // MEC 012 only
 	MeasRep    Kind = "meas_rep" // MEC 012 only: a new RRC measurement report
 )
@@ -33,7 +34,7 @@ type Event struct {
 	Kind     Kind
 	UE       meas.Measurement
 	Previous *meas.Measurement // cell_change: the UE in its old cell
-	ERAB     meas.ERAB         // rab_est, rab_rel
+	ERAB     meas.ERAB         // rab_est, rab_mod (with its new QCI), rab_rel
 	TimeNs   int64
 }
 
@@ -180,6 +181,12 @@ func (t *Tracker) erabChanges(events []Event, u *ue, m *meas.Measurement, now ti
 	for _, e := range m.ERABs {
 		old, known := findERAB(u.erabs, e.ID)
 		switch {
+		case known && old.QCI.Set && e.QCI.Set && old.QCI.V != e.QCI.V:
+			// The QoS of an established E-RAB changed: a modification (3GPP TS 36.413
+			// E-RAB MODIFY), the only one a source shows (no bit rates are reported).
+			events = append(events, Event{Kind: RabMod, UE: *m, ERAB: e, TimeNs: now.UnixNano()})
+			announced = append(announced, e)
+			continue
 		case known && (old.QCI.Set || !e.QCI.Set):
 			announced = append(announced, old) // nothing new to tell
 			continue

@@ -194,3 +194,29 @@ func TestBearerWithoutQCIIsAnnouncedLate(t *testing.T) {
 		t.Fatalf("rab_est %+v", got)
 	}
 }
+
+// TestQCIChangeIsAModification: an announced E-RAB whose QCI changes is a rab_mod with the
+// new QCI (not a release and a new establishment); its later release carries the new QCI.
+func TestQCIChangeIsAModification(t *testing.T) {
+	tr := New(time.Millisecond)
+	t0 := time.Unix(0, 0)
+	m := mk("1-0", 1, 7, "42", 1)
+	_, ev := tr.Update([]meas.Measurement{m}, t0)
+	if got := kinds(ev); len(got) != 2 || got[0] != RabEst || got[1] != Attach {
+		t.Fatalf("attach: %v", got)
+	}
+	m.SFNSF, m.ERABs = flexran.Some(2), []meas.ERAB{{ID: 5, QCI: flexran.Some(7)}}
+	_, ev = tr.Update([]meas.Measurement{m}, t0.Add(time.Second))
+	if len(ev) != 1 || ev[0].Kind != RabMod || ev[0].ERAB != (meas.ERAB{ID: 5, QCI: flexran.Some(7)}) {
+		t.Fatalf("modification: %+v", ev)
+	}
+	m.SFNSF = flexran.Some(3)
+	if _, ev = tr.Update([]meas.Measurement{m}, t0.Add(2*time.Second)); len(ev) != 0 {
+		t.Fatalf("unchanged QCI: %+v", ev)
+	}
+	tr.Update(nil, t0.Add(3*time.Second))
+	_, ev = tr.Update(nil, t0.Add(4*time.Second))
+	if len(ev) != 2 || ev[0].Kind != RabRel || ev[0].ERAB.QCI != flexran.Some(7) {
+		t.Fatalf("release: %+v", ev)
+	}
+}
