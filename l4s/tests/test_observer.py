@@ -8,23 +8,31 @@ truth the observer's samples are compared with.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import jsonschema_rs
 import pytest
 from fastapi.testclient import TestClient
-from l4s_support import NEEDS_ROOT
+from l4s_support import NEEDS_ROOT, REPO
 
+from mec_common.amqp import AmqpConsumer
+from mec_common.bus.flowrtt import FlowRttSummary, bind_address, flow_routing_key
 from mec_l4s.app import build_app
 from mec_l4s.efm import BPFFS, Technique
 from mec_l4s.observer import FlowTable, Observer, Rules
 from mec_l4s.settings import FlowRttSettings
 from mts_lab.l4s.bed import OBSERVER_OBJ, WanLine, marking, paced_download
+from mts_lab.rabbitmq import fresh_exchange
+from path_manager.app import build_app as build_pm_app
+from path_manager.settings import PmSettings
 
 DELAY_MS = 20.0
 BASE_RTT_MS = 2 * DELAY_MS
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 pytestmark = [pytest.mark.netns, NEEDS_ROOT, pytest.mark.timeout(240)]
 
@@ -93,6 +101,7 @@ def test_the_service_serves_each_flows_rtt(line: WanLine, tmp_path: Path) -> Non
         netns=line.mec_ns,
         instance=f"mts-flowrtt-{line.name}",
         poll_ms=20,
+        amqp_period_ms=0,
     )
     auth = {"Authorization": "Bearer t0ken"}
     with TestClient(build_app(settings)) as client:
@@ -134,3 +143,91 @@ def test_the_service_refuses_bad_requests(tmp_path: Path) -> None:
         bad = client.get("/flowrtt/v1/flows?address=not-an-ip", headers=auth)
         assert bad.status_code == 400 and bad.json()["status"] == 400
         assert client.get("/flowrtt/v1/observer", headers=auth).json()["attached"] is False
+
+
+@pytest.fixture
+def exchange() -> Iterator[str]:
+    with fresh_exchange("test-flowrtt", "-rnis", "-pep") as name:  # and the PM's other feeds
+        yield name
+
+
+def wait_for(check: Callable[[], object], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_the_feed_carries_each_flows_rtt_to_the_path_manager(
+    line: WanLine, tmp_path: Path, exchange: str
+) -> None:
+    """A marked connection on the 20 ms line, the service publishing on the real RabbitMQ:
+    every message validates against the committed schema and lists each end-to-end sample
+    once; the path manager (bound to the client's address) shows the flow's RTT on the
+    client's path, and its field is absent before anything was measured."""
+    validator = jsonschema_rs.validator_for(
+        json.loads((REPO / "docs/schemas/flowrtt-summary.v1.json").read_text())
+    )
+    messages: list[tuple[str, bytes]] = []
+    listener = AmqpConsumer(
+        AMQP_URL, exchange, bind_address(line.client_ip), lambda k, b, h: messages.append((k, b))
+    )
+    settings = FlowRttSettings(
+        api_tokens=["t0ken"], state_dir=tmp_path, interfaces=["m0", "wan0"], netns=line.mec_ns,
+        instance=f"mts-flowrtt-feed-{line.name}", poll_ms=20, amqp_url=AMQP_URL,
+        amqp_exchange=exchange, amqp_period_ms=100,
+    )  # fmt: skip
+    pm_app, _ = build_pm_app(PmSettings(
+        api_tokens=["t0ken"], amqp_url=AMQP_URL, rnis_exchange=f"{exchange}-rnis",
+        pep_exchange=f"{exchange}-pep", flowrtt_exchange=exchange, actuation="none",
+        state_dir=tmp_path / "pm", ues=json.dumps({line.client_ip: [line.client_ip]}),
+    ))  # fmt: skip
+    auth = {"Authorization": "Bearer t0ken"}
+    paths = f"/pm/v1/ues/{line.client_ip}/paths"
+    listener.start()
+    try:
+        with TestClient(build_app(settings)) as flowrtt, TestClient(pm_app) as pm:
+            wait_for(lambda: flowrtt.get("/healthz").json()["checks"]["amqp"]["ok"], "broker")
+            assert listener.connected.wait(10)
+            (path,) = pm.get(paths, headers=auth).json()
+            assert path["path"] == line.client_ip and "flow_rtt" not in path
+            with marking(line, Technique.DELAY):
+                truth = statistics.median(paced_download(line, 2.0)[3:])
+            time.sleep(0.5)  # read every 20 ms, published every 100 ms
+            (flow,) = flowrtt.get("/flowrtt/v1/flows", headers=auth).json()
+            e2e = flow["filtered"]["e2e"]
+            wait_for(
+                lambda: pm.get(paths, headers=auth).json()[0].get("flow_rtt"), "the path's RTT"
+            )
+            (shown,) = pm.get(paths, headers=auth).json()[0]["flow_rtt"]
+    finally:
+        listener.close()
+    assert shown["flow_id"] == flow["flow_id"] and shown["method"] == "delay"
+    assert abs(shown["filtered"]["e2e"]["p50_ms"] - truth) < 0.4 * truth, (shown, truth)
+    summaries = [FlowRttSummary.model_validate_json(body) for _, body in messages]
+    for key, body in messages:
+        validator.validate(json.loads(body))
+        assert key == flow_routing_key(line.client_ip, line.server_ip)
+    assert {s.flow_id for s in summaries} == {flow["flow_id"]}
+    sent = sum(len(s.new_filtered_e2e_ms) for s in summaries)
+    assert sent == e2e["samples"] >= 10, (sent, e2e)
+    assert summaries[-1].filtered.e2e is not None
+    assert summaries[-1].filtered.e2e.p50_ms == e2e["p50_ms"]
+
+
+def test_a_lost_broker_is_retried_and_shown_in_health(line: WanLine, tmp_path: Path) -> None:
+    settings = FlowRttSettings(
+        api_tokens=["t0ken"], state_dir=tmp_path, interfaces=["m0"], netns=line.mec_ns,
+        instance=f"mts-flowrtt-nobroker-{line.name}", amqp_url="amqp://guest:guest@127.0.0.1:1/",
+    )  # fmt: skip
+    with TestClient(build_app(settings)) as client:
+        wait_for(
+            lambda: "cannot connect" in client.get("/healthz").json()["checks"]["amqp"]["detail"],
+            "the publisher's first failed attempt",
+        )
+        time.sleep(1.0)  # several attempts (backoff from 0.2 s)
+        checks = client.get("/healthz").json()["checks"]
+        assert checks["observer"]["ok"] and not checks["amqp"]["ok"]
+        flows = client.get("/flowrtt/v1/flows", headers={"Authorization": "Bearer t0ken"})
+        assert flows.status_code == 200

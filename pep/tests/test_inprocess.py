@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import threading
-import uuid
 from collections.abc import Iterator
+from ipaddress import IPv4Address
 from typing import Any
 
 import jsonschema_rs
@@ -31,6 +30,7 @@ from pep_support import (
 from mec_common.amqp import AmqpConsumer, AmqpPublisher
 from mec_common.auth import TokenVerifier
 from mec_common.bus.backlog import PepBacklog, backlog_routing_key
+from mec_common.bus.flowrtt import FlowRttSummary, Rtt, RulesRtt
 from mec_pep.api import build_app
 from mec_pep.backlog import BacklogFeed
 from mec_pep.config import PepSettings
@@ -39,6 +39,7 @@ from mec_pep.flows import Flow, FlowTable, Hooks, PepExtension
 from mec_pep.service import PepService
 from mts_lab import REPO
 from mts_lab.line import Lab, in_netns
+from mts_lab.rabbitmq import fresh_exchange
 
 pytestmark = pytest.mark.netns
 
@@ -185,13 +186,8 @@ def test_extension_router_is_mounted_with_auth(recorder: Recorder) -> None:
 
 @pytest.fixture
 def exchange() -> Iterator[str]:
-    if subprocess.run(["rabbitmqctl", "-q", "status"], capture_output=True).returncode != 0:
-        pytest.fail("RabbitMQ is not running: start it with `make rabbitmq`")
-    name = f"test-pep-{uuid.uuid4().hex[:10]}"
-    yield name
-    resource = f'rabbit_misc:r(<<"/">>, exchange, <<"{name}">>)'
-    erlang = f'rabbit_exchange:delete({resource}, false, <<"test">>).'
-    subprocess.run(["rabbitmqctl", "-q", "eval", erlang], capture_output=True)
+    with fresh_exchange("test-pep") as name:
+        yield name
 
 
 def test_backlog_toward_the_ue_is_published(
@@ -243,3 +239,54 @@ def test_backlog_toward_the_ue_is_published(
         feed.stop()
         publisher.close()
         consumer.close()
+
+
+def test_a_legs_observed_rtt_shows_when_the_feed_knows_its_two_ends(
+    lab: Lab, server: DataServer, exchange: str
+) -> None:
+    """The PEP consumes the flow-RTT feed on the real broker: the leg whose two ends a
+    summary names shows the observer's RTT, the other leg has no such field, and a
+    malformed message is counted and changes nothing."""
+    port = SOCKS + 3
+    service = PepService(settings(socks5_port=port))
+    in_netns(lab.pep_ns, service.dataplane.start)
+    service.consume_flow_rtt(exchange)  # outside the PEP's namespace: the broker is here
+    assert service.flow_rtt is not None
+    publisher = AmqpPublisher(AMQP_URL, exchange)
+    publisher.start()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    client = TestClient(build_app(service, TokenVerifier([TOKEN])))
+
+    def the_flow() -> dict[str, Any]:
+        (flow,) = client.get("/pep/v1/flows", headers=auth).json()["flows"]
+        return dict(flow)
+
+    try:
+        assert publisher.connected.wait(10)
+        wait_for(lambda: service.health.report()["checks"]["flowrtt_feed"]["ok"], what="feed")
+        with socks_connect(lab, server.address, port) as sock:
+            sock.sendall(request(b"E") + b"hi")
+            assert sock.recv(2) == b"hi"
+            flow = the_flow()
+            assert "observed_rtt" not in flow["ran"] and "observed_rtt" not in flow["wan"]
+            ue_end, pep_end = flow["ran"]["peer"], flow["ran"]["local"]
+            (ue_ip, ue_port), (pep_ip, pep_port) = (e.rsplit(":", 1) for e in (ue_end, pep_end))
+            e2e = Rtt(samples=7, current_ms=42.0, p50_ms=41.5, p90_ms=44.0, p99_ms=45.0)
+            summary = FlowRttSummary(
+                flow_id=f"{ue_end}-{pep_end}", client=IPv4Address(ue_ip), client_port=int(ue_port),
+                server=IPv4Address(pep_ip), server_port=int(pep_port), method="spin", ts_ns=1,
+                raw=RulesRtt(e2e=e2e, client_side=None, server_side=None),
+                filtered=RulesRtt(e2e=e2e, client_side=None, server_side=None),
+            )  # fmt: skip
+            publisher.publish(summary.routing_key(), summary.to_json(), {"schema": 1})
+            publisher.publish(summary.routing_key(), b'{"schema": 1}', {"schema": 1})
+            wait_for(lambda: "observed_rtt" in the_flow()["ran"], what="the leg's RTT")
+            flow = the_flow()
+            shown = flow["ran"]["observed_rtt"]
+            assert shown["flow_id"] == summary.flow_id and shown["method"] == "spin"
+            assert shown["filtered"]["e2e"]["p50_ms"] == 41.5
+            assert "observed_rtt" not in flow["wan"]
+            wait_for(lambda: service.flow_rtt.rejected == 1, what="the malformed message")  # type: ignore[union-attr]
+    finally:
+        publisher.close()
+        service.stop()

@@ -14,7 +14,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from mec_common.api import AuthenticatedPrincipal, ProblemError
-from mec_l4s.observer import FlowRtt, Rules, Series
+from mec_common.bus.flowrtt import RulesRtt
+from mec_l4s.observer import FlowRtt, Rules
 from mec_l4s.service import FlowRttService
 
 router = APIRouter(prefix="/flowrtt/v1", tags=["flow RTT"])
@@ -26,24 +27,6 @@ def _service(request: Request) -> FlowRttService:
 
 
 Service = Annotated[FlowRttService, Depends(_service)]
-
-
-class Rtt(BaseModel):
-    samples: int = Field(description="samples since the flow was first measured")
-    current_ms: float = Field(description="the latest sample")
-    p50_ms: float = Field(description="median of the latest samples (at most 512)")
-    p90_ms: float
-    p99_ms: float
-
-
-class RulesRtt(BaseModel):
-    e2e: Rtt | None = Field(description="end-to-end RTT; null until measured")
-    client_side: Rtt | None = Field(
-        description="half RTT between the observer and the client (and back)"
-    )
-    server_side: Rtt | None = Field(
-        description="half RTT between the observer and the server (and back)"
-    )
 
 
 class FlowRttInfo(BaseModel):
@@ -67,26 +50,6 @@ class ObserverInfo(BaseModel):
     )
 
 
-def _rtt(series: Series | None) -> Rtt | None:
-    if series is None or not series.count:
-        return None
-    p = series.percentiles()
-    return Rtt(
-        samples=series.count,
-        current_ms=series.last_ms,
-        p50_ms=p["p50"],
-        p90_ms=p["p90"],
-        p99_ms=p["p99"],
-    )
-
-
-def _under(rules: Rules, flow: FlowRtt) -> RulesRtt:
-    def get(measurement: str) -> Rtt | None:
-        return _rtt(flow.series.get((rules, measurement)))
-
-    return RulesRtt(e2e=get("e2e"), client_side=get("client_side"), server_side=get("server_side"))
-
-
 def _info(flow: FlowRtt) -> FlowRttInfo:
     return FlowRttInfo(
         flow_id=flow.flow_id,
@@ -94,8 +57,8 @@ def _info(flow: FlowRtt) -> FlowRttInfo:
         server=flow.server,
         method="spin" if flow.method == "spin" else "delay",
         last_sample_age_s=max(0.0, (time.monotonic_ns() - flow.last_t_ns) / 1e9),
-        raw=_under(Rules.RAW, flow),
-        filtered=_under(Rules.FILTERED, flow),
+        raw=flow.under(Rules.RAW),
+        filtered=flow.under(Rules.FILTERED),
     )
 
 

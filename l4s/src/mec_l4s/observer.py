@@ -19,9 +19,11 @@ import statistics
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from ipaddress import IPv4Address
 from pathlib import Path
 
 from mec_common.bpf import BPF_TCX_EGRESS, BPF_TCX_INGRESS, RingBuffer
+from mec_common.bus.flowrtt import MAX_NEW_SAMPLES, FlowRttSummary, Rtt, RulesRtt
 from mec_l4s.efm import EfmObject
 
 DELAY_CUTOFF_MS = 225.0  # Spindump's spindump_delaybit_tmax (research 001 §3.3)
@@ -159,6 +161,10 @@ class Series:
         return {"p50": q[49], "p90": q[89], "p99": q[98]}
 
 
+def _new_samples() -> dict[Rules, collections.deque[float]]:
+    return {rules: collections.deque(maxlen=MAX_NEW_SAMPLES) for rules in Rules}
+
+
 @dataclass
 class FlowRtt:
     client: str
@@ -166,10 +172,53 @@ class FlowRtt:
     method: str
     last_t_ns: int = 0
     series: dict[tuple[Rules, str], Series] = field(default_factory=dict)
+    # end-to-end samples not yet in a feed message (FlowTable.take_updated)
+    new_e2e: dict[Rules, collections.deque[float]] = field(default_factory=_new_samples)
 
     @property
     def flow_id(self) -> str:
         return f"{self.client}-{self.server}"
+
+    def rtt(self, rules: Rules, measurement: str) -> Rtt | None:
+        series = self.series.get((rules, measurement))
+        if series is None or not series.count:
+            return None
+        p = series.percentiles()
+        return Rtt(
+            samples=series.count,
+            current_ms=series.last_ms,
+            p50_ms=p["p50"],
+            p90_ms=p["p90"],
+            p99_ms=p["p99"],
+        )
+
+    def under(self, rules: Rules) -> RulesRtt:
+        return RulesRtt(
+            e2e=self.rtt(rules, "e2e"),
+            client_side=self.rtt(rules, "client_side"),
+            server_side=self.rtt(rules, "server_side"),
+        )
+
+    def summary(self, ts_ns: int) -> FlowRttSummary:
+        """The feed's message; takes the new samples (they go out once)."""
+        client, client_port = self.client.rsplit(":", 1)
+        server, server_port = self.server.rsplit(":", 1)
+        new = {rules: list(self.new_e2e[rules]) for rules in Rules}
+        for pending in self.new_e2e.values():
+            pending.clear()
+        return FlowRttSummary(
+            flow_id=self.flow_id,
+            client=IPv4Address(client),
+            client_port=int(client_port),
+            server=IPv4Address(server),
+            server_port=int(server_port),
+            method="spin" if self.method == "spin" else "delay",
+            ts_ns=ts_ns,
+            raw=self.under(Rules.RAW),
+            filtered=self.under(Rules.FILTERED),
+            new_raw_e2e_ms=new[Rules.RAW],
+            new_filtered_e2e_ms=new[Rules.FILTERED],
+        )
 
 
 class FlowTable:
@@ -179,6 +228,7 @@ class FlowTable:
         self.max_flows = max_flows
         self._flows: collections.OrderedDict[str, FlowRtt] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._updated: set[str] = set()  # flows with samples since take_updated
         self.evicted = 0
 
     def add(self, samples: Iterable[Sample]) -> None:
@@ -189,12 +239,21 @@ class FlowTable:
                 if flow is None:
                     flow = self._flows[fid] = FlowRtt(s.client, s.server, s.kind.method)
                     if len(self._flows) > self.max_flows:
-                        self._flows.popitem(last=False)
+                        self._updated.discard(self._flows.popitem(last=False)[0])
                         self.evicted += 1
                 else:
                     self._flows.move_to_end(fid)
                 flow.last_t_ns = s.t_ns
                 flow.series.setdefault((s.rules, s.measurement), Series()).add(s.rtt_ms)
+                if s.measurement == "e2e":
+                    flow.new_e2e[s.rules].append(s.rtt_ms)
+                self._updated.add(fid)
+
+    def take_updated(self, ts_ns: int) -> list[FlowRttSummary]:
+        """A summary of every flow with samples since the previous call."""
+        with self._lock:
+            updated, self._updated = self._updated, set()
+            return [self._flows[fid].summary(ts_ns) for fid in updated if fid in self._flows]
 
     def flows(self) -> list[FlowRtt]:
         with self._lock:

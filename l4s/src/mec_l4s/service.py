@@ -1,9 +1,14 @@
-"""The observer run as a service: load and attach the BPF program, read its samples."""
+"""The observer run as a service: load and attach the BPF program, read its samples, and
+publish each flow's RTT on AMQP (``mec_common.bus.flowrtt``)."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
+from mec_common.amqp import AmqpPublisher
+from mec_common.bus.flowrtt import SCHEMA_VERSION
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_l4s.observer import FlowTable, Observer
@@ -18,8 +23,9 @@ class FlowRttService:
         self.health = health
         self.table = FlowTable(settings.max_flows)
         self.observer: Observer | None = None
+        self.publisher: AmqpPublisher | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         s = self.settings
@@ -43,21 +49,52 @@ class FlowRttService:
             return
         self.observer = observer
         self.health.set("observer", True, f"on {', '.join(s.interfaces)}")
-        self._thread = threading.Thread(target=self._poll, name="flowrtt-poll", daemon=True)
-        self._thread.start()
+        self._run("flowrtt-poll", self._poll)
+        if s.amqp_period_ms > 0:
+            self._start_feed()
+
+    def _run(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _poll(self) -> None:
         assert self.observer is not None
         while not self._stop.wait(self.settings.poll_ms / 1000):
             self.table.add(self.observer.poll())
 
+    def _start_feed(self) -> None:
+        """The publisher retries a lost broker with backoff and reports it as ``amqp`` in
+        /healthz (not required: the REST API serves without it)."""
+        self.health.set("amqp", False, "connecting", required=False)
+        self.publisher = AmqpPublisher(
+            self.settings.amqp_url,
+            self.settings.amqp_exchange,
+            health=self.health,
+            health_name="amqp",
+            name=f"flowrtt-feed-{self.settings.instance}",
+        )
+        self.publisher.start()
+        self._run("flowrtt-feed", self._feed)
+
+    def _feed(self) -> None:
+        assert self.publisher is not None
+        while not self._stop.wait(self.settings.amqp_period_ms / 1000):
+            for summary in self.table.take_updated(time.time_ns()):
+                self.publisher.publish(
+                    summary.routing_key(), summary.to_json(), {"schema": SCHEMA_VERSION}
+                )
+
     def counters(self) -> dict[str, int]:
         return self.observer.counters() if self.observer is not None else {}
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
         if self.observer is not None:
             self.observer.close()
             self.observer = None

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from mec_common.bus.flowrtt import EXCHANGE
 from mec_common.config import CommaList, Port, ServiceSettings
 from mec_l4s.observer import DELAY_CUTOFF_MS, MIN_GAP_PCT
 
@@ -42,3 +43,12 @@ class FlowRttSettings(ServiceSettings):
     )
     max_flows: int = Field(4096, ge=1, description="flows kept by the service (LRU beyond)")
     poll_ms: int = Field(50, ge=1, description="how often the ring buffer of samples is read")
+    amqp_exchange: str = Field(
+        EXCHANGE, description="topic exchange of the per-flow RTT feed (on FLOWRTT_AMQP_URL)"
+    )
+    amqp_period_ms: int = Field(
+        200,
+        ge=0,
+        description="publish each flow with new samples every N ms (its new samples listed); "
+        "0 = no feed",
+    )

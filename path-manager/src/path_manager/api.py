@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from mec_common.api import AuthenticatedPrincipal, ProblemError
+from mec_common.flow_rtt_view import ObservedRtt
 from path_manager.control import ControlMode, ControlSettings
 from path_manager.manager import PathManager, Ue
 
@@ -76,6 +77,12 @@ class PathInfo(BaseModel):
     samples: int
     stale: bool
     last_sample_age_s: float | None
+    flow_rtt: list[ObservedRtt] | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="the path address's flows as the flow-RTT observer measures them "
+        "(PM_FLOWRTT_EXCHANGE); absent when none is known",
+    )
 
 
 class DecisionRecord(BaseModel):
@@ -194,8 +201,15 @@ def get_paths(manager: Manager, found: KnownUe, _: AuthenticatedPrincipal) -> li
             mean_los_s=1 / to_nlos, mean_nlos_s=1 / to_los, samples=radio.samples,
             stale=radio.stale(now, s),
             last_sample_age_s=None if radio.measured_at is None else now - radio.measured_at,
+            flow_rtt=_flow_rtt(manager, ip),
         ))  # fmt: skip
     return out
+
+
+def _flow_rtt(manager: PathManager, path: IPv4Address) -> list[ObservedRtt] | None:
+    if manager.flow_rtt is None:
+        return None
+    return manager.flow_rtt.of_address(str(path)) or None
 
 
 @router.get("/ues/{ue}/decisions", summary="Decision log, newest last, with reasons")

@@ -5,7 +5,9 @@ Inputs (AMQP, ``mec_common.amqp.AmqpConsumer``):
   ``PM_RNIS_EXCHANGE``), bound per path address: ``rnis.v1.meas.*.*.<path ip>``;
 - the PEP's per-UE backlog (exchange ``PM_PEP_EXCHANGE``, key ``pep.v1.backlog.<ue ip>``,
   published every few ms while the PEP holds bytes for the UE): the queue, and the reactive
-  trigger on every sample.
+  trigger on every sample;
+- optionally the flow-RTT observer's feed (``PM_FLOWRTT_EXCHANGE``), bound per path address:
+  shown per path (``flow_rtt``), not used by the control.
 
 Output: ``MptcpActuator`` in the PEP's namespace (``PM_MPTCP_NETNS``), ``TunnelActuator``
 (the multipath tunnel's paths, ``PM_ACTUATION=tunnel``), or nothing with
@@ -26,7 +28,9 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from mec_common.amqp import AmqpConsumer
 from mec_common.bus.backlog import PepBacklog, backlog_routing_key
+from mec_common.bus.flowrtt import bind_address
 from mec_common.bus.rnis import RnisMeasurement, bind_all, bind_ue_ip
+from mec_common.flow_rtt_view import FlowRttView
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.mp1 import AmqpFeed, Mp1Client, resolve_amqp_feed
@@ -103,11 +107,21 @@ class PathManager:
             settings.amqp_url, settings.pep_exchange, [], self._on_backlog,
             health=health, health_name="pep_backlog", name="pm-backlog",
         )  # fmt: skip
+        self.flow_rtt: FlowRttView | None = None
+        self._flow_rtt_feed: AmqpConsumer | None = None
+        if settings.flowrtt_exchange:
+            self.flow_rtt = FlowRttView()
+            self._flow_rtt_feed = AmqpConsumer(
+                settings.amqp_url, settings.flowrtt_exchange, [], self.flow_rtt.on_message,
+                health=health, health_name="flowrtt_feed", name="pm-flowrtt",
+            )  # fmt: skip
 
     def start(self) -> None:
         self._stop.clear()
         threading.Thread(target=self._start_rnis, name="pm-rnis-discovery", daemon=True).start()
         self.backlog.start()
+        if self._flow_rtt_feed is not None:
+            self._flow_rtt_feed.start()
         for ue, paths in (json.loads(self.settings.ues) if self.settings.ues else {}).items():
             self.put_ue(IPv4Address(ue), [IPv4Address(p) for p in paths])
 
@@ -143,6 +157,8 @@ class PathManager:
         self.clock.close()
         self.rnis.close()
         self.backlog.close()
+        if self._flow_rtt_feed is not None:
+            self._flow_rtt_feed.close()
         if self.actuator is not None:
             self.actuator.close()
 
@@ -166,6 +182,7 @@ class PathManager:
             if self.settings.rnis_feed == "ue":
                 self.rnis.bind(bind_ue_ip(p))
             self._actuate(p, ue.active[p])
+            self._bind_flow_rtt(p, add=True)
         self.backlog.bind(backlog_routing_key(ue_id))
         ACTIVE.labels(str(ue_id)).set(1)
         ue.control.start()
@@ -181,8 +198,14 @@ class PathManager:
         for p in ue.paths:
             if self.settings.rnis_feed == "ue":
                 self.rnis.unbind(bind_ue_ip(p))
+            self._bind_flow_rtt(p, add=False)
         self.backlog.unbind(backlog_routing_key(ue_id))
         return True
+
+    def _bind_flow_rtt(self, path: IPv4Address, *, add: bool) -> None:
+        if self._flow_rtt_feed is not None:
+            for key in bind_address(path):
+                (self._flow_rtt_feed.bind if add else self._flow_rtt_feed.unbind)(key)
 
     def update_control(self, **changes: Any) -> ControlSettings:
         """Validate once, then apply to every UE (ValueError changes nothing)."""

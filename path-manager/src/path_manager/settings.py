@@ -27,6 +27,11 @@ class PmSettings(ServiceSettings):
         "or both) or one per cell (cell or both; cheaper for the broker at high poll rates)",
     )
     pep_exchange: str = Field(PEP_EXCHANGE, description="exchange of the PEP's per-UE backlog")
+    flowrtt_exchange: str = Field(
+        "",
+        description="exchange of the flow-RTT observer's feed (flowrtt); each path then shows "
+        "the observed RTT of its flows; empty = not consumed",
+    )
     ues: str = Field(
         "",
         description='UEs at start, JSON: {"<ue ip>": ["<path ip>", ...]} (REST can add more)',

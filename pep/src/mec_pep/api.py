@@ -169,7 +169,13 @@ def _select(flows: list[Flow], mode: ProxyMode | None) -> list[Flow]:
 def _states(service: PepService, flows: list[Flow], *, tcp: bool) -> list[FlowState]:
     """Flow states, read in each flow's relay thread (the sockets live there)."""
     raw = service.dataplane.flow_states(flows, tcp=tcp)
-    return [FlowState.model_validate(s) for s in raw]
+    states = [FlowState.model_validate(s) for s in raw]
+    if service.flow_rtt is not None:
+        for state in states:
+            for leg in (state.ran, state.wan):
+                if leg is not None:
+                    leg.observed_rtt = service.flow_rtt.lookup(leg.local, leg.peer)
+    return states
 
 
 def _ue_states(service: PepService, ues: list[str]) -> list[UeState]:

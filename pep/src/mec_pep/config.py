@@ -170,3 +170,8 @@ class PepSettings(ServiceSettings):
     backlog_exchange: str = Field(
         BACKLOG_EXCHANGE, description="AMQP topic exchange of the backlog feed"
     )
+    flowrtt_exchange: str = Field(
+        "",
+        description="AMQP topic exchange of the flow-RTT observer's feed (flowrtt); the flows' "
+        "legs then show the observer's RTT; empty = not consumed",
+    )

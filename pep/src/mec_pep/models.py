@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mec_common.flow_rtt_view import ObservedRtt
+
 
 class TcpInfo(BaseModel):
     """A leg's ``TCP_INFO`` (times in µs, rates in bytes/s, windows in bytes)."""
@@ -43,6 +45,12 @@ class LegState(BaseModel):
     local: str | None
     peer: str | None
     tcp: TcpInfo | None = None
+    observed_rtt: ObservedRtt | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="this connection's RTT as the MEC host's flow-RTT observer measured it "
+        "passively (spin/delay bit; PEP_FLOWRTT_EXCHANGE); absent when not known",
+    )
 
 
 class TowardUe(BaseModel):

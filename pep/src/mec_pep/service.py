@@ -9,7 +9,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mec_common.amqp import AmqpPublisher
+from mec_common.amqp import AmqpConsumer, AmqpPublisher
+from mec_common.bus.flowrtt import bind_all
+from mec_common.flow_rtt_view import FlowRttView
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.mp1 import MecAppRegistration, Mp1Client
@@ -44,6 +46,8 @@ class PepService:
         self.transparent: TransparentRules | None = None
         self.publisher: AmqpPublisher | None = None
         self.backlog: BacklogFeed | None = None
+        self.flow_rtt: FlowRttView | None = None  # the observer's RTT per flow, if consumed
+        self._flow_rtt_feed: AmqpConsumer | None = None
         self.registration: MecAppRegistration | None = None
         self.config_lock = threading.Lock()  # one config change at a time
 
@@ -78,6 +82,18 @@ class PepService:
             self.publisher.start()
             self.backlog = BacklogFeed(self.dataplane, self.publisher, s.backlog_interval_ms / 1e3)
             self.backlog.start()
+        if s.flowrtt_exchange:
+            self.consume_flow_rtt(s.flowrtt_exchange)
+
+    def consume_flow_rtt(self, exchange: str) -> None:
+        """Every flow the MEC host's observer measures (the PEP's flows are among them)."""
+        self.flow_rtt = FlowRttView()
+        self.health.set("flowrtt_feed", False, "connecting", required=False)
+        self._flow_rtt_feed = AmqpConsumer(
+            self.settings.amqp_url, exchange, [bind_all()], self.flow_rtt.on_message,
+            health=self.health, health_name="flowrtt_feed", name="pep-flowrtt",
+        )  # fmt: skip
+        self._flow_rtt_feed.start()
 
     def stop(self) -> None:
         if self.registration is not None:
@@ -86,6 +102,8 @@ class PepService:
             self.backlog.stop()
         if self.publisher is not None:
             self.publisher.close()
+        if self._flow_rtt_feed is not None:
+            self._flow_rtt_feed.close()
         if self.transparent is not None:
             try:
                 self.transparent.remove()
