@@ -89,6 +89,14 @@ def test_feed_matches_the_testbed(
     assert by_path[(first.paths[1].cell, first.imsi)]["wb_cqi"] == 9
     assert by_path[(second.paths[0].cell, second.imsi)]["wb_cqi"] == 7
     assert {u["associateId"]["value"] for u in l2["cellUEInfo"]} == {p for _, _, p, _ in expected}
+    # the emulator reports both directions: every UE and cell has them (absent only when a
+    # source does not report them; the values are checked on live captures, layer2_test.go)
+    assert all(
+        {"dl_nongbr_throughput_ue", "ul_nongbr_throughput_ue"} <= set(u) for u in l2["cellUEInfo"]
+    )
+    assert all(
+        {"dl_total_prb_usage_cell", "ul_total_prb_usage_cell"} <= set(c) for c in l2["cellInfo"]
+    )
 
 
 # What depends on when a source was read, not on the RAN: left out of the comparison. The

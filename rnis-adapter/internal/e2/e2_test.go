@@ -47,6 +47,8 @@ func comparable(ms []meas.Measurement) []meas.Measurement {
 			}
 		}
 		out[i].RLC, out[i].ERABs, out[i].RRC = drbs, nil, flexran.RRCMeas{}
+		// MEC 012's uplink fields: the mts-e2 stream carries no uplink (served as absent)
+		out[i].ULTBS, out[i].ULPRBs, out[i].CellULPRBs = meas.Int{}, meas.Int{}, meas.Int{}
 	}
 	return out
 }

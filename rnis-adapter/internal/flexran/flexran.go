@@ -56,6 +56,7 @@ type Cell struct {
 	PhyCellID    Int // phyCellId (cellId in the 2017 format)
 	CarrierIndex Int
 	DLBandwidth  Int // PRBs
+	ULBandwidth  Int // PRBs
 	PLMNs        []PLMN
 }
 
@@ -92,6 +93,7 @@ type UEStats struct {
 	TBSDL         Int // macStats.tbsDl, bytes in the last TTI
 	PRBDL         Int
 	MCS1DL        Int
+	TBSUL, PRBUL  Int // macStats.tbsUl (bytes, the last uplink TB), prbUl
 	HARQRound     Int
 	HARQProcesses Int        // length of the "harq" array
 	IPv4          netip.Addr // extension "ueIpv4" beside mac_stats (RAN emulator)
@@ -338,6 +340,8 @@ func parseCell(s *scanner) (Cell, error) {
 			c.CarrierIndex, err = s.int(key)
 		case "dlBandwidth":
 			c.DLBandwidth, err = s.int(key)
+		case "ulBandwidth":
+			c.ULBandwidth, err = s.int(key)
 		case "plmnId":
 			err = s.array(func(int) error {
 				var mcc, mnc, length Int
@@ -657,6 +661,10 @@ func (ue *UEStats) readMacStats(s *scanner, bad *typeErrors, rnti *Int) error {
 					return bad.int(s, key, &ue.PRBDL)
 				case "mcs1Dl":
 					return bad.int(s, key, &ue.MCS1DL)
+				case "tbsUl":
+					return bad.int(s, key, &ue.TBSUL)
+				case "prbUl":
+					return bad.int(s, key, &ue.PRBUL)
 				case "harqRound":
 					return bad.int(s, key, &ue.HARQRound)
 				}

@@ -55,6 +55,9 @@ type Measurement struct {
 	// For the MEC 012 side only (not in the AMQP message).
 	ERABs []ERAB
 	RRC   flexran.RRCMeas
+	// ULTBS: the UE's uplink TB of the last TTI (bytes; 0 when it held no uplink PRBs),
+	// ULPRBs its uplink PRBs, CellULPRBs the cell's uplink bandwidth.
+	ULTBS, ULPRBs, CellULPRBs Int
 }
 
 // ERAB is one radio access bearer of a UE.
@@ -164,8 +167,14 @@ func appendStation(out []Measurement, st *flexran.Station, t timing, observedNs 
 			// prbDl of an earlier TTI: an idle UE reads 2 PRBs)
 			m.DLPRBs = flexran.Some(0)
 		}
+		m.ULTBS, m.ULPRBs = ue.TBSUL, ue.PRBUL
+		if m.ULTBS.Set && m.ULPRBs.Set && m.ULPRBs.V == 0 {
+			// no uplink PRBs in the last TTI: no uplink TB then (OAI keeps the tbsUl of an
+			// earlier grant: an idle UE reads 63 bytes with prbUl 0)
+			m.ULTBS = flexran.Some(0)
+		}
 		if cell != nil {
-			m.PhyCellID, m.CellPRBs = cell.PhyCellID, cell.DLBandwidth
+			m.PhyCellID, m.CellPRBs, m.CellULPRBs = cell.PhyCellID, cell.DLBandwidth, cell.ULBandwidth
 		}
 		n, ok := names[cell]
 		if !ok {

@@ -253,9 +253,10 @@ var layer2Params = []string{"app_ins_id", "cell_id", "ue_ipv4_address", "ue_ipv6
 	"ul_nongbr_data_volume_ue"}
 
 // layer2Meas maps FlexRAN values into the fields of L2Meas where they fit (docs/rnis-adapter.md):
-// cell PRB usage = ΣprbDl / dlBandwidth, active UEs = UEs with bytes queued, UE throughput =
-// tbsDl × 8 bit per 1 ms TTI (kbit/s), UE delay = RLC head-of-line delay (ms). Every bearer
-// is counted as non-GBR: FlexRAN does not tell GBR bearers apart reliably.
+// cell PRB usage = ΣprbDl / dlBandwidth (and ΣprbUl / ulBandwidth), active UEs = UEs with
+// bytes queued, UE throughput = tbsDl (tbsUl) × 8 bit per measured TTI (kbit/s), UE delay =
+// RLC head-of-line delay (ms). Every bearer is counted as non-GBR: FlexRAN does not tell GBR
+// bearers apart reliably. A field whose inputs the source did not report is omitted, never 0.
 func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 	f, ok := s.cellQuery(w, r, layer2Params...)
 	if !ok {
@@ -271,8 +272,12 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	type cellAcc struct {
-		info   map[string]any
-		active int
+		info        map[string]any
+		active      int
+		queuesKnown bool  // some UE reported its RLC queue
+		ulPRBs      int64 // Σ prbUl
+		ulKnown     bool  // every UE reported prbUl and the cell its ulBandwidth
+		ulBandwidth int64
 	}
 	cells := map[string]*cellAcc{}
 	var order []string
@@ -285,7 +290,8 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 		newest = max(newest, measuredAt(&m))
 		c := cells[m.Cell]
 		if c == nil {
-			c = &cellAcc{info: map[string]any{"ecgi": ecgiOf(&m)}}
+			c = &cellAcc{info: map[string]any{"ecgi": ecgiOf(&m)}, ulKnown: m.CellULPRBs.Set && m.CellULPRBs.V > 0,
+				ulBandwidth: m.CellULPRBs.V}
 			if m.HasPRBUsage() {
 				c.info["dl_total_prb_usage_cell"] = min(100, int(m.CellPRBUsage*100+0.5))
 				c.info["dl_nongbr_prb_usage_cell"] = c.info["dl_total_prb_usage_cell"]
@@ -293,15 +299,21 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 			cells[m.Cell] = c
 			order = append(order, m.Cell)
 		}
+		c.queuesKnown = c.queuesKnown || m.RLCQueue.Set
 		if m.RLCQueue.Set && m.RLCQueue.V > 0 {
 			c.active++
 		}
+		c.ulKnown = c.ulKnown && m.ULPRBs.Set
+		c.ulPRBs += m.ULPRBs.V
 		if !f.ueMatch(&m) || !m.IPv4.IsValid() {
 			continue // CellUEInfo requires an associateId: a UE without a known address has none
 		}
 		ue := map[string]any{"ecgi": ecgiOf(&m), "associateId": associate(&m)[0]}
 		if m.DLTBS.Set {
 			ue["dl_nongbr_throughput_ue"] = m.BitsPerSecond(m.DLTBS.V).V / 1000 // kbit/s at the measured TTI rate
+		}
+		if m.ULTBS.Set {
+			ue["ul_nongbr_throughput_ue"] = m.BitsPerSecond(m.ULTBS.V).V / 1000
 		}
 		if m.RLCHOL.Set {
 			ue["dl_nongbr_delay_ue"] = m.RLCHOL.V
@@ -311,7 +323,13 @@ func (s *Server) layer2Meas(w http.ResponseWriter, r *http.Request) {
 	cellInfo := []map[string]any{}
 	for _, key := range order {
 		c := cells[key]
-		c.info["number_of_active_ue_dl_nongbr_cell"] = c.active
+		if c.queuesKnown {
+			c.info["number_of_active_ue_dl_nongbr_cell"] = c.active
+		}
+		if c.ulKnown {
+			c.info["ul_total_prb_usage_cell"] = min(100, int((100*c.ulPRBs+c.ulBandwidth/2)/c.ulBandwidth))
+			c.info["ul_nongbr_prb_usage_cell"] = c.info["ul_total_prb_usage_cell"]
+		}
 		cellInfo = append(cellInfo, c.info)
 	}
 	if f.noMatch || len(f.ips) > 0 {
@@ -528,7 +546,8 @@ func parseValueFilters(r *http.Request, names ...string) (valueFilters, error) {
 func (vf valueFilters) keep(list []map[string]any) []map[string]any {
 	out := []map[string]any{}
 	for _, entry := range list {
-		_, isCell := entry["number_of_active_ue_dl_nongbr_cell"]
+		_, isUE := entry["associateId"]
+		isCell := !isUE
 		matches := true
 		for name, want := range vf {
 			if strings.HasSuffix(name, "_cell") != isCell {
