@@ -1,8 +1,9 @@
 """The small version of ``make experiment-pathmgr``: the whole chain on the emulated RAN.
 
-testbed (4 cells) → RNIS adapter → path manager; server → PEP (transparent, MPTCP RAN leg)
-→ multi-homed UE. One scheme for a few seconds: the records get through at the offered
-rate and the path manager switches real subflows.
+testbed (4 cells) → RNIS adapter → path manager, on both data planes: the multipath tunnel
+(MEC end → UE end, one path per cell; its backlog feed is the queue) and the PEP over
+MPTCP (server → PEP → multi-homed UE). One scheme for a few seconds: the records get
+through at the offered rate and the path manager switches real paths.
 """
 
 import json
@@ -40,20 +41,38 @@ def scenario_that_carries_the_load(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_pep_carries_the_load_and_the_path_manager_switches_paths(tmp_path):
+def run_experiment(tmp_path: Path, *args: str) -> dict:
     if os.geteuid() != 0:
         pytest.fail("needs root (testbed namespaces)")
-    for binary in ("ran-emulator", "rnis-adapter"):
+    for binary in ("ran-emulator", "rnis-adapter", "tunnel"):
         if not (ROOT / "build/bin" / binary).exists():
             pytest.fail(f"build/bin/{binary} missing: make build")
     done = subprocess.run(
         [sys.executable, "-m", "mts_lab.pathmgr.experiment", "--seconds", "8", "--warmup", "2",
-         "--modes", "fpt+r", "--scenario", str(scenario_that_carries_the_load(tmp_path)),
-         "--out", str(tmp_path)],
+         "--start-at", "0", "--modes", "fpt+r",
+         "--scenario", str(scenario_that_carries_the_load(tmp_path)), "--out", str(tmp_path),
+         *args],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    (summary,) = json.loads((tmp_path / "emulated.json").read_text())["summary"]
+    return json.loads((tmp_path / "emulated.json").read_text())
+
+
+def test_the_tunnel_carries_the_load_and_the_path_manager_switches_its_paths(tmp_path):
+    result = run_experiment(tmp_path, "--data-plane", "tunnel", "--cwnd", "delay")
+    (summary,) = result["summary"]
+    assert summary["delivered_mbps"] > 15, summary  # 20 Mbit/s offered
+    assert summary["changes"] >= 1 and summary["min_paths"] >= 1, summary
+    assert summary["actuation_errors"] == 0, summary
+    (run,) = result["runs"]
+    paths = run["data_plane_state"]["paths"]
+    carried = [p for p in paths if p["sentPackets"] - p["probes"] > 100]
+    assert len(carried) >= 2, paths  # one LoS path cannot carry the load: the manager added
+    assert run["data_plane_state"]["stats"]["drops"]["auth"] == 0
+
+
+def test_the_pep_carries_the_load_and_the_path_manager_switches_paths(tmp_path):
+    (summary,) = run_experiment(tmp_path, "--data-plane", "mptcp")["summary"]
     assert summary["delivered_mbps"] > 15, summary  # 20 Mbit/s offered
     assert summary["changes"] >= 1 and summary["min_paths"] >= 1, summary
     assert summary["delay_ms"]["50"] < 500, summary

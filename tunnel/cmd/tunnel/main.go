@@ -12,6 +12,7 @@ import (
 	"mts.invalid/suite/services/common/go/mecapp"
 	"mts.invalid/suite/services/common/go/svc"
 	"mts.invalid/suite/tunnel/internal/api"
+	"mts.invalid/suite/tunnel/internal/backlogfeed"
 	"mts.invalid/suite/tunnel/internal/config"
 	"mts.invalid/suite/tunnel/internal/engine"
 	"mts.invalid/suite/tunnel/internal/rnisfeed"
@@ -60,6 +61,10 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	backlogUE, publishBacklog, err := cfg.BacklogFeed(engCfg.Paths)
+	if err != nil {
+		return err
+	}
 	// any app on the platform may call with the tokens it issues
 	app, err := mecapp.New(&cfg.Common, "tunnel", "", log)
 	if err != nil {
@@ -85,6 +90,11 @@ func serve(args []string) error {
 	if ues := eng.RadioUEs(); cfg.AMQPURL != "" && len(ues) > 0 {
 		app.Go(func(ctx context.Context) {
 			rnisfeed.Run(ctx, cfg.AMQPURL, cfg.RnisExchange, ues, eng.SetRadio, app.Health, log)
+		})
+	}
+	if publishBacklog {
+		app.Go(func(ctx context.Context) {
+			backlogfeed.Run(ctx, cfg.AMQPURL, cfg.BacklogExchange, backlogUE, cfg.BacklogInterval, eng.Backlog, app.Health, log)
 		})
 	}
 	if err := app.Serve(listener, serviceInfos(cfg.PublicURL)); err != nil {

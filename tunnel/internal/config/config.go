@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -38,10 +39,14 @@ type Config struct {
 	Flows, Quantum        int
 	Scheduler, CwndMode   string
 	CwndBytes             int
+	CwndTarget            time.Duration
 	ReorderTimeout        time.Duration
 	ProbeInterval         time.Duration
 
 	AMQPURL, RnisExchange string
+	BacklogExchange       string
+	BacklogUE             string
+	BacklogInterval       time.Duration
 }
 
 func (c *Config) settings() []svc.Setting {
@@ -61,12 +66,16 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("FQ_FLOWS", "1024", "FQ-CoDel flow queues", svc.Int(&c.Flows)),
 		svc.Var("FQ_QUANTUM", "1400", "FQ-CoDel DRR quantum (bytes)", svc.Int(&c.Quantum)),
 		svc.Var("SCHEDULER", "lowrtt", "path scheduler: rr, lowrtt or rnis (radio capacity and queue from the RNIS feed)", svc.OneOf(&c.Scheduler, sched.Names...)),
-		svc.Var("CWND", "static", "per-path congestion window: static (= cwnd_bytes, the path's BDP, as research 003) or adaptive (slow start, AIMD)", svc.OneOf(&c.CwndMode, path.CwndStatic, path.CwndAdaptive)),
+		svc.Var("CWND", "static", "per-path congestion window: static (= cwnd_bytes, the path's BDP, as research 003), adaptive (slow start, AIMD) or delay (steered once per RTT to keep the path's queueing delay, smallest RTT of the round minus the path's minimum, at CWND_TARGET)", svc.OneOf(&c.CwndMode, path.Modes...)),
+		svc.Var("CWND_TARGET", "2ms", "the delay window's queueing delay target per path", svc.Duration(&c.CwndTarget)),
 		svc.Var("CWND_BYTES", "50000", "default cwnd_bytes of a path (static window, adaptive start)", svc.Int(&c.CwndBytes)),
 		svc.Var("REORDER_TIMEOUT", "20ms", "how long the egress waits for a missing packet before skipping it", svc.Duration(&c.ReorderTimeout)),
 		svc.Var("PROBE_INTERVAL", "100ms", "an idle or down path is probed this often (RTT, liveness)", svc.Duration(&c.ProbeInterval)),
-		svc.Var("AMQP_URL", "", "RabbitMQ URL of the RNIS feed (for the rnis scheduler; empty: no feed)", svc.Str(&c.AMQPURL)),
+		svc.Var("AMQP_URL", "", "RabbitMQ URL of the RNIS feed (for the rnis scheduler) and of the backlog feed; empty: neither", svc.Str(&c.AMQPURL)),
 		svc.Var("RNIS_EXCHANGE", "rnis", "topic exchange of the RNIS feed", svc.Str(&c.RnisExchange)),
+		svc.Var("BACKLOG_EXCHANGE", "", "publish the backlog toward the peer (ingress queue, in flight, bytes read) on this topic exchange of AMQP_URL in the PEP's schema (pep.v1.backlog.<ue>), the path manager's queue input; empty: not published", svc.Str(&c.BacklogExchange)),
+		svc.Var("BACKLOG_UE", "", "the UE address the backlog messages name (empty: the first path's rnis_ue)", svc.Str(&c.BacklogUE)),
+		svc.Var("BACKLOG_INTERVAL", "2ms", "backlog sample period while something is held", svc.Duration(&c.BacklogInterval)),
 	}...), c.PlatformSettings()...)
 }
 
@@ -101,6 +110,9 @@ func (c *Config) Engine() (engine.Config, error) {
 	if c.MTU < 576 || c.MTU+wire.Overhead > 65000 {
 		return engine.Config{}, fmt.Errorf("%sMTU %d: must be 576..%d", Prefix, c.MTU, 65000-wire.Overhead)
 	}
+	if c.CwndMode == path.CwndDelay && c.CwndTarget <= 0 {
+		return engine.Config{}, fmt.Errorf("%sCWND_TARGET %v: must be positive", Prefix, c.CwndTarget)
+	}
 	if c.CwndBytes < c.MTU+wire.Overhead {
 		return engine.Config{}, fmt.Errorf("%sCWND_BYTES %d: less than one datagram", Prefix, c.CwndBytes)
 	}
@@ -115,7 +127,7 @@ func (c *Config) Engine() (engine.Config, error) {
 		return engine.Config{}, err
 	}
 	return engine.Config{Role: role, PeerID: uint32(c.PeerID), PSK: psk, TUN: c.TUN, MTU: c.MTU, Paths: paths,
-		Queue: q, Scheduler: c.Scheduler, CwndMode: c.CwndMode, CwndBytes: c.CwndBytes,
+		Queue: q, Scheduler: c.Scheduler, CwndMode: c.CwndMode, CwndBytes: c.CwndBytes, CwndTarget: c.CwndTarget,
 		ReorderTimeout: c.ReorderTimeout, ProbeInterval: c.ProbeInterval}, nil
 }
 
@@ -164,14 +176,34 @@ func ParsePaths(raw string) ([]engine.PathConfig, error) {
 	return paths, nil
 }
 
+// BacklogFeed is where the backlog is published: the UE it names; ok false when it is not.
+func (c *Config) BacklogFeed(paths []engine.PathConfig) (ue netip.Addr, ok bool, err error) {
+	if c.BacklogExchange == "" {
+		return ue, false, nil
+	}
+	if c.AMQPURL == "" || c.BacklogInterval <= 0 {
+		return ue, false, errors.New(Prefix + "BACKLOG_EXCHANGE needs " + Prefix + "AMQP_URL and a positive " + Prefix + "BACKLOG_INTERVAL")
+	}
+	if c.BacklogUE != "" {
+		if ue, err = netip.ParseAddr(c.BacklogUE); err != nil || !ue.Is4() {
+			return ue, false, fmt.Errorf("%sBACKLOG_UE %q: not an IPv4 address", Prefix, c.BacklogUE)
+		}
+		return ue, true, nil
+	}
+	if len(paths) == 0 || !paths[0].RnisUE.IsValid() {
+		return ue, false, errors.New(Prefix + "BACKLOG_EXCHANGE needs " + Prefix + "BACKLOG_UE or an rnis_ue on the first path")
+	}
+	return paths[0].RnisUE, true, nil
+}
+
 // Public is the configuration as the API shows it (no key).
 func (c *Config) Public() map[string]any {
 	return map[string]any{"role": c.Role, "peerId": c.PeerID, "tun": c.TUN, "mtu": c.MTU,
 		"queue": map[string]any{"discipline": c.Queue, "limitBytes": c.QueueLimit, "targetMs": ms(c.Target),
 			"intervalMs": ms(c.Interval), "flows": c.Flows, "quantum": c.Quantum},
-		"scheduler": c.Scheduler, "cwndMode": c.CwndMode, "cwndBytes": c.CwndBytes,
+		"scheduler": c.Scheduler, "cwndMode": c.CwndMode, "cwndBytes": c.CwndBytes, "cwndTargetMs": ms(c.CwndTarget),
 		"reorderTimeoutMs": ms(c.ReorderTimeout), "probeIntervalMs": ms(c.ProbeInterval),
-		"rnisFeed": c.AMQPURL != "", "platform": c.PlatformURL != ""}
+		"rnisFeed": c.AMQPURL != "", "backlogFeed": c.BacklogExchange, "platform": c.PlatformURL != ""}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -49,6 +49,7 @@ type Config struct {
 	Scheduler      string
 	CwndMode       string
 	CwndBytes      int // default static cwnd / adaptive start
+	CwndTarget     time.Duration
 	ReorderTimeout time.Duration
 	ProbeInterval  time.Duration
 }
@@ -131,6 +132,7 @@ type Engine struct {
 	rxPackets atomic.Uint64
 	rxBytes   atomic.Uint64
 	txPackets atomic.Uint64
+	tunBytes  atomic.Uint64 // read from the TUN and offered to the ingress queue
 }
 
 // New opens the TUN and the path sockets.
@@ -187,7 +189,7 @@ func (e *Engine) addPath(pc PathConfig) error {
 	}
 	enableGRO(conn) // without it, one datagram per read
 	p := &pathIO{cfg: pc, conn: conn, tx: path.NewSender(path.Config{ID: pc.ID, MSS: e.cfg.MTU + wire.Overhead,
-		CwndMode: e.cfg.CwndMode, CwndBytes: pc.CwndBytes}, e.now()), batch: newGSOBatch(), gso: true}
+		CwndMode: e.cfg.CwndMode, CwndBytes: pc.CwndBytes, CwndTarget: e.cfg.CwndTarget}, e.now()), batch: newGSOBatch(), gso: true}
 	e.paths = append(e.paths, p)
 	e.byID[pc.ID] = p
 	for i := len(e.paths) - 1; i > 0 && e.paths[i].cfg.ID < e.paths[i-1].cfg.ID; i-- {
@@ -272,6 +274,7 @@ func (e *Engine) readTUN(ctx context.Context) {
 				continue
 			}
 			p.Born = now
+			e.tunBytes.Add(uint64(p.N))
 			e.queue.Enqueue(p, now)
 		}
 		e.mu.Unlock()

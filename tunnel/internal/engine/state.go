@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"mts.invalid/suite/tunnel/internal/backlogfeed"
 	"mts.invalid/suite/tunnel/internal/path"
 	"mts.invalid/suite/tunnel/internal/sched"
 )
@@ -200,5 +201,24 @@ func (e *Engine) Stats() Stats {
 	s.Reorder = ReorderStats{Held: b.Held(), InOrder: b.InOrder, Reordered: b.Reordered, Late: b.Late,
 		Skipped: b.Skipped, Duplicates: b.Duplicates}
 	e.rxMu.Unlock()
+	return s
+}
+
+// Backlog is what this end holds toward its peer: the ingress queue (unsent) plus the
+// datagrams in flight on the paths, and the bytes read from the TUN so far.
+func (e *Engine) Backlog() backlogfeed.Sample {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := backlogfeed.Sample{Unsent: e.queue.Bytes(), Received: e.tunBytes.Load()}
+	s.Backlog = s.Unsent
+	for _, p := range e.paths {
+		s.Backlog += p.tx.Inflight()
+	}
+	switch {
+	case e.fq != nil:
+		s.Flows = len(e.fq.Flows())
+	case s.Unsent > 0:
+		s.Flows = 1
+	}
 	return s
 }

@@ -15,7 +15,11 @@ import (
 const (
 	CwndStatic   = "static"   // cwnd = the configured BDP (research 003's workaround)
 	CwndAdaptive = "adaptive" // slow start, then AIMD with CUBIC's 0.7 decrease per loss event
+	CwndDelay    = "delay"    // once per round trip, steered to keep the path's queueing delay at a target
 )
+
+// Modes lists the window modes.
+var Modes = []string{CwndStatic, CwndAdaptive, CwndDelay}
 
 const (
 	ringSize        = 1 << 16 // packets in flight a path can track
@@ -24,6 +28,8 @@ const (
 	downAfterRTOs   = 1 // consecutive timeouts before a path is declared down (a probe brings it back)
 	initialRTT      = 100 * time.Millisecond
 	minAdaptiveCwnd = 4
+	minDelayCwnd    = 2   // datagrams: a slow path's window may be tiny
+	delayGain       = 0.5 // per round: cwnd × (1 + gain × (target − queueing delay) / target)
 )
 
 // Config of a path's sender.
@@ -32,6 +38,9 @@ type Config struct {
 	MSS       int    // largest datagram payload the path carries (bytes)
 	CwndMode  string // CwndStatic or CwndAdaptive
 	CwndBytes int    // static cwnd (BDP), or the adaptive window's start
+	// CwndTarget is the delay window's queueing delay target: the window settles near the
+	// path's BDP plus this much of queue.
+	CwndTarget time.Duration
 }
 
 type sent struct {
@@ -39,6 +48,7 @@ type sent struct {
 	size  int
 	at    int64 // ns
 	acked bool
+	probe bool
 }
 
 // Sender is the sending side of a path.
@@ -60,6 +70,11 @@ type Sender struct {
 	lastAckAt    int64
 	lastSendAt   int64
 	rtoCount     int
+	// the delay window's round: the smallest RTT sample and the most in flight since the
+	// round began; it ends when roundEnd is acked
+	roundEnd      uint64
+	roundMinRTT   time.Duration
+	roundInflight int
 
 	// counters
 	SentPackets, SentBytes, AckedPackets, LostPackets, Probes uint64
@@ -82,6 +97,9 @@ func (s *Sender) Usable() bool { return s.Enabled && s.Up }
 // Room tells whether a datagram of size bytes fits into the window.
 func (s *Sender) Room(size int) bool { return s.inflight+size <= int(s.cwnd) || s.inflight == 0 }
 
+// Inflight is the bytes sent and neither acked nor declared lost.
+func (s *Sender) Inflight() int { return s.inflight }
+
 // SRTT is the smoothed RTT (the initial 100 ms before any sample).
 func (s *Sender) SRTT() time.Duration {
 	if !s.hasRTT {
@@ -98,8 +116,9 @@ func (s *Sender) OnSend(size int, now int64, probe bool) uint64 {
 	if !r.acked && r.seq != 0 && r.seq >= s.lowest {
 		s.declareLost(r) // wrapped around a packet never acknowledged
 	}
-	*r = sent{seq: seq, size: size, at: now}
+	*r = sent{seq: seq, size: size, at: now, probe: probe}
 	s.inflight += size
+	s.roundInflight = max(s.roundInflight, s.inflight)
 	s.lastSendAt = now
 	s.SentPackets++
 	s.SentBytes += uint64(size)
@@ -128,7 +147,28 @@ func (s *Sender) OnAck(a wire.Ack, now int64) (cameUp bool) {
 	cameUp = !s.Up
 	s.Up = true
 	s.detectLosses(a.Largest, now)
+	if s.cfg.CwndMode == CwndDelay && a.Largest >= s.roundEnd {
+		s.endRound()
+	}
 	return cameUp
+}
+
+// endRound steers the delay window once per round trip from the round's smallest RTT
+// sample (the least disturbed by ack timing and host scheduling): its excess over the
+// path's minimum RTT is the queue the path holds. Below the target the window grows (by
+// half at an empty queue, so it finds the BDP in a few rounds), above it shrinks (at most
+// by half). A window the round did not fill is not grown: an idle path would otherwise
+// grow without bound and then flood its queue in a burst.
+func (s *Sender) endRound() {
+	if s.roundMinRTT > 0 && s.minRTT > 0 && s.cfg.CwndTarget > 0 {
+		queueing := float64(s.roundMinRTT - s.minRTT)
+		factor := 1 + delayGain*(float64(s.cfg.CwndTarget)-queueing)/float64(s.cfg.CwndTarget)
+		factor = min(max(factor, 0.5), 1.5)
+		if factor < 1 || float64(s.roundInflight) >= s.cwnd/2 {
+			s.cwnd = max(s.cwnd*factor, float64(minDelayCwnd*s.cfg.MSS))
+		}
+	}
+	s.roundEnd, s.roundMinRTT, s.roundInflight = s.nextSeq, 0, s.inflight
 }
 
 // ackOne marks seq acknowledged; with a.EchoTime set it is also the RTT sample.
@@ -141,18 +181,24 @@ func (s *Sender) ackOne(seq uint64, now int64, a wire.Ack) int {
 	s.inflight -= r.size
 	s.AckedPackets++
 	if a.EchoTime != 0 {
-		s.sampleRTT(time.Duration(now-r.at) - time.Duration(a.Delay))
+		s.sampleRTT(time.Duration(now-r.at)-time.Duration(a.Delay), r.probe)
 	}
 	s.grow(r.size)
 	return 1
 }
 
-func (s *Sender) sampleRTT(rtt time.Duration) {
+// sampleRTT updates SRTT and RTTVAR; the minimum RTTs (the delay window's base and round
+// minimum) come from data datagrams only: a probe is a few bytes and crosses a slow link
+// faster than any data datagram can, so its RTT would read as a standing queue.
+func (s *Sender) sampleRTT(rtt time.Duration, probe bool) {
 	if rtt <= 0 {
 		rtt = time.Microsecond
 	}
-	if !s.hasRTT || rtt < s.minRTT {
+	if !probe && (s.minRTT == 0 || rtt < s.minRTT) {
 		s.minRTT = rtt
+	}
+	if !probe && (s.roundMinRTT == 0 || rtt < s.roundMinRTT) {
+		s.roundMinRTT = rtt
 	}
 	if !s.hasRTT { // RFC 6298
 		s.srtt, s.rttvar, s.hasRTT = rtt, rtt/2, true
@@ -200,9 +246,12 @@ func (s *Sender) declareLost(r *sent) {
 	if r.seq >= s.recoveryEnd { // one decrease per loss event (per window)
 		s.LossEvents++
 		s.recoveryEnd = s.nextSeq
-		if s.cfg.CwndMode == CwndAdaptive {
+		switch s.cfg.CwndMode {
+		case CwndAdaptive:
 			s.ssthresh = max(s.cwnd*0.7, float64(minAdaptiveCwnd*s.cfg.MSS))
 			s.cwnd = s.ssthresh
+		case CwndDelay: // a loss the delay did not foresee (a queue shorter than the target)
+			s.cwnd = max(s.cwnd*0.7, float64(minDelayCwnd*s.cfg.MSS))
 		}
 	}
 }
@@ -243,8 +292,11 @@ func (s *Sender) loseInflight(now int64) {
 	}
 	s.inflight = 0
 	s.lastAckAt = now
-	if s.cfg.CwndMode == CwndAdaptive {
+	switch s.cfg.CwndMode {
+	case CwndAdaptive:
 		s.cwnd = float64(minAdaptiveCwnd * s.cfg.MSS)
+	case CwndDelay:
+		s.cwnd = float64(minDelayCwnd * s.cfg.MSS)
 	}
 }
 

@@ -93,3 +93,39 @@ func TestAdaptiveWindowGrowsAndHalves(t *testing.T) {
 		t.Fatalf("after a loss: cwnd %d, want 0.7 x (20000 + the 4 acks before it)", c)
 	}
 }
+
+// ackRound sends n datagrams of 1000 B at t and acks them all with an RTT of rtt.
+func ackRound(s *Sender, n int, t int64, rtt time.Duration) int64 {
+	var last uint64
+	for i := 0; i < n; i++ {
+		last = s.OnSend(1000, t, false)
+	}
+	s.OnAck(wire.Ack{Largest: last, Bitmap: ^uint64(0), EchoTime: 1}, t+int64(rtt))
+	return t + int64(rtt)
+}
+
+func TestDelayWindowSettlesAtTheTarget(t *testing.T) {
+	s := NewSender(Config{ID: 1, MSS: 1000, CwndMode: CwndDelay, CwndBytes: 10_000, CwndTarget: 2 * time.Millisecond}, 0)
+	now := ackRound(s, 10, 0, 10*time.Millisecond) // the base RTT: 10 ms, no queue
+	if c := s.Snapshot().CwndBytes; c != 15_000 {
+		t.Fatalf("no queue: cwnd %d, want 1.5 x 10000", c)
+	}
+	now = ackRound(s, 15, now, 12*time.Millisecond) // queueing = the target
+	if c := s.Snapshot().CwndBytes; c != 15_000 {
+		t.Fatalf("at the target: cwnd %d, want it unchanged", c)
+	}
+	now = ackRound(s, 15, now, 13*time.Millisecond) // 3 ms of queue: 1 + 0.5 x (2 - 3) / 2
+	if c := s.Snapshot().CwndBytes; c != 11_250 {
+		t.Fatalf("above the target: cwnd %d, want 0.75 x 15000", c)
+	}
+	ackRound(s, 2, now, 10*time.Millisecond) // a round that did not fill the window
+	if c := s.Snapshot().CwndBytes; c != 11_250 {
+		t.Fatalf("not filled: cwnd %d, want it not grown", c)
+	}
+	for i := 0; i < 20; i++ {
+		now = ackRound(s, 11, now, 50*time.Millisecond)
+	}
+	if c := s.Snapshot().CwndBytes; c != minDelayCwnd*1000 {
+		t.Fatalf("a standing queue far above the target: cwnd %d, want the minimum", c)
+	}
+}

@@ -59,22 +59,9 @@ func Parse(body []byte) (ue netip.Addr, capacityBps float64, queueBytes int, at 
 
 // Run consumes until ctx ends, reconnecting with backoff.
 func Run(ctx context.Context, url, exchange string, ues []netip.Addr, sink Sink, health *svc.Health, log *slog.Logger) {
-	health.Set("rnis_feed", false, "connecting", false)
-	backoff := 200 * time.Millisecond
-	for ctx.Err() == nil {
-		err := consume(ctx, url, exchange, ues, sink, health)
-		if ctx.Err() != nil {
-			return
-		}
-		health.Set("rnis_feed", false, fmt.Sprintf("retrying in %v: %v", backoff, err), false)
-		log.Warn("RNIS feed lost; retrying", "err", err, "retry_in", backoff.String())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+	svc.KeepRunning(ctx, health, "rnis_feed", "RNIS feed", log, func(ctx context.Context) error {
+		return consume(ctx, url, exchange, ues, sink, health)
+	})
 }
 
 func consume(ctx context.Context, url, exchange string, ues []netip.Addr, sink Sink, health *svc.Health) error {

@@ -1,7 +1,10 @@
 package svc
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"sync"
@@ -67,4 +70,27 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": checks})
+}
+
+// KeepRunning runs run until ctx ends, and again after each failure with a capped
+// exponential backoff (200 ms doubling to 5 s), each failure shown under check in health
+// (not required) and logged: a lost broker or peer is retried, never a crash loop.
+func KeepRunning(ctx context.Context, health *Health, check, what string, log *slog.Logger,
+	run func(context.Context) error) {
+	health.Set(check, false, "connecting", false)
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		err := run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		health.Set(check, false, fmt.Sprintf("retrying in %v: %v", backoff, err), false)
+		log.Warn(what+" lost; retrying", "err", err, "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }

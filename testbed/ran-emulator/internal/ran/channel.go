@@ -146,6 +146,8 @@ type Channel struct {
 	bad        bool    // Gilbert–Elliott state
 	nextSwitch float64 // seconds
 	last       Radio
+	origin     float64 // the clock at the first Step
+	stepped    bool
 }
 
 func newChannel(cfg ChannelConfig, seed uint64) *Channel {
@@ -194,9 +196,17 @@ func (ch *Channel) Apply(o ChannelOverride) error {
 	return nil
 }
 
-// Step advances the model to time t (seconds since start) and returns this TTI's radio.
+// Step advances the model to time t (seconds) and returns this TTI's radio. The model's
+// time counts from the first Step (the emulator's first TTI): the TTI clock reads
+// CLOCK_MONOTONIC, and a model on that clock would depend on the host's uptime (a Markov
+// chain would have drawn its dwell times up to it), so a seed would not give the same
+// channel twice.
 func (ch *Channel) Step(t float64) Radio {
 	ch.mu.Lock()
+	if !ch.stepped {
+		ch.origin, ch.stepped = t, true
+	}
+	t -= ch.origin
 	r := Radio{CQI: ch.cfg.CQI, BLER: ch.bler, Loss: ch.loss, CapacityMbps: ch.capacity, LoS: true}
 	switch ch.cfg.Model {
 	case "trace":

@@ -205,6 +205,29 @@ func TestChannelLoss(t *testing.T) {
 	}
 }
 
+// A seed gives the same channel whatever the clock reads at the emulator's start (the TTI
+// clock is CLOCK_MONOTONIC: the host's uptime).
+func TestMarkovChannelCountsFromItsStart(t *testing.T) {
+	config := fmt.Sprintf(oneUE, "", 0,
+		`{"model":"markov","los":{"cqi":15,"mean_dwell_ms":300},"nlos":{"cqi":3,"mean_dwell_ms":200}}`)
+	early := testEmu(t, config).UEs[0].Bearers[0].Channel()
+	late := testEmu(t, config).UEs[0].Bearers[0].Channel()
+	flips, prev := 0, true
+	for i := 0; i < 20000; i++ {
+		a, b := early.Step(float64(i)/1000), late.Step(43210.5+float64(i)/1000)
+		if a.LoS != b.LoS {
+			t.Fatalf("TTI %d: LoS %v started at 0, %v started at 43210.5 s", i, a.LoS, b.LoS)
+		}
+		if a.LoS != prev {
+			flips++
+		}
+		prev = a.LoS
+	}
+	if flips == 0 {
+		t.Fatal("the channel never changed state")
+	}
+}
+
 // The Markov channel spends time in LoS and NLoS in proportion to the mean dwell times.
 func TestMarkovDwellTimes(t *testing.T) {
 	e := testEmu(t, fmt.Sprintf(oneUE, "", 0,

@@ -52,6 +52,7 @@ class PathSpec:
     id: int
     rate_mbit: float | None = None
     cwnd_bytes: int | None = None
+    rnis_ue: str | None = None  # the MEC end's path reads this UE's RNIS reports
 
 
 @dataclass
@@ -61,6 +62,7 @@ class TunnelBed:
     name: str = field(default_factory=lambda: f"tnl{secrets.token_hex(3)}")
     paths: list[PathSpec] = field(default_factory=lambda: [PathSpec(1), PathSpec(2)])
     env: dict[str, str] = field(default_factory=dict)  # TUNNEL_* for both ends
+    side_env: dict[str, dict[str, str]] = field(default_factory=dict)  # and for one end
     sides: tuple[str, ...] = ("ue", "mec")  # which ends run a daemon
     psk: str = field(default_factory=lambda: secrets.token_hex(16))
     token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
@@ -133,6 +135,8 @@ class TunnelBed:
             }
             if p.cwnd_bytes:
                 entry["cwnd_bytes"] = p.cwnd_bytes
+            if p.rnis_ue and side == "mec":
+                entry["rnis_ue"] = p.rnis_ue
             paths.append(entry)
         return json.dumps(paths)
 
@@ -147,6 +151,7 @@ class TunnelBed:
             "TUNNEL_PATHS": self.path_json(side),
             "TUNNEL_LOG_LEVEL": "WARNING",
             **self.env,
+            **self.side_env.get(side, {}),
         }
         with (self.logs / f"{side}.log").open("wb") as log:  # the child keeps its own copy
             self.procs[side] = subprocess.Popen(

@@ -1,7 +1,8 @@
 """``make bench-tunnel``: the multipath tunnel over two 1 Gbit/s paths (docs/tunnel.md).
 
 Two veth paths capped at 1 Gbit/s each by tbf on the MEC side (the downlink), the tunnel
-on top (FQ-CoDel, LowRTT, adaptive windows). Measured:
+on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--cwnd``,
+``--cwnd-target`` and ``--scheduler`` change them). Measured:
 
 - throughput: iperf3 TCP downlink (MEC -> UE, 4 streams) through the tunnel, beside the
   same iperf3 over each path alone without the tunnel (the sum of the paths);
@@ -56,11 +57,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
-def measure(seconds: int, load_bps: float | None = None) -> Results:
+def measure(
+    seconds: int, load_bps: float | None = None, cwnd: str = "delay", target: str = "2ms",
+    scheduler: str = "lowrtt",
+) -> Results:  # fmt: skip
     paths = [PathSpec(1, rate_mbit=1000), PathSpec(2, rate_mbit=1000)]
-    env = {"TUNNEL_SCHEDULER": "lowrtt", "TUNNEL_CWND": "adaptive", "TUNNEL_CWND_BYTES": "200000"}
+    env = {"TUNNEL_SCHEDULER": scheduler, "TUNNEL_CWND": cwnd, "TUNNEL_CWND_BYTES": "200000",
+           "TUNNEL_CWND_TARGET": target}  # fmt: skip
     results: Results = {
         "seconds": seconds,
+        "tunnel_env": env,
         "paths_mbit": [1000, 1000],
         "load_before": os.getloadavg(),
     }
@@ -165,8 +171,13 @@ def main() -> None:
     parser.add_argument(
         "--load-mbit", type=float, help="UDP load of the latency run (default: half the throughput)"
     )
+    parser.add_argument("--cwnd", default="delay", choices=["static", "adaptive", "delay"],
+                        help="the paths' windows (TUNNEL_CWND; delay)")  # fmt: skip
+    parser.add_argument("--cwnd-target", default="2ms", help="TUNNEL_CWND_TARGET (2ms)")
+    parser.add_argument("--scheduler", default="lowrtt", choices=["lowrtt", "rr", "rnis"])
     args = parser.parse_args()
-    results = measure(args.seconds, args.load_mbit * 1e6 if args.load_mbit else None)
+    results = measure(args.seconds, args.load_mbit * 1e6 if args.load_mbit else None,
+                      args.cwnd, args.cwnd_target, args.scheduler)  # fmt: skip
     results["median_tunnel_rtt_ms"] = statistics.median(results["tunnel_rtt_ms"])
     save_results(results, args.out, "bench", plot, table)
 
