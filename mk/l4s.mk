@@ -32,7 +32,12 @@ EXPERIMENT_TARGETS += experiment-l4s
 experiment-l4s: python $(L4S_BPF) $(L4S_LAB_BPF) build/bin/ran-emulator build/bin/meld-loader ## research 001 Table 7.1 (spin/delay RTT vs TCP_INFO, Prague + CUBIC through DualPI2), 5 x 60 s -> docs/results/l4s/
 	nice -n 10 uv run python -m mts_lab.l4s.experiment --out docs/results/l4s $(L4S_ARGS)
 
+EXPERIMENT_TARGETS += experiment-l4s-tables8
+.PHONY: experiment-l4s-tables8
+experiment-l4s-tables8: python $(L4S_BPF) $(L4S_LAB_BPF) build/bin/ran-emulator build/bin/meld-loader ## research 001 Tables 8.1-8.5 (throughput, RTT, retransmissions of Prague + CUBIC through DualPI2 vs reordering, base RTT, jitter, MSS), 5 x 40 s per scenario -> docs/results/l4s/
+	nice -n 10 uv run python -m mts_lab.l4s.tables8 --out docs/results/l4s $(L4S_ARGS)
+
 BENCH_TARGETS += bench-l4s
 .PHONY: bench-l4s
-bench-l4s: python $(L4S_BPF) ## the observer's cost per packet on one core (BPF_PROG_TEST_RUN) -> docs/results/l4s/
-	uv run python -m mts_lab.l4s.bench --out docs/results/l4s
+bench-l4s: python $(L4S_BPF) ## the observer's cost per packet on one core (BPF_PROG_TEST_RUN); the marker's cost to a veth iperf3 flow (interleaved rounds, medians) -> docs/results/l4s/
+	nice -n 10 uv run python -m mts_lab.l4s.bench --out docs/results/l4s

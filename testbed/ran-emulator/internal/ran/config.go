@@ -111,6 +111,10 @@ type WANConfig struct {
 	// delay, so that they overtake what is in it, as netem's `delay d reorder p` does
 	// (research 001's Tables 7.2/7.3). 0: in order.
 	ReorderPct float64 `json:"reorder_pct,omitempty"`
+	// JitterMS adds a uniform draw in [-jitter, +jitter] to each packet's delay, kept in
+	// order (a packet is never due before the one ahead of it), as netem's `rate ...
+	// delay d J` (research 001's Table 8.4). 0: none. At most delay_ms.
+	JitterMS float64 `json:"jitter_ms,omitempty"`
 }
 
 // LoadConfig reads and validates a configuration file.
@@ -230,6 +234,9 @@ func (c *Config) validate() error {
 	}
 	if c.WAN != nil && !(c.WAN.ReorderPct >= 0 && c.WAN.ReorderPct <= 100) {
 		return fmt.Errorf("wan.reorder_pct %v: want 0..100", c.WAN.ReorderPct)
+	}
+	if c.WAN != nil && !(c.WAN.JitterMS >= 0 && c.WAN.JitterMS <= c.WAN.DelayMS) {
+		return fmt.Errorf("wan.jitter_ms %v: want 0..delay_ms", c.WAN.JitterMS)
 	}
 	return nil
 }

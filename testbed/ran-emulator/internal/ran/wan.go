@@ -27,6 +27,7 @@ type WANDir struct {
 	Drops       atomic.Uint64
 	DelivPkts   atomic.Uint64
 	Reordered   atomic.Uint64 // packets that skipped the delay
+	lastDue     int64         // with jitter: no packet is due before the one ahead of it
 }
 
 func (e *Emulator) openWAN(cfg *WANConfig) error {
@@ -112,6 +113,10 @@ func (w *WANDir) toDelay(p *pkt.Packet, due int64) {
 		w.out.add(p)
 		w.out.kick()
 		return
+	}
+	if j := w.cfg.JitterMS; j > 0 {
+		due = max(due+int64((w.rng.Float64()*2-1)*j*1e6), w.lastDue)
+		w.lastDue = due
 	}
 	p.Born = due
 	w.delay.push(p)

@@ -47,6 +47,7 @@ class WanLine:
     rate_mbps: float = 0.0
     queue: str = "fifo"  # the WAN bottleneck: fifo or dualpi2
     reorder_pct: float = 0.0  # the WAN's packets (%) that skip its delay (netem's reorder)
+    jitter_ms: float = 0.0  # uniform ± on each packet's delay, kept in order
     client_ip: str = "10.203.1.2"
     mec_client_side_ip: str = "10.203.1.1"
     mec_wan_ip: str = "10.203.2.1"
@@ -74,8 +75,11 @@ class WanLine:
         queue: str = "fifo",
         prefix: str = "l4s",
         reorder_pct: float = 0.0,
+        jitter_ms: float = 0.0,
     ) -> WanLine:
-        line = cls(f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps, queue, reorder_pct)
+        line = cls(
+            f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps, queue, reorder_pct, jitter_ms
+        )
         try:
             line._build()
             line._start_emulator()
@@ -126,7 +130,8 @@ class WanLine:
                 "rate_mbps": self.rate_mbps,
                 "queue": self.queue,
             }
-            | ({"reorder_pct": self.reorder_pct} if self.reorder_pct else {}),
+            | ({"reorder_pct": self.reorder_pct} if self.reorder_pct else {})
+            | ({"jitter_ms": self.jitter_ms} if self.jitter_ms else {}),
         }
 
     def _start_emulator(self) -> None:

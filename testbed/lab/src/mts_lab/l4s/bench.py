@@ -7,6 +7,9 @@ marked packet), repeated and timed by the kernel itself. What it leaves out: the
 and the stack around tc (the same with or without the observer), so the figure is the
 program's own cost, an upper bound for the rate its core can observe.
 
+Second part (``mts_lab.l4s.bench_marking``): what the endpoint marker costs a TCP flow over
+a veth pair (iperf3; interleaved rounds, medians).
+
     uv run python -m mts_lab.l4s.bench --out docs/results/l4s
 """
 
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from mec_common.bpf import BpfProgram
 from mec_l4s.observer import Observer
+from mts_lab.l4s import bench_marking
 from mts_lab.l4s.bed import OBSERVER_OBJ, REPO
 from mts_lab.results import Results, pyplot, save_results
 
@@ -100,10 +104,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs/results/l4s")
     parser.add_argument("--repeat", type=int, default=REPEAT)
+    parser.add_argument(
+        "--marking-rounds", type=int, default=7, help="the marker's cost to a veth flow; 0: skip"
+    )
+    parser.add_argument("--marking-seconds", type=float, default=4.0)
     args = parser.parse_args()
     load = [round(x, 1) for x in os.getloadavg()]
     results: Results = {"repeat": args.repeat, "load": load, "costs": measure(args.repeat)}
     save_results(results, args.out, "bench-observer", plot, table)
+    if args.marking_rounds > 0:
+        marking = bench_marking.measure(args.marking_rounds, args.marking_seconds)
+        save_results(marking, args.out, "bench-marking", bench_marking.plot, bench_marking.table)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import statistics
 import struct
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,12 +93,17 @@ def _retrans_and_segs_in(sock: socket.socket) -> tuple[int, int]:
     return struct.unpack_from("I", raw, 100)[0], struct.unpack_from("I", raw, 140)[0]
 
 
-def _sender(line: WanLine, flow: FlowRun, cca: str, seconds: float, ready: threading.Event) -> None:
-    """Listen, accept one connection, send for ``seconds``, sampling TCP_INFO."""
+def _sender(
+    line: WanLine, flow: FlowRun, cca: str, seconds: float, ready: threading.Event, mss: int
+) -> None:
+    """Listen, accept one connection, send for ``seconds``, sampling TCP_INFO; ``mss``: the
+    connection's MSS (TCP_MAXSEG on the listener, as iperf3 -M; 0: the path's)."""
     from mec_common.netns import in_netns
 
     def listen() -> socket.socket:
         s = socket.socket()
+        if mss:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
         s.bind((line.server_ip, 0))
         s.listen(1)
         return s
@@ -143,9 +150,11 @@ def one_run(
     seconds: float,
     dump: Path | None = None,
     spin_guard: bool = False,
+    mss: int = 0,
 ) -> dict[str, Any]:
     """One run of both flows; ``dump``: write every sample of it there (JSON lines);
-    ``spin_guard``: the endpoints' optional spin ordering guard on."""
+    ``spin_guard``: the endpoints' optional spin ordering guard on; ``mss``: the senders'
+    MSS (0: the path's)."""
     observer = Observer.load(OBSERVER_OBJ, f"mts-obs-x{secrets.token_hex(3)}")
     markers: list[Marker] = []
     truth: SenderRtt | None = None
@@ -163,7 +172,7 @@ def one_run(
             m.attach(ifname, ns)
         flows = {"prague": FlowRun("prague"), "cubic": FlowRun("cubic")}
         ccas = {"prague": prague.name, "cubic": "cubic"}
-        threads = _start_flows(line, flows, ccas, seconds, truth)
+        threads = _start_flows(line, flows, ccas, seconds, truth, mss)
         samples: list[Sample] = []
         tcp: list[TcpRtt] = []
         while any(t.is_alive() for t in threads):
@@ -224,6 +233,7 @@ def _start_flows(
     ccas: dict[str, str],
     seconds: float,
     truth: SenderRtt,
+    mss: int = 0,
 ) -> list[threading.Thread]:
     """Each flow's sender and receiver in threads; the senders' listeners are created in
     the truth's cgroup, so their connections report TCP's own RTT samples."""
@@ -231,7 +241,7 @@ def _start_flows(
     with truth.sockets():
         for name, flow in flows.items():
             ready = threading.Event()
-            t = threading.Thread(target=_sender, args=(line, flow, ccas[name], seconds, ready))
+            t = threading.Thread(target=_sender, args=(line, flow, ccas[name], seconds, ready, mss))
             t.start()
             ready.wait(10)
             threads.append(t)
@@ -369,7 +379,7 @@ def _span_s(times_ns: list[int]) -> float:
     return (times_ns[-1] - times_ns[0]) / 1e9 if len(times_ns) > 1 else 0.0
 
 
-def _mean_ci(values: list[float]) -> tuple[float, float]:
+def mean_ci(values: list[float]) -> tuple[float, float]:
     """Mean and the half-width of its 95 % confidence interval (t, n - 1)."""
     t95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
     if len(values) < 2:
@@ -405,7 +415,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
             def ci(get: Any, rows: list[dict[str, Any]] = rows) -> list[float]:
                 vals = [v for v in (get(r) for r in rows) if v is not None]
-                return list(_mean_ci(vals))
+                return list(mean_ci(vals))
 
             table[f"{technique}/{cca}"] = {
                 "runs": len(rows),
@@ -535,12 +545,8 @@ def plot(results: Results, path: Path) -> None:
 
 def run_all(args: argparse.Namespace, rates: list[float]) -> list[dict[str, Any]]:
     """Every run: ``args.runs`` × both techniques × each WAN reorder rate (%)."""
-    tag = secrets.token_hex(3)
-    prague = Prague.load(
-        LOADER, PRAGUE_OBJ, Path(f"/sys/fs/bpf/mts-prague-x{tag}"), f"prague_x{tag}"
-    )
     runs = []
-    try:
+    with loaded_prague() as prague:
         for rate, run, technique in itertools.product(
             rates, range(args.runs), (Technique.SPIN, Technique.DELAY)
         ):
@@ -560,17 +566,34 @@ def run_all(args: argparse.Namespace, rates: list[float]) -> list[dict[str, Any]
             runs.append(result)
             mib = {cca: round(result[cca]["mib"]) for cca in ("prague", "cubic")}
             print(f"{name}: MiB {mib}", flush=True)
-    finally:
-        prague.close()
     return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@contextmanager
+def loaded_prague() -> Iterator[Prague]:
+    """Our Prague registered under a unique name for the block (the machine is shared)."""
+    tag = secrets.token_hex(3)
+    prague = Prague.load(
+        LOADER, PRAGUE_OBJ, Path(f"/sys/fs/bpf/mts-prague-x{tag}"), f"prague_x{tag}"
+    )
+    try:
+        yield prague
+    finally:
+        prague.close()
+
+
+def experiment_arguments(description: str, seconds: float) -> argparse.ArgumentParser:
+    """The options every L4S experiment has: output, runs, run length, bottleneck rate."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, default=REPO / "docs/results/l4s")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=seconds)
     parser.add_argument("--rate-mbps", type=float, default=100.0)
+    return parser
+
+
+def main() -> None:
+    parser = experiment_arguments(__doc__.split("\n\n")[0], 60.0)
     parser.add_argument("--dump", type=Path, help="a directory for every run's samples")
     parser.add_argument(
         "--reorder-pct",
@@ -594,7 +617,6 @@ def main() -> None:
         "load_before": [round(x, 1) for x in load_before],
         "load_after": [round(x, 1) for x in os.getloadavg()],
         "per_run": runs,
-        "absent": "Tables 8.1-8.5",
         "spin_guard": args.spin_guard,
     }
     if args.reorder_pct is None:
