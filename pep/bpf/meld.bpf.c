@@ -367,6 +367,28 @@ static __always_inline __u32 drained_ssthresh(__u32 cwnd, __u32 kept, __u32 rtt_
 	return drained < kept ? drained : kept;
 }
 
+/*
+ * CUBIC after a loss MELD-overflow keeps. The kernel's CUBIC keeps its curve in
+ * icsk_ca_priv (struct bictcp): the epoch's start, W_max (last_max_cwnd) and its
+ * Reno-friendly estimate (tcp_cwnd). A loss kept from it leaves all three as they were, so
+ * once recovery ends at the drained window, the curve's target and the Reno estimate both
+ * lie at or above the old window and CUBIC grows at its fastest (cnt 2: x1.5 per RTT) back
+ * to the window that had built the queue: 0.5 -> 1 of it within ~5 RTTs (measured, run 1's
+ * ss samples; docs/results.md, MELD). Without a drain the curve also runs on from the last
+ * reduction, seconds ago, into its fast convex part, where mode off restarts it at every
+ * radio loss. Ending the epoch with W_max at the window kept (the drained ssthresh, else
+ * cwnd) makes the next ACK start a new curve there (K = 0): its plateau is the window
+ * without the queue. Reno has no such
+ * state: its +1 per RTT regrows slowly anyway.
+ */
+static __always_inline void cubic_restart_at(struct sock *sk, __u32 cwnd)
+{
+	struct bictcp *ca = (struct bictcp *)((struct inet_connection_sock *)sk)->icsk_ca_priv;
+
+	ca->epoch_start = 0;
+	ca->last_max_cwnd = cwnd;
+}
+
 static __always_inline struct flow_priv *priv_of(struct sock *sk)
 {
 	return bpf_sk_storage_get(&flow_priv, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
@@ -608,13 +630,17 @@ static __always_inline __u32 cca_ssthresh(struct sock *sk, enum cca_base base)
 	const struct tcp_sock *tp = tcp_sk(sk);
 	struct meld_decision d = {};
 
+	__u32 ssthresh;
+
 	if (loss_reaches_cca(sk, &d))
 		return loss_ssthresh(sk, &d, base_ssthresh(sk, base));
-	if (d.mode == MODE_MELD_OVERFLOW)
-		return loss_ssthresh(sk, &d, drained_ssthresh(tp->snd_cwnd, kept_ssthresh(tp),
-							      tp->rtt_min.s[0].v,
-							      tp->srtt_us >> 3));
-	return loss_ssthresh(sk, &d, kept_ssthresh(tp));
+	if (d.mode != MODE_MELD_OVERFLOW)
+		return loss_ssthresh(sk, &d, kept_ssthresh(tp));
+	ssthresh = drained_ssthresh(tp->snd_cwnd, kept_ssthresh(tp), tp->rtt_min.s[0].v,
+				    tp->srtt_us >> 3);
+	if (base == CCA_CUBIC)	/* at the window kept: in slow start ssthresh is "infinite" */
+		cubic_restart_at(sk, ssthresh < tp->snd_cwnd ? ssthresh : tp->snd_cwnd);
+	return loss_ssthresh(sk, &d, ssthresh);
 }
 
 static __always_inline bool cca_cong_avoid(struct sock *sk, __u32 acked)

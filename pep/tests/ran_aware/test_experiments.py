@@ -71,3 +71,9 @@ def test_meld_discrimination_small(build: tuple[Path, Path], tmp_path: Path) -> 
     assert fresh and all(r["full_bytes"] == 108_000 and r["window_buckets"] >= 1 for r in fresh)
     for r in fresh:
         assert (r["verdict"] == "notify") == (r["window_txq_peak_bytes"] >= r["full_bytes"]), r
+    # run 1 sampled both RAN legs' windows, and every decision of a sampled flow got its
+    # regrowth entry
+    legs = runs["meld-overflow"]["ran_legs"]
+    assert set(legs) == {str(p) for p in discrimination.PORTS}, legs.keys()
+    assert all(s and {"t", "cwnd", "srtt_ms"} <= s[0].keys() for s in legs.values()), legs
+    assert len(runs["meld-overflow"]["regrowth"]) == len(runs["meld-overflow"]["decisions"])

@@ -19,12 +19,14 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -280,6 +282,33 @@ class RanAwareBed:
             done.set()
             watcher.join()
 
+    def ran_legs(self, period: float = 0.02) -> contextlib.AbstractContextManager[Sockets]:
+        """The PEP's RAN-leg sockets toward the UE meanwhile (``senders``): per PEP-side
+        port (the server port it stands in for). What the kernel's window did between two
+        loss decisions."""
+        return self.senders(self.topo.mec.ns, period)
+
+    @contextlib.contextmanager
+    def senders(self, ns: str, period: float = 0.02) -> Iterator[Sockets]:
+        """Sample the sockets toward the UE in namespace ``ns`` meanwhile (``ss -tin`` every
+        ``period`` s; the PEP's RAN legs, or a server's end-to-end sockets): per local port,
+        samples of cwnd and ssthresh (segments), srtt and min RTT (ms), BBR's bandwidth
+        (Mbit/s) and min RTT (ms) for a BBR socket, and the time (Unix s)."""
+        samples: Sockets = {}
+        sample = f'echo "# $(date +%s.%N)"; ss -tinH dst {self.ue_ip}'
+        # into a file: a pipe nobody reads meanwhile would stop the loop once it is full
+        with tempfile.TemporaryFile("w+") as out:
+            proc = self.topo.popen(ns, "sh", "-c",
+                                   f"while :; do {sample}; sleep {period}; done",
+                                   stdout=out, text=True)  # fmt: skip
+            try:
+                yield samples
+            finally:
+                proc.terminate()
+                proc.wait(10)
+                out.seek(0)
+                samples.update(parse_senders(out.read()))
+
     # -- traffic
     def fetch(self, port: int, size: int) -> Download:
         """Start a download of ``size`` bytes from the server at the UE (mts_lab.traffic)."""
@@ -355,6 +384,38 @@ class RanAwareBed:
         if self.relay is not None:
             self.relay.close()
         builder.down(self.name, log=lambda *a, **k: None)
+
+
+_SS_SOCKET = re.compile(r"^\S+\s+\d+\s+\d+\s+\S+:(\d+)\s")
+_SS_FIELDS = {  # what `ss -ti` prints for a TCP socket -> our key
+    "cwnd": re.compile(r"\bcwnd:(\d+)"),
+    "ssthresh": re.compile(r"\bssthresh:(\d+)"),
+    "srtt_ms": re.compile(r"\brtt:([\d.]+)/"),
+    "minrtt_ms": re.compile(r"\bminrtt:([\d.]+)"),
+    "bbr_bw_mbps": re.compile(r"\bbbr:\(bw:([\d.]+)Mbps"),
+    "bbr_mrtt_ms": re.compile(r"\bbbr:\(.*?\bmrtt:([\d.]+)"),
+}
+Sockets = dict[int, list[dict[str, float]]]  # local port -> samples of its socket
+
+
+def parse_senders(text: str) -> Sockets:
+    """``# <unix time>`` lines, each followed by ``ss -tinH`` of the sockets: per local
+    port, one sample per time with the fields of _SS_FIELDS (absent ones left out)."""
+    out: Sockets = {}
+    t, port = None, None
+    for line in text.splitlines():
+        if line.startswith("# "):
+            t = float(line[2:])
+        elif m := _SS_SOCKET.match(line):
+            port = int(m.group(1))
+        elif t is not None and port is not None and "cwnd:" in line:
+            sample = {"t": t}
+            for key, pattern in _SS_FIELDS.items():
+                if f := pattern.search(line):
+                    sample[key] = float(f.group(1))
+            out.setdefault(port, []).append(sample)
+            port = None
+    return out
 
 
 # ---- the experiments' loop ---------------------------------------------------------------------

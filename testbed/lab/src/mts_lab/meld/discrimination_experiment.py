@@ -99,14 +99,19 @@ def span_s(results: list[dict[str, Any]]) -> float:
     return end - min(float(r["started"]) for r in results)
 
 
-def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) -> dict[str, Any]:
+def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int,
+            trace: bool = False) -> dict[str, Any]:  # fmt: skip
+    """One round of a mode; with ``trace``, the RAN legs' windows are sampled too."""
     bed.set_mode(mode)
     time.sleep(1.0)  # the previous run's queue drains
     log.drain()  # decisions of the previous run's last moments
     cursor = int(get("/emulator/v1/drops/counters")["last_seq"])
     unlogged_before = bed.ue_state()["counters"]["unlogged"]
     adapter_before = bed.adapter_metrics()
-    with bed.ping() as pings:
+    legs_trace: contextlib.AbstractContextManager[dict[int, list[dict[str, float]]]] = (
+        bed.ran_legs() if trace else contextlib.nullcontext({})
+    )
+    with bed.ping() as pings, legs_trace as legs:
         downloads = [bed.fetch(port, size) for port in PORTS]
         results = [bed.result(d) for d in downloads]
     adapter = feed_hops(adapter_before, bed.adapter_metrics(), span_s(results))
@@ -146,7 +151,39 @@ def one_run(bed: RanAwareBed, log: DecisionLog, get: Get, mode: str, size: int) 
         ),
         "discrimination": joined.as_dict(),
         "decisions": records,
+        **(window_trace(records, legs) if trace else {}),
     }
+
+
+def window_trace(records: list[dict[str, Any]],
+                 legs: dict[int, list[dict[str, float]]]) -> dict[str, Any]:  # fmt: skip
+    """The RAN legs' windows over the run (``ran_legs``, time from the first sample) and,
+    per loss decision, how the window came back: ``regrowth``, per flow and decision, the
+    cwnd and ssthresh at the loss (segments), and the seconds until the sampled cwnd was
+    again at the loss's cwnd (None: not before the flow's next loss decision). The
+    decisions' CLOCK_MONOTONIC times are put on the samples' Unix clock."""
+    offset = time.time() - time.monotonic()  # CLOCK_MONOTONIC -> Unix time, s
+    start = min((s["t"] for samples in legs.values() for s in samples), default=0.0)
+    regrowth = []
+    for port, samples in legs.items():
+        mine = [r for r in records if r["flow"]["sport"] == port]
+        times = [r["time_ns"] / 1e9 + offset for r in mine]
+        for i, (r, t) in enumerate(zip(mine, times, strict=True)):
+            until = times[i + 1] if i + 1 < len(times) else float("inf")
+            regrown = (
+                s["t"] for s in samples if t < s["t"] < until and s["cwnd"] >= r["cwnd_segments"]
+            )
+            back = next(regrown, None)
+            regrowth.append({
+                "port": port, "t_s": round(t - start, 3), "verdict": r["verdict"],
+                "truth": r.get("truth"), "cwnd": r["cwnd_segments"],
+                "ssthresh": r["ssthresh_segments"], "srtt_ms": r["lookback_ms"],
+                "regrowth_s": None if back is None else round(back - t, 3),
+                "next_loss_s": None if until == float("inf") else round(until - t, 3),
+            })  # fmt: skip
+    timeline = {str(port): [{**s, "t": round(s["t"] - start, 3)} for s in samples]
+                for port, samples in legs.items()}  # fmt: skip
+    return {"ran_legs": timeline, "regrowth": sorted(regrowth, key=lambda g: g["t_s"])}
 
 
 def feed_hops(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, Any]:
@@ -190,8 +227,8 @@ def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
         ):
             get = emulator_api(bed)
             for r, mode in alternating(runs, modes):
-                d = one_run(bed, log, get, mode, size)
-                if r > 0:  # the JSON keeps the first run's decision log only
+                d = one_run(bed, log, get, mode, size, trace=r == 0)
+                if r > 0:  # the JSON keeps the first run's decision log (and trace) only
                     del d["decisions"]
                 raw[cca][mode].append(d)
                 print(f"{cca:<6} run {r + 1}/{runs} {progress(d)}", flush=True)
