@@ -3,7 +3,7 @@ APT_PACKAGES += gcc libc6-dev haproxy iperf3
 BUILD_TARGETS += build/lib/libpep_preload.so build/bin/tcpload build/bin/relay-floor
 TEST_TARGETS += test-pep
 BENCH_TARGETS += bench-pep
-EXPERIMENT_TARGETS += experiment-pep-split
+EXPERIMENT_TARGETS += experiment-pep-split experiment-pep-interactive
 
 PEP_PRELOAD := build/lib/libpep_preload.so
 
@@ -22,7 +22,7 @@ build/bin/relay-floor: testbed/relay-floor/relay_floor.c
 	@mkdir -p $(@D)
 	gcc -O2 -Wall -Wextra -Werror -o $@ $< -lpthread
 
-.PHONY: test-pep bench-pep experiment-pep-split
+.PHONY: test-pep bench-pep experiment-pep-split experiment-pep-interactive
 test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)
 	@test -z "$$(gofmt -l testbed/tcpload)" || { gofmt -l testbed/tcpload; exit 1; }
 	go vet ./testbed/tcpload
@@ -33,3 +33,6 @@ bench-pep: python $(PEP_PRELOAD) build/bin/tcpload ## PEP vs direct vs HAProxy: 
 
 experiment-pep-split: python build ## split-TCP benefit on the emulated RAN, E2E vs PEP, capacity step -> docs/results/pep-split/
 	uv run python -m mts_lab.pep.experiment --out docs/results/pep-split
+
+experiment-pep-interactive: python build ## research 000 Table 5.2: interactive delay beside the step test's 32 MB download, E2E vs PEP, 5 runs -> docs/results/pep-interactive/
+	uv run python -m mts_lab.pep.experiment --size-mb 32 --runs 5 --out docs/results/pep-interactive

@@ -34,3 +34,6 @@ def test_experiment_small(tmp_path: Path) -> None:
         # the sender's socket toward the UE was sampled, with the fields the plot uses
         trace = r[path]["sender_first_run"]
         assert trace and all({"t", "cwnd", "mss", "rtt_ms"} <= x.keys() for x in trace), trace
+        # Table 5.2's interactive pings over the pair's longest FCT: most were answered
+        (answered,) = r["interactive"][path]["answered_share"]
+        assert answered > 0.5 and r["interactive"][path]["mean"]["runs"][0] > 0, r["interactive"]

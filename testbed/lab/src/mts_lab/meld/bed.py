@@ -392,9 +392,10 @@ _SS_FIELDS = {  # what `ss -ti` prints for a TCP socket -> our key
     "ssthresh": re.compile(r"\bssthresh:(\d+)"),
     "srtt_ms": re.compile(r"\brtt:([\d.]+)/"),
     "minrtt_ms": re.compile(r"\bminrtt:([\d.]+)"),
-    "bbr_bw_mbps": re.compile(r"\bbbr:\(bw:([\d.]+)Mbps"),
     "bbr_mrtt_ms": re.compile(r"\bbbr:\(.*?\bmrtt:([\d.]+)"),
 }
+_SS_BBR_BW = re.compile(r"\bbbr:\(bw:([\d.]+)([KMG]?)bps")  # ss scales the unit
+_UNIT_MBPS = {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}
 Sockets = dict[int, list[dict[str, float]]]  # local port -> samples of its socket
 
 
@@ -413,6 +414,8 @@ def parse_senders(text: str) -> Sockets:
             for key, pattern in _SS_FIELDS.items():
                 if f := pattern.search(line):
                     sample[key] = float(f.group(1))
+            if bw := _SS_BBR_BW.search(line):
+                sample["bbr_bw_mbps"] = float(bw.group(1)) * _UNIT_MBPS[bw.group(2)]
             out.setdefault(port, []).append(sample)
             port = None
     return out

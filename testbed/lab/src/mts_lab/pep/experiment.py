@@ -10,15 +10,23 @@ E2E and PEP alternately, ``--runs`` times. The sender's socket toward the UE (th
 leg, or the server end to end) is sampled every 0.1 s with ``ss -ti`` (cwnd, srtt, unacked,
 retransmissions): what limits the rate around the step.
 
+The research's Table 5.2 rides along: an interactive flow beside the bulk download, the
+UE pinging the server (ICMP, 100 B IP packets at 20 per second, like the research's
+ultra_ping "Skype" flow; end to end, the PEP does not split it). As in the research, its
+delay statistics cover the longest completion time of a run's E2E/PEP pair, so the pings
+of the faster transfer go on until the slower one's FCT (E2E runs first in each pair).
+
 The content server and the downloader are ``mts_lab.traffic``'s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,6 +40,7 @@ from typing import Any
 import httpx
 
 from mts_lab import traffic
+from mts_lab.meld.bed import mean_ci95
 from mts_lab.results import pyplot, save_figure, save_results
 
 PORT_PEP, PORT_E2E = 5001, 5002  # the PEP intercepts the first only
@@ -81,6 +90,21 @@ ues:
         queue: {queue_spec}
         channel: {{model: fixed, capacity_mbps: {setup.low_mbps}}}
 """
+
+
+# The research's interactive flow (000 §3.1): 100 B at 20 packets/s. An ICMP echo of 72 B
+# of data is a 100 B IP packet (20 B IP + 8 B ICMP); -D stamps each reply (Unix time).
+INTERACTIVE_PING = ("ping", "-D", "-n", "-i", "0.05", "-s", "72")
+# Table 5.2 (32 MiB, FQ-CoDel `interval 150`, i.e. 150 us; base RTT 120 ms), ms
+PUBLISHED_INTERACTIVE = {"e2e": {"mean": 120.29, "median": 120.14, "max": 121.74},
+                         "pep": {"mean": 120.61, "median": 120.40, "max": 121.75}}  # fmt: skip
+_PING_REPLY = re.compile(r"^\[([\d.]+)\].*time=([\d.]+) ms")
+
+
+def parse_ping(text: str) -> list[tuple[float, float]]:
+    """(Unix time, RTT ms) of each reply ``ping -D`` printed."""
+    return [(float(m.group(1)), float(m.group(2)))
+            for m in map(_PING_REPLY.match, text.splitlines()) if m]  # fmt: skip
 
 
 SS_FIELDS = {  # what `ss -ti` prints for a TCP socket -> our key and unit
@@ -179,8 +203,10 @@ class Testbed:
         )
         response.raise_for_status()
 
-    def download(self, port: int) -> dict[str, Any]:
-        """One transfer with the capacity step; the result as ``fetch`` printed it."""
+    def download(self, port: int, ping_for_s: float = 0.0) -> dict[str, Any]:
+        """One transfer with the capacity step; the result as ``fetch`` printed it, plus the
+        interactive pings (``ping``: [s since the start, RTT ms]) until the transfer ends or
+        ``ping_for_s`` has passed, whichever is later."""
         s = self.setup
         self.set_capacity(s.low_mbps)
         time.sleep(1.0)  # let the queue of the previous run drain
@@ -193,25 +219,48 @@ class Testbed:
         assert client.stdout is not None
         json.loads(client.stdout.readline())  # started
         started = time.time()
-        # The sender's socket toward the UE: the PEP's RAN leg, or the server end to end.
-        sender = self.topo.mec.ns if port == PORT_PEP else self.topo.server.ns
+        # The sender's socket toward the UE: the PEP's RAN leg, or the server end to end;
+        # with the PEP also the server's socket toward it (its WAN leg: in transparent mode
+        # the server sees the UE's address).
         sample = f'echo "# $(date +%s.%N)"; ss -tinH dst {ue.paths[0].ip}'
-        trace = self.topo.popen(sender, "sh", "-c", f"while :; do {sample}; sleep 0.1; done",
-                                stdout=subprocess.PIPE, text=True)  # fmt: skip
-        step = threading.Timer(s.step_after_s, self.set_capacity, args=(s.high_mbps,))
-        step.start()
-        try:
-            out, _ = client.communicate(timeout=600)
-        finally:
-            step.cancel()
-            trace.terminate()
-            trace_text, _ = trace.communicate(timeout=10)
+        loop = f"while :; do {sample}; sleep 0.1; done"
+        senders = {"sender": self.topo.mec.ns if port == PORT_PEP else self.topo.server.ns}
+        if port == PORT_PEP:
+            senders["wan_sender"] = self.topo.server.ns
+        # into files: a pipe nobody reads meanwhile stops its writer once it is full (the
+        # samplers stopped ~10 s into a download before)
+        with contextlib.ExitStack() as files:
+            outs = {
+                k: files.enter_context(tempfile.TemporaryFile("w+")) for k in [*senders, "ping"]
+            }
+            procs = {k: self.topo.popen(ns, "sh", "-c", loop, stdout=outs[k], text=True)
+                     for k, ns in senders.items()}  # fmt: skip
+            procs["ping"] = self.topo.popen(ue.ns, *INTERACTIVE_PING, server, stdout=outs["ping"],
+                                            text=True)  # fmt: skip
+            step = threading.Timer(s.step_after_s, self.set_capacity, args=(s.high_mbps,))
+            step.start()
+            try:
+                out, _ = client.communicate(timeout=600)
+                time.sleep(max(0.0, started + ping_for_s - time.time()))
+            finally:
+                step.cancel()
+                procs["ping"].send_signal(signal.SIGINT)
+                for k in senders:
+                    procs[k].terminate()
+                for proc in procs.values():
+                    proc.wait(10)
+            texts = {}
+            for k, f in outs.items():
+                f.seek(0)
+                texts[k] = f.read()
         if client.returncode != 0:
             raise RuntimeError(f"download failed on port {port}")
         result: dict[str, Any] = json.loads(out)
         if result["bytes"] != s.size:
             raise RuntimeError(f"got {result['bytes']} of {s.size} bytes")
-        result["sender"] = [{**x, "t": round(x["t"] - started, 3)} for x in parse_ss(trace_text)]
+        for k in senders:
+            result[k] = [{**x, "t": round(x["t"] - started, 3)} for x in parse_ss(texts[k])]
+        result["ping"] = [[round(t - started, 3), rtt] for t, rtt in parse_ping(texts["ping"])]
         return result
 
     def close(self) -> None:
@@ -230,8 +279,10 @@ def run(setup: Setup, queues: list[str], out: Path) -> dict[str, Any]:
         runs: dict[str, list[dict[str, Any]]] = {"e2e": [], "pep": []}
         try:
             for r in range(setup.runs):
+                ping_for = 0.0  # the pair's longest FCT so far: E2E's, for the PEP
                 for label, port in (("e2e", PORT_E2E), ("pep", PORT_PEP)):
-                    result = bed.download(port)
+                    result = bed.download(port, ping_for)
+                    ping_for = max(ping_for, result["fct_s"])
                     runs[label].append(result)
                     print(f"{queue:<8} run {r + 1}/{setup.runs} {label:<4} "
                           f"FCT {result['fct_s']:6.2f} s", flush=True)  # fmt: skip
@@ -260,13 +311,45 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for label, rs in runs.items():
         fcts = [r["fct_s"] for r in rs]
+        mean, ci = mean_ci95(fcts)
         summary[label] = {"fct_s_median": statistics.median(fcts), "fct_s": fcts,
+                          "fct_s_mean": mean, "fct_s_ci95": ci,
                           "timeline_first_run": rs[0]["timeline"],
                           # the sender's socket toward the UE every 0.1 s (ss -ti)
-                          "sender_first_run": rs[0]["sender"]}  # fmt: skip
+                          "sender_first_run": rs[0]["sender"],
+                          # the PEP's WAN leg seen from the server, and the interactive pings
+                          "wan_sender_first_run": rs[0].get("wan_sender", []),
+                          "ping_first_run": rs[0]["ping"]}  # fmt: skip
     e2e, pep = summary["e2e"]["fct_s_median"], summary["pep"]["fct_s_median"]
     summary["pep_vs_e2e_percent"] = (pep - e2e) / e2e * 100
+    summary["interactive"] = interactive_delay(runs)
     return summary
+
+
+def interactive_delay(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Table 5.2: per arm, the interactive pings' mean, median and max RTT of each run over
+    the run pair's longest completion time (the research's window), and their mean ± 95 %
+    CI over the runs (Student's t); pings lost or unanswered within it are counted."""
+    windows = [max(pair) for pair in zip(*([r["fct_s"] for r in rs] for rs in runs.values()),
+                                           strict=True)]  # fmt: skip
+    out: dict[str, Any] = {}
+    for label, rs in runs.items():
+        per_run: dict[str, list[float]] = {"mean": [], "median": [], "max": []}
+        answered = []
+        for r, window in zip(rs, windows, strict=True):
+            rtts = [rtt for t, rtt in r.get("ping", []) if t <= window]
+            if not rtts:
+                continue
+            per_run["mean"].append(statistics.fmean(rtts))
+            per_run["median"].append(statistics.median(rtts))
+            per_run["max"].append(max(rtts))
+            answered.append(len(rtts) / (window * 20))  # 20 pings per second
+        out[label] = {k: dict(zip(("mean", "ci95"), mean_ci95(v), strict=True)) | {"runs": v}
+                      for k, v in per_run.items() if v}  # fmt: skip
+        out[label]["answered_share"] = answered
+    out["window_s"] = windows
+    out["published"] = PUBLISHED_INTERACTIVE
+    return out
 
 
 def table(results: dict[str, Any]) -> str:
@@ -278,7 +361,23 @@ def table(results: dict[str, Any]) -> str:
             f"{', '.join(f'{x:.2f}' for x in r['e2e']['fct_s'])} | "
             f"{', '.join(f'{x:.2f}' for x in r['pep']['fct_s'])}"
         )
+    for queue, r in results["queues"].items():
+        e2e, pep = r["e2e"], r["pep"]
+        lines.append(f"{queue:<10} FCT mean ± 95 % CI: E2E {e2e['fct_s_mean']:.2f} ± "
+                     f"{e2e['fct_s_ci95']:.2f} s, PEP {pep['fct_s_mean']:.2f} ± "
+                     f"{pep['fct_s_ci95']:.2f} s")  # fmt: skip
     lines.append(f"ideal (radio always full): {results['ideal_fct_s']:.2f} s")
+    lines.append("interactive RTT over the pair's longest FCT, ms, mean ± 95 % CI of runs "
+                 "(mean / median / max; published FQ-CoDel E2E 120.29 / 120.14 / 121.74, "
+                 "PEP 120.61 / 120.40 / 121.75)")  # fmt: skip
+    for queue, r in results["queues"].items():
+        for label in ("e2e", "pep"):
+            d = r.get("interactive", {}).get(label, {})
+            if "mean" in d:
+                stats = (
+                    f"{d[k]['mean']:.2f} ± {d[k]['ci95']:.2f}" for k in ("mean", "median", "max")
+                )
+                lines.append(f"{queue:<10} {label:<4} " + " / ".join(stats))
     return "\n".join(lines)
 
 
@@ -301,13 +400,20 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.set_xlabel("s since the download started")
         ax.set_ylabel("cwnd · MSS / srtt, Mbit/s")
         ax.legend()
-    grid[1][-1].axis("off")
+    interactive_panel(grid[1][-1], results)
     for ax, queue in zip(axes, queues, strict=False):
         for label, color in (("e2e", "#888888"), ("pep", "#1f77b4")):
             t, b = zip(*results["queues"][queue][label]["timeline_first_run"], strict=True)
             ax.plot(t, [x / 1e6 for x in b], label=label.upper(), color=color)
         ax.axvline(setup["step_after_s"], ls="--", color="k", lw=0.8)
-        ax.set_title(f"radio queue {queue}: bytes at the UE (run 1)")
+        pings = ax.twinx()  # Table 5.2's interactive flow in the same run
+        for label, color in (("e2e", "#bbbbbb"), ("pep", "#9ecae1")):
+            ping = results["queues"][queue][label].get("ping_first_run", [])
+            pings.plot([p[0] for p in ping], [p[1] for p in ping], color=color, lw=0.7,
+                       label=f"{label.upper()} interactive ping")  # fmt: skip
+        pings.set_ylabel("interactive ping RTT, ms")
+        pings.legend(loc="lower right")
+        ax.set_title(f"radio queue {queue}: bytes at the UE, pings (run 1)")
         ax.set_xlabel("s since the download started")
         ax.set_ylabel("MB received")
         ax.legend()
@@ -324,6 +430,29 @@ def plot(results: dict[str, Any], path: Path) -> None:
                  f"{setup['high_mbps']:.0f} Mbit/s at {setup['step_after_s']:.0f} s")  # fmt: skip
     ax.legend()
     save_figure(fig, path)
+
+
+def interactive_panel(ax: Any, results: dict[str, Any]) -> None:
+    """Table 5.2: the interactive flow's mean RTT per queue and arm (95 % CI of runs),
+    the published FQ-CoDel figures beside them."""
+    bars: list[tuple[str, float, float, str]] = []
+    for queue, r in results["queues"].items():
+        for label, color in (("e2e", "#888888"), ("pep", "#1f77b4")):
+            d = r.get("interactive", {}).get(label, {}).get("mean")
+            if d:
+                bars.append((f"{label.upper()}\n{queue}", d["mean"], d["ci95"], color))
+    for label in ("e2e", "pep"):
+        bars.append((f"{label.upper()}\nfq_codel\npublished", PUBLISHED_INTERACTIVE[label]["mean"],
+                     0.0, "#d62728"))  # fmt: skip
+    if not bars:
+        ax.axis("off")
+        return
+    names, means, cis, colors = zip(*bars, strict=True)
+    ax.bar(range(len(bars)), means, yerr=cis, capsize=4, color=colors)
+    ax.set_xticks(range(len(bars)), names, fontsize=8)
+    ax.set_ylim(min(means) * 0.9, max(means) * 1.05)
+    ax.set_ylabel("interactive ping RTT, ms (mean of runs, 95 % CI)")
+    ax.set_title("Table 5.2: 100 B at 20/s beside the download")
 
 
 def main(argv: list[str] | None = None) -> int:

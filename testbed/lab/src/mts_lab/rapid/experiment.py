@@ -108,7 +108,9 @@ def udp_beside_tcp(bed: RanAwareBed, variant: str, cca: str, seconds: float) -> 
     """A TCP download sized to last about ``seconds`` at 5 Mbit/s, inside a longer UDP stream."""
     size = int(5e6 / 8 * seconds)
     sink, sender = bed.udp(UDP_PORT, 8e6, 4 * seconds)  # outlasts the download
-    with bed.ping() as pings:
+    # the socket that sends toward the UE: the server's end to end, else the PEP's RAN leg
+    ns = bed.topo.server.ns if variant == "e2e" else bed.topo.mec.ns
+    with bed.ping() as pings, bed.senders(ns, period=0.1) as sockets:
         tcp = bed.result(bed.fetch(port(variant, cca), size))
         sender.kill()  # the UDP figures cover the download (and the second before it)
         sender.wait()
@@ -123,7 +125,16 @@ def udp_beside_tcp(bed: RanAwareBed, variant: str, cca: str, seconds: float) -> 
         "udp_loss_percent": 100 * (1 - udp["unique"] / sent),
         "udp_delay_ms_p50": percentile(delays, 50), "udp_delay_ms_p90": percentile(delays, 90),
         "udp_jitter_ms": jitter, "rtt_ms_p90": percentile(rtts, 90), "ping": pings,
+        **sender_medians(sockets.get(port(variant, cca), [])),
     }  # fmt: skip
+
+
+def sender_medians(samples: list[dict[str, float]]) -> dict[str, float]:
+    """The medians over the download of what ``ss`` showed of the sender's socket: its
+    srtt and min RTT, cwnd, and for BBR its bandwidth and min RTT estimates (``sender_*``;
+    fields the socket never showed are left out)."""
+    keys = sorted({k for x in samples for k in x} - {"t", "ssthresh"})
+    return {f"sender_{k}": statistics.median(x[k] for x in samples if k in x) for k in keys}
 
 
 def run(runs: int, size: int, udp_seconds: float, scenarios: list[str], out: Path,
