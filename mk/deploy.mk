@@ -3,7 +3,7 @@
 # once from pinned versions and cached in $(MTS_CACHE); so are the local base images.
 APT_PACKAGES += docker.io debootstrap etcd-server openssl
 # The Kubernetes node of test-k8s (deploy/k8s/node.sh): its container runtime and CNI.
-APT_PACKAGES += containerd runc containernetworking-plugins conntrack
+APT_PACKAGES += containerd runc containernetworking-plugins conntrack socat
 TEST_TARGETS += test-deploy test-k8s
 
 MTS_CACHE ?= /var/cache/mts

@@ -10,6 +10,10 @@
 #   node.sh down DIR    stop it and undo every change it made to the machine (before
 #                       `cluster.sh down DIR`)
 #   node.sh restart DIR restart the kubelet and containerd (a node reboot, for the tests)
+#   node.sh join DIR    a second node (a worker) in a network namespace of this machine:
+#                       its own containerd (root, state, socket), CNI bridge and pod range,
+#                       kubelet and kube-proxy, its node IP in the namespace; registered to
+#                       the same apiserver (after `up`; `down` removes it first)
 #
 # A kubelet and kube-proxy change machine-wide state (iptables chains KUBE-*, CNI-*; the
 # sysctls of SYSCTLS): one node at a time on a machine, under a lock held while it runs;
@@ -26,7 +30,8 @@ LOCK_WAIT=${MTS_K8S_LOCK_WAIT:-1200}  # another run's node (a whole test) may ho
 CONTAINERD_ROOT=${MTS_K8S_CONTAINERD_ROOT:-/var/lib/mts-k8s/containerd}
 BRIDGE=mtsk8s0
 POD_CIDR=10.244.0.0/24
-GATEWAY=10.244.0.1  # the bridge's address: pods' gateway and the cluster DNS
+GATEWAY=10.244.0.1  # the bridge's address: pods' gateway
+CLUSTER_DNS=10.244.0.1  # CoreDNS, on the first node's bridge (every node's pods use it)
 CGROUP_ROOT=/mts-k8s  # the kubelet's pods live under it in every cgroup v1 hierarchy
 IMAGES=(pause rabbitmq mec-platform rnis-adapter pep path-manager dashboard)
 # Kernel settings the kubelet (defaults it enforces) and kube-proxy write: restored by down.
@@ -109,7 +114,7 @@ state = "$node/containerd/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$node/cni/net.d"
 EOF
-    start containerd containerd --config "$node/containerd/config.toml"
+    start containerd "${NS[@]}" containerd --config "$node/containerd/config.toml"
     wait_for containerd 60 ctr --address "$node/containerd/containerd.sock" version
 }
 
@@ -149,9 +154,9 @@ prune_images() {
 
 cni_up() {
     # The bridge exists before the first pod so that CoreDNS can listen on its address.
-    ip link add "$BRIDGE" type bridge
-    ip addr add "$GATEWAY/${POD_CIDR#*/}" dev "$BRIDGE"
-    ip link set "$BRIDGE" up
+    "${NS[@]}" ip link add "$BRIDGE" type bridge
+    "${NS[@]}" ip addr add "$GATEWAY/${POD_CIDR#*/}" dev "$BRIDGE"
+    "${NS[@]}" ip link set "$BRIDGE" up
     # firewall: Docker sets the FORWARD policy to DROP; the plugin accepts the pods' traffic.
     cat >"$node/cni/net.d/10-mts.conflist" <<EOF
 {
@@ -212,7 +217,7 @@ cgroupRoot: $CGROUP_ROOT
 failSwapOn: false
 failCgroupV1: false
 oomScoreAdj: 0
-clusterDNS: [$GATEWAY]
+clusterDNS: [$CLUSTER_DNS]
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 podLogsDir: $node/pod-logs
@@ -221,8 +226,9 @@ serializeImagePulls: false
 evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%}
 imageGCHighThresholdPercent: 98
 imageGCLowThresholdPercent: 95
+registerWithTaints: [${TAINTS[*]}]
 EOF
-    start kubelet "$bin/kubelet" --config "$node/kubelet.yaml" --kubeconfig "$dir/kubeconfig" \
+    start kubelet "${NS[@]}" "$bin/kubelet" --config "$node/kubelet.yaml" --kubeconfig "$dir/kubeconfig" \
         --root-dir "$node/kubelet" --hostname-override "$name" --node-ip "$node_ip" --v 1
 }
 
@@ -230,7 +236,7 @@ kube_proxy_up() {
     local name=$1
     # 0: leave the machine's conntrack settings alone; no localhost NodePorts
     # (route_localnet stays as it is).
-    start kube-proxy "$bin/kube-proxy" --kubeconfig "$dir/kubeconfig" --hostname-override "$name" \
+    start kube-proxy "${NS[@]}" "$bin/kube-proxy" --kubeconfig "$dir/kubeconfig" --hostname-override "$name" \
         --proxy-mode iptables --cluster-cidr "$POD_CIDR" --oom-score-adj 0 \
         --conntrack-max-per-core 0 --conntrack-tcp-timeout-established 0 \
         --conntrack-tcp-timeout-close-wait 0 --iptables-localhost-nodeports=false \
@@ -342,6 +348,7 @@ remove_empty_tables() {
 
 down() {
     [[ -d $node ]] || return 0
+    [[ -d $dir/worker ]] && (leave)
     if [[ ! -f $node/locked ]]; then
         # Never got the machine: what is there belongs to another node.
         stop_lock
@@ -393,13 +400,99 @@ restart() {
     wait_for "node $(cat "$node/name")" 120 node_ready "$(cat "$node/name")"
 }
 
+# ---- a second node in a network namespace (join / leave) ----------------------------------
+# Its hostNetwork Pods get the namespace (containerd runs in it); its kubelet and
+# kube-proxy run there too (nsenter --net: `ip netns exec` would remount /sys and hide the
+# cgroup and bpffs mounts). The apiserver listens on 127.0.0.1 only: the namespace's
+# 127.0.0.1:<api port> is relayed to it through a unix socket (socat on each side).
+WORKER_NS=mtsk8s-w1
+WORKER_IP=10.245.0.2  # its node IP, on a veth to the machine (10.245.0.1)
+
+worker() { # the settings of the worker node (called in place of the first node's)
+    node=$dir/worker
+    logdir=$node
+    NS=(nsenter "--net=/run/netns/$WORKER_NS")
+    CONTAINERD_ROOT=${MTS_K8S_WORKER_CONTAINERD_ROOT:-/var/lib/mts-k8s/containerd-worker}
+    BRIDGE=mtsk8s1
+    POD_CIDR=10.244.1.0/24
+    GATEWAY=10.244.1.1
+    CGROUP_ROOT=/mts-k8s-w1
+    IMAGES=(pause pep)  # what a MEC-host node runs: the PEP DaemonSet
+    # Only Pods that tolerate it run there: a release of another test (its PEP with BPF,
+    # whose congestion controls and pins are per kernel) never lands on this machine twice.
+    TAINTS=('{key: mts.example/worker, value: "true", effect: NoSchedule}')
+}
+
+worker_network() {
+    ip netns add "$WORKER_NS"
+    ip link add mtsk8sw1 type veth peer name eth0 netns "$WORKER_NS"
+    ip addr add "${WORKER_IP%.*}.1/30" dev mtsk8sw1
+    ip link set mtsk8sw1 up
+    "${NS[@]}" ip link set lo up
+    "${NS[@]}" ip addr add "$WORKER_IP/30" dev eth0
+    "${NS[@]}" ip link set eth0 up
+    "${NS[@]}" ip route add default via "${WORKER_IP%.*}.1"
+    # One pod network over both nodes, as a CNI would make it: the worker's pod range
+    # through its node IP, and forwarding to and from it (Docker's FORWARD policy is DROP).
+    ip route add "$POD_CIDR" via "$WORKER_IP"
+    iptables -I FORWARD -i mtsk8sw1 -j ACCEPT
+    iptables -I FORWARD -o mtsk8sw1 -j ACCEPT
+    local port
+    port=$(sed -n 's/.*server: "https:\/\/127.0.0.1:\([0-9]*\)".*/\1/p' "$dir/kubeconfig")
+    start api-relay socat "UNIX-LISTEN:$node/api.sock,fork,unlink-early" "TCP:127.0.0.1:$port"
+    wait_for "api relay" 10 test -S "$node/api.sock"
+    start api-relay-ns "${NS[@]}" socat "TCP-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr" \
+        "UNIX-CONNECT:$node/api.sock"
+}
+
+join() {
+    [[ -f $node/locked ]] || { echo "node: no node in $dir (node.sh up first)" >&2; exit 1; }
+    worker
+    [[ ! -d $node ]] || { echo "node: $dir has a worker already" >&2; exit 1; }
+    mkdir -p "$node"
+    local name
+    name=mts-worker-$(basename "$dir" | tr -c 'a-z0-9\n' '-' | cut -c1-38)
+    echo "$name" >"$node/name"
+    worker_network
+    containerd_up
+    import_images
+    prune_images
+    cni_up
+    kubelet_up "$WORKER_IP" "$name"
+    kube_proxy_up "$name"
+    wait_for "node $name" 120 node_ready "$name"
+    echo "$name"
+}
+
+leave() {
+    worker
+    [[ -d $node ]] || return 0
+    remove_pods
+    stop kubelet
+    kill_containers
+    stop kube-proxy
+    stop containerd
+    stop api-relay-ns
+    stop api-relay
+    api_delete "/api/v1/nodes/$(cat "$node/name")" || true
+    awk -v d="$node" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/self/mounts | sort -r |
+        while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    find /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    iptables -D FORWARD -i mtsk8sw1 -j ACCEPT 2>/dev/null || true
+    iptables -D FORWARD -o mtsk8sw1 -j ACCEPT 2>/dev/null || true
+    ip netns del "$WORKER_NS" 2>/dev/null || true  # its veth, route, bridge and iptables with it
+    rm -rf "$node"
+}
+
 cmd=${1:-}
 dir=${2:-}
 [[ -n $dir ]] || { echo "usage: $0 up|down DIR" >&2; exit 2; }
 dir=$(realpath -m "$dir")
 node=$dir/node
 logdir=$node
+NS=()  # the first node runs in the machine's network namespace
+TAINTS=()
 case $cmd in
-up | down | restart) "$cmd" ;;
-*) echo "usage: $0 up|down|restart DIR" >&2; exit 2 ;;
+up | down | restart | join | leave) "$cmd" ;;
+*) echo "usage: $0 up|down|restart|join|leave DIR" >&2; exit 2 ;;
 esac

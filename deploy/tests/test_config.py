@@ -58,8 +58,11 @@ def compose_environments(tmp_path: Path) -> dict[str, set[str]]:
 
 # Settings compose does not take from .env: fixed by the image or the volumes, or the Mp1
 # credentials mp1-provision writes (docs/deployment.md#mp1).
+# Set by compose itself, or meaningless on one host (the PEP's node and cells per node:
+# Kubernetes only).
 NOT_FROM_ENV = {"STATE_DIR", "LOG_FORMAT", "PLATFORM_URL", "APP_INSTANCE_ID", "CLIENT_ID",
-                "CLIENT_SECRET", "MELD_PIN_ROOT", "MELD_BPF_OBJECT", "MELD_LOADER"}  # fmt: skip
+                "CLIENT_SECRET", "MELD_PIN_ROOT", "MELD_BPF_OBJECT", "MELD_LOADER", "NODE_NAME",
+                "RNIS_CELLS_BY_NODE"}  # fmt: skip
 
 
 def test_compose_uses_the_services_names(known: set[str], tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ The chart is installed with ci/node-values.yaml, then, through its Pods and Serv
   duplicated), the kubelet and containerd restarted (the Pods run on);
 - the MEC platform's Helm backend instantiates an AppD (this chart) as a release whose
   Pod becomes Ready on the node;
+- two nodes: a second kubelet joins from a network namespace (node.sh join) and the PEP
+  DaemonSet places one Pod on each labelled node, each told its node's cells;
 - `helm uninstall` leaves nothing on the node (no Pod, nftables table, congestion control
   or bpffs pin of the release), and the node's own teardown restores the machine.
 """
@@ -663,6 +665,100 @@ def test_platform_helm_backend_instantiates_an_app_on_the_node(node: Node, tmp_p
         subprocess.run([helm(), "uninstall", f"mec-{iid[:12]}",
                         "--kubeconfig", str(node.kube.kubeconfig), "--namespace", namespace],
                        capture_output=True, timeout=120, check=False)  # fmt: skip
+
+
+def label(node: Node, name: str, value: str | None) -> None:
+    body = {"metadata": {"labels": {"mts.example/mec-host": value}}}
+    node.kube.http.patch(f"/api/v1/nodes/{name}", json=body,
+                         headers={"Content-Type": "application/merge-patch+json"}
+                         ).raise_for_status()  # fmt: skip
+
+
+def process_env(node_dir: Path, pod: dict[str, Any]) -> dict[str, str]:
+    """The environment of a Pod's first container, read from its process on the machine
+    (through the containerd of the node it runs on)."""
+    container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    sock = node_dir / "containerd/containerd.sock"
+    tasks = run("ctr", "--address", str(sock), "-n", "k8s.io", "tasks", "ls").splitlines()
+    pid = next(line.split()[1] for line in tasks if line.startswith(container))
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_a_second_node_gets_its_own_pep(node: Node) -> None:
+    """Two MEC-host nodes: a second kubelet joins from a network namespace of this machine
+    (node.sh join: its own containerd, CNI range, kube-proxy, node IP in the namespace).
+    The PEP DaemonSet places one Pod on each labelled node, each in its node's namespace
+    with its own nftables table, each Ready (the worker's through its kube-proxy to the
+    RabbitMQ Service on the first node) and told its node and the cells of every node
+    (pep.cellsByNode); a node that loses the label loses its PEP."""
+    started = time.monotonic()
+    worker = run(str(NODE), "join", str(node.directory), timeout=600).split()[-1]
+    print(f"worker {worker} Ready {time.monotonic() - started:.0f} s after node.sh join")
+    name = f"m{secrets.token_hex(3)}"
+    kc = ["--kubeconfig", str(node.kube.kubeconfig), "--namespace", name]
+    nodes = (node.name, worker)
+    cells = {node.name: "10000-0", worker: "10000-1"}
+    table = f"mts_pep_{name}"
+    settings = [
+        "--set", "image.tag=latest,image.pullPolicy=Never",
+        "--set", "platform.enabled=false,rnisAdapter.enabled=false,pathManager.enabled=false",
+        "--set", "dashboard.enabled=false,rabbitmq.persistence.enabled=false",
+        # One kernel under both nodes: MELD's congestion controls and pins are per kernel,
+        # so the PEPs of one release cannot both register them here (on real nodes each
+        # has its own kernel).
+        "--set", "pep.bpf.enabled=false",
+        "--set", f"pep.env.PEP_TPROXY_NFT_TABLE={table},pep.env.PEP_RNIS_FEED=cell",
+        "--set", f"pep.env.PEP_TRANSPARENT_PORT={free_port()}",
+        "--set", f"pep.env.PEP_TPROXY_MARK={0x1000 + secrets.randbelow(0xE000)}",
+        "--set", f"pep.env.PEP_TPROXY_TABLE={1000 + secrets.randbelow(30000)}",
+        "--set-string", "pep.nodeSelector.mts\\.example/mec-host=true",
+        "--set", "pep.tolerations[0].key=mts.example/worker,pep.tolerations[0].operator=Exists",
+        *[arg for n, c in cells.items() for arg in ("--set", f"pep.cellsByNode.{n}[0]={c}")],
+    ]  # fmt: skip
+    try:
+        for n in nodes:
+            label(node, n, "true")
+        notes = run(helm(), "install", name, str(CHART), *kc, "--create-namespace", *settings)
+        assert "The PEP runs on 2 of the cluster's 2 node(s)" in notes, notes
+        release = Release(name, node, settings)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            peps = [p for p in release.get("/pods")["items"]
+                    if p["metadata"]["labels"]["app.kubernetes.io/component"] == "pep"]  # fmt: skip
+            if len(peps) == 2 and all(ready(p) for p in peps):
+                break
+            assert time.monotonic() < deadline, node.diagnostics(name)
+            time.sleep(0.5)
+        print(f"two PEPs Ready {time.monotonic() - started:.0f} s after node.sh join")
+        by_node = {p["spec"]["nodeName"]: p for p in peps}
+        assert set(by_node) == set(nodes)
+        assert by_node[worker]["status"]["hostIP"] == "10.245.0.2"  # in the namespace
+        assert (
+            by_node[node.name]["status"]["hostIP"]
+            == (node.directory / "node/ip").read_text().strip()
+        )
+        assert f"table ip {table}" in run("nft", "list", "tables")
+        worker_ns = ["ip", "netns", "exec", "mtsk8s-w1"]
+        assert f"table ip {table}" in run(*worker_ns, "nft", "list", "tables")
+        for n, pod in by_node.items():
+            env = process_env(node.directory / ("worker" if n == worker else "node"), pod)
+            assert env["PEP_NODE_NAME"] == n
+            assert json.loads(env["PEP_RNIS_CELLS_BY_NODE"]) == {k: [c] for k, c in cells.items()}
+        # The worker loses the label: the DaemonSet takes its PEP away (and its table).
+        label(node, worker, None)
+        while any(p["spec"]["nodeName"] == worker for p in release.get("/pods")["items"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        while f"table ip {table}" in run(*worker_ns, "nft", "list", "tables"):
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    finally:
+        subprocess.run([helm(), "uninstall", name, *kc, "--wait"], capture_output=True,
+                       timeout=300, check=False)  # fmt: skip
+        label(node, node.name, None)
+        run(str(NODE), "leave", str(node.directory), timeout=300)
+    assert "mtsk8s-w1" not in run("ip", "netns", "list")
 
 
 def test_node_down_restores_the_machine(node: Node) -> None:

@@ -14,12 +14,14 @@ from mec_common.bus.rnis import (
     RnisEvent,
     RnisMeasurement,
     bind_all,
+    bind_cell_batch,
     bind_ue_ip,
 )
 from mec_common.health import Health
 from mec_common.mp1 import with_credentials
 from mec_pep.ran_aware.feed import Endpoint, RnisFeed
 from mec_pep.ran_aware.kernel import MeldKernel
+from mec_pep.ran_aware.settings import RanAwareSettings
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
@@ -178,3 +180,61 @@ def test_cell_messages_update_the_served_ues(kernel: MeldKernel, broker) -> None
     finally:
         feed.stop()
         kernel.forget_radio(served)
+
+
+def test_a_node_consumes_the_batches_of_its_cells_only(kernel: MeldKernel, broker) -> None:  # type: ignore[no-untyped-def]
+    """Two MEC-host nodes: the PEP of one binds its own cells' batches (PEP_RNIS_CELLS or
+    its node's entry of PEP_RNIS_CELLS_BY_NODE), so another node's cells never reach it."""
+    exchange, publisher = broker
+    feed = make_feed(kernel, exchange, Health(), kind="cell", cells=["10000-1", "10001-0"])
+    served = "10.30.9.7"
+    feed.flow_opened(served)
+    assert feed.bindings() == sorted([bind_cell_batch("10000-1"), bind_cell_batch("10001-0"),
+                                      bind_ue_ip(served, "event")])  # fmt: skip
+    feed.start()
+
+    def batch(cell: str, bs_id: int, tbs: int) -> RnisCellMeasurements:
+        return RnisCellMeasurements(
+            cell=cell, bs_id=bs_id, observed_ns=time.time_ns(), cell_ues=1,
+            ues=[RnisCellUe(rnti=17921, ue_ipv4=served, radio_tbs_bytes=tbs)],  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    try:
+        wait_for(lambda: feed.endpoint is not None, what="the feed to connect")
+        other, own = batch("10000-0", 10000, 555), batch("10000-1", 10000, 666)
+
+        def delivered() -> bool:
+            publisher.publish(own.routing_key(), own.model_dump_json().encode(), {})
+            r = kernel.radio(served)
+            return r is not None and r.d_tbs == 666
+
+        wait_for(delivered, what="the batch of the node's cell in the kernel map")
+        # The other node's cell last (one queue is FIFO): routed here, it would overwrite.
+        for _ in range(5):
+            publisher.publish(other.routing_key(), other.model_dump_json().encode(), {})
+        time.sleep(0.5)
+        assert kernel.radio(served).d_tbs == 666  # type: ignore[union-attr]
+    finally:
+        feed.stop()
+        kernel.forget_radio(served)
+
+
+def test_the_cells_of_a_node_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PEP_RNIS_FEED", "cell")
+    monkeypatch.setenv(
+        "PEP_RNIS_CELLS_BY_NODE", '{"mec-a": ["10000-0"], "mec-b": ["10000-1", "10001-0"]}'
+    )
+    monkeypatch.setenv("PEP_NODE_NAME", "mec-b")
+    assert RanAwareSettings().feed_cells() == ["10000-1", "10001-0"]
+    monkeypatch.setenv("PEP_NODE_NAME", "mec-c")  # no entry: PEP_RNIS_CELLS (empty: every cell)
+    assert RanAwareSettings().feed_cells() == []
+    monkeypatch.setenv("PEP_RNIS_CELLS", "10002-0,10002-1")
+    assert RanAwareSettings().feed_cells() == ["10002-0", "10002-1"]
+    # Bad input: a cell that cannot be a routing key word; cells with the per-UE feed.
+    monkeypatch.setenv("PEP_RNIS_CELLS", "10002-*")
+    with pytest.raises(ValueError, match="routing key word"):
+        RanAwareSettings()
+    monkeypatch.setenv("PEP_RNIS_CELLS", "10002-0")
+    monkeypatch.setenv("PEP_RNIS_FEED", "ue")
+    with pytest.raises(ValueError, match="need PEP_RNIS_FEED=cell"):
+        RanAwareSettings()

@@ -140,6 +140,9 @@ class RanAwareExtension(PepExtension):
             lambda ue: self.modes.effective(ue) is CcaMode.RAPID,
             min_tick_s=s.rapid_tick_ms / 1e3,
         )
+        if s.rnis_cells_by_node and s.node_name not in s.rnis_cells_by_node:
+            log.warning("PEP_RNIS_CELLS_BY_NODE has no entry for this node: consuming "
+                        "PEP_RNIS_CELLS (empty: every cell)", node=s.node_name)  # fmt: skip
         self.feed = RnisFeed(
             kernel,
             self.context.health,
@@ -153,6 +156,7 @@ class RanAwareExtension(PepExtension):
             full_bytes=full_threshold_bytes(s.meld_rlc_buffer_bytes, s.meld_rlc_full_pct),
             on_capacity=self.rapid.set_capacity,
             kind=s.rnis_feed,
+            cells=s.feed_cells(),
         )
         self.feed.start()
         self._worker = threading.Thread(target=self._work, name="ran-aware", daemon=True)
@@ -285,6 +289,8 @@ class RanAwareExtension(PepExtension):
                 "broker": feed.endpoint.public_url() if feed.endpoint else None,
                 "exchange": feed.endpoint.exchange if feed.endpoint else None,
                 "source": feed.endpoint.source if feed.endpoint else None,
+                "node": self.settings.node_name,
+                "cells": feed.cells or None,
                 "bindings": feed.bindings(),
                 "received": feed.stats.received,
                 "applied": feed.stats.applied,

@@ -18,7 +18,13 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from mec_common.amqp import AmqpConsumer
-from mec_common.bus.rnis import RnisEvent, RnisMeasurement, bind_all, bind_ue_ip
+from mec_common.bus.rnis import (
+    RnisEvent,
+    RnisMeasurement,
+    bind_all,
+    bind_cell_batch,
+    bind_ue_ip,
+)
 from mec_common.health import Health
 from mec_common.logging import get_logger
 from mec_common.mp1 import AmqpFeed, Mp1Client, resolve_amqp_feed
@@ -83,6 +89,7 @@ class RnisFeed:
         full_bytes: int = 0,
         on_capacity: Callable[[str, float], None] | None = None,
         kind: Literal["ue", "cell"] = "ue",
+        cells: list[str] | None = None,
     ) -> None:
         self._kernel = kernel
         self._health = OptionalHealth(health)
@@ -94,6 +101,7 @@ class RnisFeed:
         self._full_bytes = full_bytes  # a full RLC buffer (MELD-overflow), bytes; 0 = unknown
         self._on_capacity = on_capacity
         self._kind = kind  # "cell": one binding for every cell's batch, events still per UE
+        self.cells = sorted(cells or [])  # the cell feed's cells (of this node); [] = every one
         self._lock = threading.Lock()
         self._flows_per_ue: dict[str, int] = {}
         self._idle_since: dict[str, float] = {}
@@ -150,7 +158,9 @@ class RnisFeed:
     def _wanted_bindings(self) -> list[str]:
         """Called with the lock held."""
         ues = self._static | set(self._flows_per_ue) | set(self._idle_since)
-        cells = [bind_all("cell")] if self._kind == "cell" else []
+        cells = []
+        if self._kind == "cell":
+            cells = [bind_cell_batch(c) for c in self.cells] or [bind_all("cell")]
         return cells + [key for ue in sorted(ues) for key in self._keys(ue)]
 
     def _bind(self, ue: str, *, add: bool) -> None:

@@ -10,13 +10,24 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from mec_common.config import _split_commas
+from mec_common.bus.rnis import cell_routing_key
+from mec_common.config import split_commas
 from mec_pep.ran_aware.kernel import CcaMode
 
-Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(_split_commas)]
+Networks = Annotated[list[ipaddress.IPv4Network], NoDecode, BeforeValidator(split_commas)]
+
+
+def _routing_word(cell: str) -> str:
+    cell_routing_key(cell)  # refuses what cannot be a word of a routing key
+    return cell
+
+
+Cells = Annotated[
+    list[Annotated[str, AfterValidator(_routing_word)]], NoDecode, BeforeValidator(split_commas)
+]
 
 
 class RanAwareSettings(BaseSettings):
@@ -74,6 +85,21 @@ class RanAwareSettings(BaseSettings):
         description="RNIS messages to consume: one per UE (the adapter's RNIS_AMQP_PUBLISH=ue "
         "or both) or one per cell (cell or both; what a broker carries at 1 ms polling)",
     )
+    # Two or more MEC-host nodes (docs/kubernetes.md#two-or-more-mec-host-nodes): each PEP
+    # consumes the batches of its own node's cells only.
+    rnis_cells: Cells = Field(
+        default_factory=list,
+        description="cell feed: the cells (<bs_id>-<phyCellId>) whose batches to consume; "
+        "empty = every cell",
+    )
+    rnis_cells_by_node: dict[str, Cells] = Field(
+        default_factory=dict,
+        description='cell feed: the cells of each node, JSON {"<node>": ["<cell>", ...]}; '
+        "the PEP on PEP_NODE_NAME consumes its entry (a node without one: PEP_RNIS_CELLS)",
+    )
+    node_name: str | None = Field(
+        None, description="the node the PEP runs on (the Helm chart sets the Pod's node)"
+    )
     rnis_ue_networks: Networks = Field(
         default_factory=list,
         description="bind to every UE of these networks; empty = bind to the UEs with flows",
@@ -109,3 +135,17 @@ class RanAwareSettings(BaseSettings):
     @classmethod
     def _known_mode(cls, value: str) -> str:
         return CcaMode.parse(value).label
+
+    @model_validator(mode="after")
+    def _cells_need_the_cell_feed(self) -> RanAwareSettings:
+        if (self.rnis_cells or self.rnis_cells_by_node) and self.rnis_feed != "cell":
+            raise ValueError("PEP_RNIS_CELLS and PEP_RNIS_CELLS_BY_NODE choose cell batches: "
+                             "they need PEP_RNIS_FEED=cell (the per-UE feed binds the UEs "
+                             "the PEP relays, whatever their cell)")  # fmt: skip
+        return self
+
+    def feed_cells(self) -> list[str]:
+        """The cells whose batches this PEP consumes (empty: every cell)."""
+        if self.node_name is not None and self.node_name in self.rnis_cells_by_node:
+            return self.rnis_cells_by_node[self.node_name]
+        return self.rnis_cells
