@@ -34,6 +34,12 @@ def test_register_discover_update_delete(platform: Running) -> None:
     assert app.get(f"{SM}/services", params={"ser_name": "other"}).json() == []
     assert len(app.get(f"{SM}/services", params={"ser_category_id": "rni"}).json()) == 1
     assert app.get(f"{SM}/services", params={"scope_of_locality": "ZONE"}).json() == []
+    # locality (MEC 011 v3.1.1): absent scopeOfLocality is MEC_HOST, absent isLocal and
+    # consumedLocalOnly are TRUE
+    for query, found in (({"scope_of_locality": "MEC_HOST"}, 1), ({"is_local": "true"}, 1),
+                         ({"is_local": "false"}, 0), ({"consumed_local_only": "true"}, 1),
+                         ({"consumed_local_only": "false"}, 0)):  # fmt: skip
+        assert len(app.get(f"{SM}/services", params=query).json()) == found, query
     assert app.get(f"{SM}/services/{ser_id}").json()["serName"] == "rnis"
 
     update = {**created, "state": "INACTIVE"}

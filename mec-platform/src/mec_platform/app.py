@@ -28,8 +28,9 @@ from mec_platform.models import TransportInfo
 from mec_platform.mp1_api import app_support_router, service_mgmt_router
 from mec_platform.notifier import Notifier
 from mec_platform.registrations import Registrations
-from mec_platform.registry import Registry
+from mec_platform.registry import APP_SUPPORT, SERVICE_MGMT, Registry
 from mec_platform.security import Authority, LoginLimiter
+from mec_platform.websockets import websocket_route
 
 log = get_logger(__name__)
 HASHING_NICENESS = 10  # above the loop's: CFS weight 110 against 1024 (at nice 0)
@@ -124,6 +125,10 @@ def build_platform(settings: PlatformSettings) -> Platform:
     for router in (service_mgmt_router(), app_support_router(), pkgm_router(), lcm_router(),
                    oauth_router(authority, hashing)):  # fmt: skip
         app.include_router(router)
+    # websocket delivery of Mp1 notifications (mec_platform.websockets): Starlette routes,
+    # as they are no REST operations (and no OpenAPI can describe them)
+    app.router.routes.extend(websocket_route(api) for api in (SERVICE_MGMT, APP_SUPPORT))
+    app.state.websockets = registry.websockets
     # the outermost middleware: refused logins cost the event loop the least
     app.add_middleware(LoginAdmission, limiter=LoginLimiter(
         settings.login_rate_per_s, settings.login_burst, settings.login_max_pending))  # fmt: skip

@@ -167,15 +167,49 @@ class FilteringCriteria(Mp1Model):
         return not (self.is_local is not None and service.get("isLocal", True) != self.is_local)
 
 
-class SerAvailabilitySubscription(Mp1Model):
+class WebsockNotifConfig(Mp1Model):
+    """MEC 009 clause 6.12a websocket delivery (an extension of Mp1: MEC 011 v3.1.1 defines
+    it for no subscription). The platform allocates ``websocketUri``; one sent back (a
+    client echoing what it was given) is replaced by the platform's own."""
+
+    websocket_uri: str | None = None
+    request_websocket_uri: bool | None = None
+
+
+class NotificationChannel(Mp1Model):
+    """Where a subscription's notifications go: ``callbackReference``, or a websocket the
+    platform allocates (``websockNotifConfig.requestWebsocketUri`` true). Given both, the
+    platform chooses the websocket and returns only it (MEC 009 clause 6.12a)."""
+
+    callback_reference: NonEmpty | None = None
+    websock_notif_config: WebsockNotifConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_channel(self) -> NotificationChannel:
+        config = self.websock_notif_config
+        if config is not None and config.request_websocket_uri is not True:
+            raise ValueError('websockNotifConfig: set "requestWebsocketUri": true to ask for a '
+                             "websocket (the platform allocates the websocketUri)")  # fmt: skip
+        if config is None and self.callback_reference is None:
+            raise ValueError("callbackReference: Field required (or ask for a websocket: "
+                             '"websockNotifConfig": {"requestWebsocketUri": true})')  # fmt: skip
+        if config is not None:
+            self.callback_reference = None
+            self.websock_notif_config = WebsockNotifConfig(request_websocket_uri=True)
+        return self
+
+    @property
+    def websocket(self) -> bool:
+        return self.websock_notif_config is not None
+
+
+class SerAvailabilitySubscription(NotificationChannel):
     subscription_type: NonEmpty
-    callback_reference: NonEmpty
     filtering_criteria: FilteringCriteria | None = None
 
 
-class AppTerminationSubscription(Mp1Model):
+class AppTerminationSubscription(NotificationChannel):
     subscription_type: NonEmpty
-    callback_reference: NonEmpty
     app_instance_id: NonEmpty
 
 

@@ -100,6 +100,11 @@ class Notifier:
         self._thread = threading.Thread(target=self._loop.run_forever, name="notifier", daemon=True)
         self._thread.start()
 
+    @property
+    def timeout_s(self) -> float:
+        """How long one delivery attempt may take."""
+        return self._timeout
+
     def submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 

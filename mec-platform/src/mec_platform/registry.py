@@ -43,6 +43,7 @@ from mec_platform.models import (
 )
 from mec_platform.notifier import CallbackNotAllowedError, Notifier, check_callback
 from mec_platform.traffic_policy import widening
+from mec_platform.websockets import WebsocketHub, websocket_uri
 
 log = get_logger(__name__)
 
@@ -58,6 +59,18 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _subscription_view(body: dict[str, Any], href: str) -> dict[str, Any]:
+    """A stored subscription as the API answers it: with its links, and the websocketUri
+    the platform allocated when it asked for a websocket."""
+    view = {**body, "_links": {"self": {"href": href}}}
+    if "websockNotifConfig" in body:
+        view["websockNotifConfig"] = {
+            "requestWebsocketUri": True,
+            "websocketUri": websocket_uri(href),
+        }
+    return view
+
+
 class Registry:
     def __init__(
         self,
@@ -70,6 +83,7 @@ class Registry:
     ) -> None:
         self.db = db
         self.notifier = notifier
+        self.websockets = WebsocketHub(notifier.timeout_s)
         self.base_url = base_url
         self.transports = {t.id: t.dump() for t in transports}
         self.callback_networks = callback_networks
@@ -241,6 +255,9 @@ class Registry:
             for model in (Subscription, AppRule, AppRegistration):
                 for item in s.scalars(select(model).where(
                         model.app_instance_id == app_instance_id)):  # fmt: skip
+                    if isinstance(item, Subscription):
+                        api = SERVICE_MGMT if item.api == API_OF[SERVICE_MGMT] else APP_SUPPORT
+                        self.websockets.close(self._subscription_href(api, item))
                     s.delete(item)
         self.remove_services(app_instance_id)
 
@@ -319,7 +336,8 @@ class Registry:
         if isinstance(sub, AppTerminationSubscription) and sub.app_instance_id != app_instance_id:
             raise ProblemError(400, "appInstanceId in the body does not match the URI")
         try:
-            check_callback(sub.callback_reference, self.callback_networks)
+            if sub.callback_reference is not None:
+                check_callback(sub.callback_reference, self.callback_networks)
         except CallbackNotAllowedError as exc:
             raise ProblemError(400, str(exc)) from None
         body = sub.dump()
@@ -337,10 +355,18 @@ class Registry:
                                body=body)  # fmt: skip
             s.add(row)
             location = self._subscription_href(api, row)
-        return {**body, "_links": {"self": {"href": location}}}, location
+        return _subscription_view(body, location), location
 
     def _subscription_href(self, api: str, row: Subscription) -> str:
         return f"{self.base_url}{api}/applications/{row.app_instance_id}/subscriptions/{row.id}"
+
+    def _deliver(
+        self, row: Subscription, href: str, body: dict[str, Any], kind: str
+    ) -> Future[bool]:
+        """A notification to the subscription's channel: its websocket or its callback."""
+        if "websockNotifConfig" in row.body:
+            return self.websockets.send(href, body, kind)
+        return self.notifier.notify(row.body["callbackReference"], body, kind, href)
 
     def subscriptions(self, principal: Principal, api: str, app_instance_id: str) -> dict[str, Any]:
         with self.db.session() as s:
@@ -367,10 +393,13 @@ class Registry:
             row = s.get(Subscription, sub_id)
             if row is None or row.app_instance_id != app_instance_id or row.api != API_OF[api]:
                 raise ProblemError(404, f"subscription {sub_id} does not exist")
-            body = {**row.body, "_links": {"self": {"href": self._subscription_href(api, row)}}}
+            href = self._subscription_href(api, row)
+            body = _subscription_view(row.body, href)
             if delete:
                 precondition(body)
                 s.delete(row)
+        if delete:
+            self.websockets.close(href)
         return body
 
     def _notify_availability(self, service: dict[str, Any], change: str) -> list[Future[bool]]:
@@ -394,8 +423,7 @@ class Registry:
                 "serviceReferences": [reference],
                 "_links": {"subscription": {"href": href}},
             }
-            sent.append(self.notifier.notify(row.body["callbackReference"], notification,
-                                             "service_availability", href))  # fmt: skip
+            sent.append(self._deliver(row, href, notification, "service_availability"))
         return sent
 
     def notify_termination(
@@ -420,8 +448,7 @@ class Registry:
                     "confirmTermination": {"href": f"{app_base}/confirm_termination"},
                 },
             }
-            sent.append(self.notifier.notify(row.body["callbackReference"], notification,
-                                             "app_termination", href))  # fmt: skip
+            sent.append(self._deliver(row, href, notification, "app_termination"))
         return sent
 
     # --- app support ------------------------------------------------------------------------
@@ -516,8 +543,10 @@ def _matches(service: dict[str, Any], query: dict[str, Any]) -> bool:
     category = query.get("ser_category_id")
     if category and (service.get("serCategory") or {}).get("id") != category:
         return False
+    # MEC 011 (8.1.2.2): consumedLocalOnly and isLocal default to TRUE when absent; every
+    # service registered here is on this MEC host, so local to every caller
     for param, field in (("consumed_local_only", "consumedLocalOnly"), ("is_local", "isLocal")):
-        if query.get(param) is not None and service.get(field, False) != query[param]:
+        if query.get(param) is not None and service.get(field, True) != query[param]:
             return False
     scope = query.get("scope_of_locality")
     return not (scope and service.get("scopeOfLocality", "MEC_HOST") != scope)
