@@ -186,7 +186,7 @@ class Testbed:
         pep = topo.popen(topo.mec.ns, sys.executable, "-m", "mec_pep", "serve",
                          env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         self.procs.append(pep)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a loaded host has taken over 60 s
         while "5999" not in topo.exec(topo.mec.ns, "ss", "-ltnH").stdout:
             if time.monotonic() > deadline or pep.poll() is not None:
                 raise RuntimeError(f"the PEP did not start: {(workdir / 'pep.log').read_text()}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -187,12 +188,18 @@ def summarize(name: str, by_variant: dict[str, list[dict[str, Any]]]) -> dict[st
     for variant, ds in by_variant.items():
         if not ds:
             continue
-        keys = [k for k, v in ds[0].items() if isinstance(v, float | int)]
+        keys = {k for d in ds for k, v in d.items() if isinstance(v, float | int)}
         s: dict[str, Any] = {}
-        for k in keys:
-            mean, ci = mean_ci95([float(d[k]) for d in ds])
+        for k in sorted(keys):
+            # a run without a value (no UDP packet arrived: no delay) is left out, and counted
+            values = [float(d[k]) for d in ds if k in d and math.isfinite(d[k])]
+            if not values:
+                continue
+            mean, ci = mean_ci95(values)
             s[k] = round(mean, 3)
             s[f"{k}_ci95"] = round(ci, 3)
+            if len(values) < len(ds):
+                s[f"{k}_runs"] = len(values)
         for prefix in ("", "cubic_", "bbr_"):
             pings = [p[1] for d in ds for p in d.get(f"{prefix}ping", [])]
             if pings:
