@@ -525,3 +525,31 @@ def test_types_no_source_can_trigger_are_refused(
     problem = is_problem(ready.request("POST", "/rni/v2/subscriptions", body), 400)
     assert f"{kind} is not supported: no source reports" in problem["detail"]
     assert ready.get("/rni/v2/subscriptions").json()["_links"]["subscription"] == []
+
+
+def test_expiry_over_a_websocket(ready: Adapter) -> None:
+    """The ExpiryNotification of a websocket subscription goes over its websocket, which
+    then closes; the subscription is gone."""
+    deadline = int(time.time()) + 4  # not past before the subscription is made on a busy machine
+    body = {
+        "subscriptionType": "RabEstSubscription",
+        "websockNotifConfig": {"requestWebsocketUri": True},
+        "filterCriteriaQci": {"qci": 9},
+        "expiryDeadline": {"seconds": deadline, "nanoSeconds": 0},
+    }
+    created = ready.request("POST", "/rni/v2/subscriptions", body).json()
+
+    async def session() -> None:
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(
+                created["websockNotifConfig"]["websocketUri"],
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
+            note = await _next_notification(ws, "ExpiryNotification")
+            check("ExpiryNotification", note)
+            assert note["expiryDeadline"]["seconds"] == deadline
+            closing = await ws.receive(timeout=20)
+            assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), closing
+
+    asyncio.run(session())
+    is_problem(ready.get(path_of(created)), 404)
