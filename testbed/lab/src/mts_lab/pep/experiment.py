@@ -117,6 +117,12 @@ SS_FIELDS = {  # what `ss -ti` prints for a TCP socket -> our key and unit
 }
 
 
+def sampling_loop(which: str, period: float = 0.1) -> str:
+    """A shell loop printing ``# <unix time>`` and then ``ss -tinH`` of the sockets that
+    ``which`` (an ss filter) selects, every ``period`` s (``parse_ss`` reads it)."""
+    return f'while :; do echo "# $(date +%s.%N)"; ss -tinH {which}; sleep {period}; done'
+
+
 def parse_ss(text: str) -> list[dict[str, float]]:
     """``# <unix time>`` lines, each followed by the sender's socket as ``ss -tin`` shows it:
     one sample per time with the fields of SS_FIELDS (absent fields are left out)."""
@@ -220,21 +226,21 @@ class Testbed:
         json.loads(client.stdout.readline())  # started
         started = time.time()
         # The sender's socket toward the UE: the PEP's RAN leg, or the server end to end;
-        # with the PEP also the server's socket toward it (its WAN leg: in transparent mode
-        # the server sees the UE's address).
-        sample = f'echo "# $(date +%s.%N)"; ss -tinH dst {ue.paths[0].ip}'
-        loop = f"while :; do {sample}; sleep 0.1; done"
-        senders = {"sender": self.topo.mec.ns if port == PORT_PEP else self.topo.server.ns}
+        # with the PEP also the server's socket of this port (its WAN leg, toward the PEP).
+        senders = {"sender": (self.topo.mec.ns if port == PORT_PEP else self.topo.server.ns,
+                              f"dst {ue.paths[0].ip}")}  # fmt: skip
         if port == PORT_PEP:
-            senders["wan_sender"] = self.topo.server.ns
+            senders["wan_sender"] = (self.topo.server.ns, f"sport = :{port}")
         # into files: a pipe nobody reads meanwhile stops its writer once it is full (the
         # samplers stopped ~10 s into a download before)
         with contextlib.ExitStack() as files:
             outs = {
                 k: files.enter_context(tempfile.TemporaryFile("w+")) for k in [*senders, "ping"]
             }
-            procs = {k: self.topo.popen(ns, "sh", "-c", loop, stdout=outs[k], text=True)
-                     for k, ns in senders.items()}  # fmt: skip
+            procs = {
+                k: self.topo.popen(ns, "sh", "-c", sampling_loop(which), stdout=outs[k], text=True)
+                for k, (ns, which) in senders.items()
+            }
             procs["ping"] = self.topo.popen(ue.ns, *INTERACTIVE_PING, server, stdout=outs["ping"],
                                             text=True)  # fmt: skip
             step = threading.Timer(s.step_after_s, self.set_capacity, args=(s.high_mbps,))
