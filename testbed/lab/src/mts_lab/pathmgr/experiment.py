@@ -233,6 +233,7 @@ class UdpTransfer:
     size = UDP_RECORD
 
     def __init__(self, tb: Testbed, rate_bps: float, seconds: float) -> None:
+        self.seconds = seconds
         self.out = Path(tempfile.mkdtemp(prefix=f"{tb.name}-rx-")) / "delays.npy"
         records = str(Path(__file__).with_name("records.py"))
         self.receiver = subprocess.Popen(
@@ -256,7 +257,7 @@ class UdpTransfer:
 
     def wait(self) -> list[tuple[float, float]]:
         """(arrival time since t0, delay) of every record received (one per sequence number)."""
-        self.sender.wait(30)
+        self.sender.wait(self.seconds + 30)
         self.receiver.wait(30)
         if self.receiver.returncode != 0 or not self.out.exists():
             raise RuntimeError(f"receiver failed ({self.receiver.returncode})")
@@ -357,6 +358,17 @@ def run_scheme(
     )  # fmt: skip
     manager = PathManager(settings, Health())
     manager.start()
+    try:
+        return measure_scheme(tb, plane, manager, mode, args)
+    finally:
+        manager.close()
+
+
+def measure_scheme(
+    tb: Testbed, plane: Plane, manager: PathManager, mode: ControlMode, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One transfer with the path manager controlling the UE (run_scheme)."""
+    settings = manager.settings
     assert manager.backlog.connected.wait(10)
     ue_ip = IPv4Address(tb.ue.paths[0].ip)
     ue = manager.put_ue(ue_ip, [IPv4Address(p.ip) for p in tb.ue.paths])
@@ -392,7 +404,7 @@ def run_scheme(
     assert ue.control is not None
     counters = ue.control.counters
     decisions = [d.as_dict() for d in ue.control.log if d.action.value != "none"]
-    result = {
+    return {
         "mode": mode.value,
         "data_plane": plane.name,
         "t0": transfer.t0,
@@ -400,8 +412,8 @@ def run_scheme(
         # the window's anchor (window_stats): the aligned start, or the actual one if late
         "start_at": emulator_t0 if late else args.start_at,
         "started_late": late,
-        "q_high": q_high,
-        "q_low": q_low,
+        "q_high": settings.q_high,
+        "q_low": settings.q_low,
         "queue_measure": args.queue_measure,
         "seconds": args.seconds,
         "offered_bps": args.rate,
@@ -426,8 +438,6 @@ def run_scheme(
         "rnis_samples": {str(k): v.samples for k, v in ue.paths.items()},
         "data_plane_state": plane.state(),
     }  # fmt: skip
-    manager.close()
-    return result
 
 
 def wait_for_emulator(tb: Testbed, start_at: float) -> bool:
@@ -502,6 +512,8 @@ def summarize(results: list[dict[str, Any]], warmup: float) -> list[dict[str, An
             "prediction_ms_p90": r["prediction_ms_p90"],
             "control_interval_ms": [r["control_interval_ms_min"], r["control_interval_ms_max"]],
             "actuation_errors": r["actuation_errors"],
+            # a tunnel path's timeouts (>= 200 ms without an ack): a stalled host shows here
+            "path_timeouts": sum(p["timeouts"] for p in r["data_plane_state"].get("paths", [])),
         })  # fmt: skip
     return out
 
@@ -646,8 +658,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0, help="left out of stats (5)")
     parser.add_argument("--runs", type=int, default=1, help="runs per scheme (run r: seed + r)")
     parser.add_argument("--seed", type=int, default=1, help="emulator seed of run 0 (1)")
-    parser.add_argument("--start-at", type=float, default=12.0,
-                        help="emulator time (s) at which every transfer starts (12)")  # fmt: skip
+    parser.add_argument("--start-at", type=float, default=28.0,
+                        help="emulator time (s) at which every transfer starts (28: after"
+                        " the set-up on a loaded machine)")  # fmt: skip
     parser.add_argument(
         "--scenario",
         type=Path,

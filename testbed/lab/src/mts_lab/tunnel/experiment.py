@@ -199,10 +199,12 @@ def jain(rates: list[float]) -> float:
     return sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates)) if any(rates) else 0.0
 
 
-def run_case(topo: Topology, case: Case, seconds: float) -> Results:
+def run_case(topo: Topology, case: Case, seconds: float, cwnd: str = "static") -> Results:
+    """One case; ``cwnd`` is the paths' window mode (static: the research's BDP windows;
+    adaptive or delay start from the BDP)."""
     links = NETWORKS[case.network][: case.paths]
     paths = [PathSpec(i + 1, cwnd_bytes=link.cwnd_bytes) for i, link in enumerate(links)]
-    env = {"TUNNEL_QUEUE": case.queue, "TUNNEL_SCHEDULER": case.scheduler, "TUNNEL_CWND": "static"}
+    env = {"TUNNEL_QUEUE": case.queue, "TUNNEL_SCHEDULER": case.scheduler, "TUNNEL_CWND": cwnd}
     with (
         EmulatedTunnel(topology=topo, paths=paths, env=env) as bed,
         content_server(bed, "mec", DOWN_PORT),
@@ -370,7 +372,9 @@ def convergence(r: Results) -> Results:
 # ---- the experiment ----------------------------------------------------------------------------
 
 
-def run(cases: list[Case], runs: int, seconds: float, raw: Path | None = None) -> list[Results]:
+def run(
+    cases: list[Case], runs: int, seconds: float, raw: Path | None = None, cwnd: str = "static"
+) -> list[Results]:
     """Every case in every run, one testbed per network per run (so drift hits all); the
     cases measured so far are kept in ``raw`` (JSON) after each one."""
     measured: list[Results] = []
@@ -382,7 +386,7 @@ def run(cases: list[Case], runs: int, seconds: float, raw: Path | None = None) -
             with MultiCellTestbed(links) as topo:
                 for case in todo:
                     log(f"run {n}/{runs}: {case.label}")
-                    result = run_case(topo, case, seconds)
+                    result = run_case(topo, case, seconds, cwnd)
                     result["run"] = n
                     measured.append(result)
                     if raw:
@@ -400,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--tests", default="", help="comma-separated tests (default: all)")
+    parser.add_argument("--cwnd", default="static", choices=["static", "adaptive", "delay"],
+                        help="the paths' windows (static: the research's BDP)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.cmd == "sample":
         sample_queue(args.token, 0.1, args.seconds)
@@ -412,9 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    measured = run(cases, args.runs, args.seconds, out / "cases.partial.json")
+    measured = run(cases, args.runs, args.seconds, out / "cases.partial.json", args.cwnd)
     results: Results = {
-        "runs": args.runs, "seconds": args.seconds, "load_before": load_before,
+        "runs": args.runs, "seconds": args.seconds, "cwnd": args.cwnd, "load_before": load_before,
         "load_after": os.getloadavg(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "networks": {k: [vars(link) for link in v] for k, v in NETWORKS.items()},
         "cases": measured,
