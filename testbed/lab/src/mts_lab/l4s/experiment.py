@@ -11,7 +11,8 @@ the senders' own RTT samples (``mts_lab.l4s.truth``: TCP's mrtt, once per round 
 Per run and flow: throughput (MiB per run), retransmissions, truth mean/std, observer
 mean/std, and the error of each observer sample against the truth at its time (|sample −
 truth|, p50/p90), and against the median of the sender's samples over the sample's own
-round trip. Tables 7.2/7.3 (reordering) are absent: the emulator cannot reorder yet.
+round trip. ``--reorder-pct`` gives Tables 7.2/7.3 (reordering); Tables 8.1-8.5 are
+``mts_lab.l4s.tables8``.
 
     uv run python -m mts_lab.l4s.experiment --out docs/results/l4s [--runs 5 --seconds 60]
 """

@@ -183,7 +183,7 @@ def plot(results: Results, path: Path) -> None:
             t != "8.1"
         )
         xs = range(len(names))
-        for cca, style in (("prague", "-o"), ("cubic", "--s")):
+        for cca, style, colour in (("prague", "-o", "C0"), ("cubic", "--s", "C1")):
             for ax, field_, pub_field in (
                 (axes[0][col], "mbit_s", "mbit_s"),
                 (axes[1][col], "delay_raw_mean_ms", "delay_rtt_mean_ms"),
@@ -191,19 +191,19 @@ def plot(results: Results, path: Path) -> None:
                 vals = [results["tables"][n][cca][field_] for n in names]
                 ax.errorbar(xs, [v[0] for v in vals],
                             yerr=[v[1] if v[1] == v[1] else 0 for v in vals],
-                            fmt=style, label=cca, capsize=3)  # fmt: skip
+                            fmt=style, color=colour, label=cca, capsize=3)  # fmt: skip
                 pubs = [results["tables"][n][cca].get("published", {}).get(pub_field)
                         for n in names]  # fmt: skip
                 ax.scatter([x for x, p in zip(xs, pubs, strict=True) if p is not None],
-                           [p for p in pubs if p is not None], marker="x", color="k",
-                           zorder=3)  # fmt: skip
+                           [p for p in pubs if p is not None], marker="x", color=colour,
+                           s=60, zorder=3)  # fmt: skip
         for ax in (axes[0][col], axes[1][col]):
             ax.set_xticks(list(xs), [n.split("/")[1] for n in names], fontsize=8)
         axes[0][col].set_title(f"Table {t}")
     axes[0][0].set_ylabel("throughput (Mbit/s)")
     axes[1][0].set_ylabel("delay-bit RTT, raw (ms)")
     axes[0][0].legend(fontsize=8)
-    fig.suptitle("Prague + CUBIC through the emulator's DualPI2 (x: published, 60 s runs)")
+    fig.suptitle("Prague + CUBIC through the emulator's DualPI2 (x: published, one 60 s run)")
     fig.tight_layout()
     fig.savefig(path)
 
