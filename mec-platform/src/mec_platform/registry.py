@@ -251,7 +251,7 @@ class Registry:
     def remove_app_resources(self, app_instance_id: str) -> None:
         """At termination: the app's services (notified as REMOVED), subscriptions, rules and
         registration."""
-        with self.db.session() as s:
+        with self._writes, self.db.session() as s:
             for model in (Subscription, AppRule, AppRegistration):
                 for item in s.scalars(select(model).where(
                         model.app_instance_id == app_instance_id)):  # fmt: skip
@@ -262,8 +262,10 @@ class Registry:
         self.remove_services(app_instance_id)
 
     def remove_services(self, app_instance_id: str) -> None:
-        """The app's services leave discovery; subscribers are told REMOVED."""
-        with self.db.session() as s:
+        """The app's services leave discovery; subscribers are told REMOVED. Under the write
+        lock: an app deleting its own service while it is terminated would otherwise have the
+        row deleted twice (and REMOVED told twice)."""
+        with self._writes, self.db.session() as s:
             services = list(s.scalars(select(Service).where(
                 Service.app_instance_id == app_instance_id)))  # fmt: skip
             removed = [self.service_json(row) for row in services]
