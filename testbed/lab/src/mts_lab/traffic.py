@@ -1,7 +1,7 @@
 """The traffic of every experiment: a content server and downloader, and a UDP probe.
 
     python -m mts_lab.traffic serve PORT[:CCA] ...        (server namespace; prints "ready")
-    python -m mts_lab.traffic fetch HOST PORT SIZE [--progress S]   (a UE namespace)
+    python -m mts_lab.traffic fetch HOST PORT SIZE [--progress S] [--at T]   (a UE namespace)
     python -m mts_lab.traffic send DST PORT --rate PPS --count N [--size BYTES] [--poisson]
     python -m mts_lab.traffic sink BIND PORT --count N --timeout S   (prints JSON)
 
@@ -83,8 +83,11 @@ def serve(specs: list[str]) -> None:
         t.join()
 
 
-def fetch(host: str, port: int, size: int, progress_s: float = 0.0) -> None:
-    """Download ``size`` bytes, printing the lines the module's docstring describes."""
+def fetch(host: str, port: int, size: int, progress_s: float = 0.0, at: float = 0.0) -> None:
+    """Download ``size`` bytes, printing the lines the module's docstring describes; with
+    ``at`` (Unix time), not before then: parallel downloads whose processes start one by one
+    on a loaded host still begin together."""
+    time.sleep(max(0.0, at - time.time()))
     start = time.monotonic()
     print(json.dumps({"started": time.time()}), flush=True)
     sock = socket.create_connection((host, port), timeout=120)
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     get.add_argument("port", type=int)
     get.add_argument("size", type=int)
     get.add_argument("--progress", type=float, default=0.0, help="a progress line every S s")
+    get.add_argument("--at", type=float, default=0.0, help="start at this Unix time")
     s = sub.add_parser("send", help="send numbered, timestamped datagrams at a fixed rate")
     s.add_argument("dst")
     s.add_argument("port", type=int)
@@ -186,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "serve":
         serve(args.specs)
     elif args.cmd == "fetch":
-        fetch(args.host, args.port, args.size, args.progress)
+        fetch(args.host, args.port, args.size, args.progress, args.at)
     elif args.cmd == "send":
         send(args.dst, args.port, args.rate, args.count, args.size, args.poisson)
     else:
