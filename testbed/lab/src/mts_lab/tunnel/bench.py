@@ -1,8 +1,8 @@
 """``make bench-tunnel``: the multipath tunnel over two 1 Gbit/s paths (docs/tunnel.md).
 
 Two veth paths capped at 1 Gbit/s each by tbf on the MEC side (the downlink), the tunnel
-on top (FQ-CoDel, LowRTT, adaptive windows; ``--cwnd delay``, ``--cwnd-target`` and
-``--scheduler`` change them). Measured:
+on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--cwnd``,
+``--cwnd-target`` and ``--scheduler`` change them). Measured:
 
 - throughput: iperf3 TCP downlink (MEC -> UE, 4 streams) through the tunnel, beside the
   same iperf3 over each path alone without the tunnel (the sum of the paths);
@@ -58,7 +58,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(
-    seconds: int, load_bps: float | None = None, cwnd: str = "adaptive", target: str = "2ms",
+    seconds: int, load_bps: float | None = None, cwnd: str = "delay", target: str = "2ms",
     scheduler: str = "lowrtt",
 ) -> Results:  # fmt: skip
     paths = [PathSpec(1, rate_mbit=1000), PathSpec(2, rate_mbit=1000)]
@@ -171,9 +171,8 @@ def main() -> None:
     parser.add_argument(
         "--load-mbit", type=float, help="UDP load of the latency run (default: half the throughput)"
     )
-    parser.add_argument("--cwnd", default="adaptive", choices=["static", "adaptive", "delay"],
-                        help="the paths' windows (TUNNEL_CWND; adaptive, as the recorded"
-                        " figures)")  # fmt: skip
+    parser.add_argument("--cwnd", default="delay", choices=["static", "adaptive", "delay"],
+                        help="the paths' windows (TUNNEL_CWND; delay)")  # fmt: skip
     parser.add_argument("--cwnd-target", default="2ms", help="TUNNEL_CWND_TARGET (2ms)")
     parser.add_argument("--scheduler", default="lowrtt", choices=["lowrtt", "rr", "rnis"])
     args = parser.parse_args()
