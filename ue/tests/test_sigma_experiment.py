@@ -10,6 +10,7 @@ import pytest
 
 from mts_lab.results import save_results
 from mts_lab.sigma import experiment
+from mts_lab.sigma.bed import Scale
 
 from .conftest import require_root
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.netns
 
 def test_small_experiment(tmp_path: Path) -> None:
     require_root()
-    results = experiment.run(1, ["single_10bdp"], ("sigma", "reno"))
+    results = experiment.run(1, ["single_10bdp"], ("sigma", "reno"), Scale())
     save_results(results, tmp_path, "sigma", experiment.plot, experiment.table)
     saved = json.loads((tmp_path / "sigma.json").read_text())
     assert (tmp_path / "sigma.png").stat().st_size > 0

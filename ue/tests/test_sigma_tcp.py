@@ -273,3 +273,31 @@ def test_safe_increase_grows_only_by_the_unused_share(unfed: Sigma, bed: UplinkB
     finally:
         writer.close()
         unfed.forget_grant(ue)
+
+
+# ---- the sink's receive window (last: it changes the module's bed) -----------------------
+
+
+def advertised_after_first_data(bed: UplinkBed) -> int:
+    """The sink's window as the UE sees it once ten segments are acknowledged (the SYN-ACK's
+    window is never scaled, so the handshake alone cannot show it)."""
+    flow = bed.flow(0, "cubic")
+    try:
+        flow.sock.sendall(bytes(10 * 1448))
+        deadline = time.monotonic() + 10
+        while tcp_info(flow.sock)["unacked"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return int(tcp_info(flow.sock)["snd_wnd"])
+    finally:
+        flow.close()
+
+
+def test_an_opened_sink_window_is_advertised_from_the_first_acks(bed: UplinkBed) -> None:
+    """Linux's receiver starts near 64 kB and grows per RTT, which caps Max Start's first
+    window; open_sink_window (the experiment's --sink-window-bdp) lifts it at once."""
+    segments = 400
+    before = advertised_after_first_data(bed)
+    bed.open_sink_window(segments)
+    after = advertised_after_first_data(bed)
+    assert before < 200_000, before
+    assert after >= segments * 1000, (before, after)

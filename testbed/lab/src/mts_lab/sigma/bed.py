@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -158,6 +159,23 @@ class UplinkBed:
 
     def ue_ip(self, ue: int) -> str:
         return self.topo.ues[ue].paths[0].ip
+
+    def open_sink_window(self, segments: int) -> None:
+        """Let the sink advertise `segments` MSS from its first ACK on, as ns-3's receiver
+        (the research's) does. Linux starts a receive window at ~64 kB and grows it as data
+        arrives, about doubling per RTT: a slow start of the receiver that caps Max Start's
+        first window whatever the sender's cwnd (docs/sigma.md). Route ``initrwnd`` sets the
+        first window, ``tcp_rmem``'s default the buffer it needs (twice: half is overhead)."""
+        ns = self.topo.server.ns
+        rmem = 2 * segments * 1500
+        rmem_sysctl = f"net.ipv4.tcp_rmem=4096 {rmem} {max(rmem, 33554432)}"
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", rmem_sysctl], check=True)
+        shown = subprocess.run(
+            ["ip", "-n", ns, "route", "show"], check=True, capture_output=True, text=True
+        )
+        for route in shown.stdout.splitlines():
+            change = ["ip", "-n", ns, "route", "change", *route.split(), "initrwnd", str(segments)]
+            subprocess.run(change, check=True)
 
     def ul_mac(self, ue: int) -> dict[str, Any]:
         path = f"/emulator/v1/ues/ue{ue + 1}/cells/{BS_ID}"

@@ -31,6 +31,7 @@ from mts_ue.sigma import Sigma
 PIN_ROOT = Path("/run/mts-ue-lab-bpf")  # a bpffs the emulator sees (docs/sigma.md)
 CCS = ("sigma", "reno", "cubic", "bbr")
 SAMPLE_S = 0.01
+MSS = 1448  # bytes: the payload of a 1500 B packet with timestamps
 
 # (name, UEs, [(ue, size in BDP), ...])
 SCENARIOS: list[tuple[str, int, list[tuple[int, float]]]] = [
@@ -107,11 +108,14 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(runs: int, scenarios: list[str], ccs: tuple[str, ...], log: Any = print) -> Results:
-    scale = Scale()
+def run(
+    runs: int, scenarios: list[str], ccs: tuple[str, ...], scale: Scale,
+    sink_window_bdp: float = 0, log: Any = print,
+) -> Results:  # fmt: skip
     sigma = Sigma.load(PIN_ROOT, f"x{os.getpid() % 100000}")
     results: Results = {
         "scale": scale.as_dict(),
+        "sink_window_bdp": sink_window_bdp,
         "published": PUBLISHED,
         "environment_start": {"loadavg": os.getloadavg()},
         "scenarios": {},
@@ -119,6 +123,8 @@ def run(runs: int, scenarios: list[str], ccs: tuple[str, ...], log: Any = print)
     try:
         for n_ues in sorted({n for name, n, _ in SCENARIOS if name in scenarios}):
             bed = UplinkBed(sigma, scale, n_ues)
+            if sink_window_bdp:
+                bed.open_sink_window(int(sink_window_bdp * scale.bdp_bytes / MSS))
             try:
                 bed.wait_for_feed()
                 for name, n, spec in SCENARIOS:
@@ -254,8 +260,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--scenarios", default=",".join(n for n, _, _ in SCENARIOS))
     parser.add_argument("--ccs", default=",".join(CCS))
+    parser.add_argument(
+        "--one-way-ms", type=float, default=Scale.one_way_ms,
+        help="delay each way; 61.6 gives the research's BDP in segments (~833 MSS, 1.2 MB) "
+        "at this uplink's 77.9 Mbit/s, which sets how many RTTs slow start costs",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sink-window-bdp", type=float, default=0,
+        help="the sink advertises this many BDPs from its first ACK (route initrwnd), as the "
+        "research's ns-3 receiver; 0: Linux's default, a window that grows per RTT",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    results = run(args.runs, args.scenarios.split(","), tuple(args.ccs.split(",")))
+    scale = Scale(one_way_ms=args.one_way_ms)
+    ccs = tuple(args.ccs.split(","))
+    results = run(args.runs, args.scenarios.split(","), ccs, scale, args.sink_window_bdp)
     save_results(results, args.out, "sigma", plot, table)
     return 0
 
