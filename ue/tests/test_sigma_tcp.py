@@ -293,7 +293,7 @@ def advertised_after_first_data(bed: UplinkBed) -> int:
 
 
 def test_an_opened_sink_window_is_advertised_from_the_first_acks(bed: UplinkBed) -> None:
-    """Linux's receiver starts near 64 kB and grows per RTT, which caps Max Start's first
+    """Linux's receiver starts small and grows with the data, which caps Max Start's first
     window; open_sink_window (the experiment's --sink-window-bdp) lifts it at once."""
     segments = 400
     before = advertised_after_first_data(bed)

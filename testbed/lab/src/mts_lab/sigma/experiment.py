@@ -267,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument(
         "--sink-window-bdp", type=float, default=0,
-        help="the sink advertises this many BDPs from its first ACK (route initrwnd), as the "
-        "research's ns-3 receiver; 0: Linux's default, a window that grows per RTT",
+        help="the sink advertises this many BDPs from its first ACK (route initrwnd): the "
+        "window Max Start needs; 0: Linux's default, a window that grows with the data",
     )  # fmt: skip
     args = parser.parse_args(argv)
     scale = Scale(one_way_ms=args.one_way_ms)
