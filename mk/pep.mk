@@ -3,7 +3,7 @@ APT_PACKAGES += gcc libc6-dev haproxy iperf3
 BUILD_TARGETS += build/lib/libpep_preload.so build/bin/tcpload build/bin/relay-floor
 TEST_TARGETS += test-pep
 BENCH_TARGETS += bench-pep
-EXPERIMENT_TARGETS += experiment-pep-split experiment-pep-interactive experiment-pep-fairness
+EXPERIMENT_TARGETS += experiment-pep-split experiment-pep-interactive experiment-pep-fairness experiment-pep-mmwave
 
 PEP_PRELOAD := build/lib/libpep_preload.so
 
@@ -22,7 +22,7 @@ build/bin/relay-floor: testbed/relay-floor/relay_floor.c
 	@mkdir -p $(@D)
 	gcc -O2 -Wall -Wextra -Werror -o $@ $< -lpthread
 
-.PHONY: test-pep bench-pep experiment-pep-split experiment-pep-interactive experiment-pep-fairness
+.PHONY: test-pep bench-pep experiment-pep-split experiment-pep-interactive experiment-pep-fairness experiment-pep-mmwave
 test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)
 	@test -z "$$(gofmt -l testbed/tcpload)" || { gofmt -l testbed/tcpload; exit 1; }
 	go vet ./testbed/tcpload
@@ -39,3 +39,7 @@ experiment-pep-interactive: python build ## research 000 Table 5.2: interactive 
 
 experiment-pep-fairness: python build ## research 000 Table 5.11/5.12: 10 parallel flows, Jain's index, ping; E2E BFIFO / E2E FQ-CoDel / PEP, fixed 70 Mbit/s (not the mobility trace), 5 runs -> docs/results/pep-fairness/
 	uv run python -m mts_lab.pep.fairness --out docs/results/pep-fairness
+
+experiment-pep-mmwave: python build ## research 000 §3.3-3.4 at 1/40: the mmWave mobility trace replayed by the emulator, E2E FQ-CoDel / E2E BFIFO / PEP, then the PEP's socket-buffer sweep, 5 x 30 s runs each -> docs/results/pep-mmwave/
+	uv run python -m mts_lab.pep.mmwave arms --out docs/results/pep-mmwave
+	uv run python -m mts_lab.pep.mmwave sweep --out docs/results/pep-mmwave

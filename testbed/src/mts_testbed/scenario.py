@@ -74,14 +74,21 @@ class GilbertElliott(Strict):
     bad_cqi: CQI = Field(0, description="CQI in Bad; 0 = the model's CQI")
 
 
+# (time s, CQI) or (time s, CQI, capacity Mbit/s): the capacity, when given, is what the
+# cell carries from that time on (a TBS trace; 0 = the TBS table of the CQI)
+TracePoint = tuple[float, int] | tuple[float, int, float]
+
+
 class Channel(Strict):
     model: Literal["fixed", "trace", "markov"] = "fixed"
     cqi: CQI = 15
     bler: Probability = 0
     loss: Probability = Field(0, description="residual packet loss after HARQ/RLC")
     capacity_mbps: float = Field(0, ge=0, description="if set, replaces the TBS table")
-    trace: list[tuple[float, int]] | None = None
-    trace_file: str | None = Field(None, description="CSV 'time_s,cqi', relative to the scenario")
+    trace: list[TracePoint] | None = None
+    trace_file: str | None = Field(
+        None, description="CSV 'time_s,cqi[,capacity_mbps]', relative to the scenario"
+    )
     trace_loop: bool = False
     los: MarkovState | None = None
     nlos: MarkovState | None = None
@@ -177,16 +184,20 @@ class Scenario(Strict):
                         ch.trace_file = None
 
 
-def read_trace(path: Path) -> list[tuple[float, int]]:
-    """A CQI trace: CSV rows 'time_s,cqi' (a header row is allowed)."""
-    points: list[tuple[float, int]] = []
+def read_trace(path: Path) -> list[TracePoint]:
+    """A CQI or CQI/TBS trace: CSV rows 'time_s,cqi' or 'time_s,cqi,capacity_mbps' (a
+    header row and '#' comments are allowed)."""
+    points: list[TracePoint] = []
     with path.open() as f:
         for row in csv.reader(f):
             if not row or row[0].startswith("#"):
                 continue
             try:
-                points.append((float(row[0]), int(row[1])))
-            except ValueError:
+                if len(row) >= 3:
+                    points.append((float(row[0]), int(row[1]), float(row[2])))
+                else:
+                    points.append((float(row[0]), int(row[1])))
+            except (ValueError, IndexError):
                 if points:
                     raise ValueError(f"{path}: bad trace row {row}") from None
     if not points:

@@ -1,7 +1,7 @@
 """The traffic of every experiment: a content server and downloader, and a UDP probe.
 
     python -m mts_lab.traffic serve PORT[:CCA] ...        (server namespace; prints "ready")
-    python -m mts_lab.traffic fetch HOST PORT SIZE [--progress S] [--at T]   (a UE namespace)
+    python -m mts_lab.traffic fetch HOST PORT SIZE [--progress S] [--at T] [--for S]  (UE namespace)
     python -m mts_lab.traffic send DST PORT --rate PPS --count N [--size BYTES] [--poisson]
     python -m mts_lab.traffic sink BIND PORT --count N --timeout S   (prints JSON)
 
@@ -10,7 +10,9 @@ server sends that many bytes with the congestion control of the port (default ``
 the research's hosts; a namespace's default may only be a "non-restricted" algorithm, so it
 is set per socket), then closes. ``fetch`` prints, one JSON object a line: ``{"started":
 wall-clock s}``, then every ``--progress`` seconds ``{"t": s, "bytes": n}`` (if asked), then
-``{"bytes": n, "fct_s": s, "timeline": [[s, bytes], ...]}`` (a sample every 0.1 s).
+``{"bytes": n, "fct_s": s, "timeline": [[s, bytes], ...]}`` (a sample every 0.1 s). With
+``--for S`` it stops after S seconds (a time-limited transfer, as iperf's ``-t``): ``bytes``
+is what arrived by then and ``fct_s`` is S; the server sees the connection reset.
 
 **UDP probe.** Timestamped, numbered datagrams. The sink reports which sequence numbers
 arrived and each one-way delay (sender and receiver share the machine's clock, namespaces
@@ -58,10 +60,13 @@ def serve(specs: list[str]) -> None:
     def send(conn: socket.socket) -> None:
         with conn:
             (size,) = REQUEST.unpack(conn.recv(REQUEST.size, socket.MSG_WAITALL))
-            while size > 0:
-                size -= conn.send(chunk[: min(size, len(chunk))])
-            conn.shutdown(socket.SHUT_WR)
-            conn.recv(1)
+            try:
+                while size > 0:
+                    size -= conn.send(chunk[: min(size, len(chunk))])
+                conn.shutdown(socket.SHUT_WR)
+                conn.recv(1)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # a time-limited fetch (--for) closed it early
 
     def accept(listener: socket.socket) -> None:
         while True:
@@ -83,10 +88,13 @@ def serve(specs: list[str]) -> None:
         t.join()
 
 
-def fetch(host: str, port: int, size: int, progress_s: float = 0.0, at: float = 0.0) -> None:
+def fetch(
+    host: str, port: int, size: int, progress_s: float = 0.0, at: float = 0.0,
+    for_s: float = 0.0,
+) -> None:  # fmt: skip
     """Download ``size`` bytes, printing the lines the module's docstring describes; with
     ``at`` (Unix time), not before then: parallel downloads whose processes start one by one
-    on a loaded host still begin together."""
+    on a loaded host still begin together; with ``for_s``, for that long at most."""
     time.sleep(max(0.0, at - time.time()))
     start = time.monotonic()
     print(json.dumps({"started": time.time()}), flush=True)
@@ -96,7 +104,17 @@ def fetch(host: str, port: int, size: int, progress_s: float = 0.0, at: float = 
     received, timeline = 0, [(0.0, 0)]
     next_sample = start + TIMELINE_S
     next_progress = start + progress_s if progress_s > 0 else float("inf")
-    while n := sock.recv_into(buf):
+    stop = start + for_s if for_s > 0 else float("inf")
+    while (now := time.monotonic()) < stop:
+        sock.settimeout(min(120.0, max(0.01, stop - now)))
+        try:
+            n = sock.recv_into(buf)
+        except TimeoutError:
+            if for_s > 0:
+                continue  # the time limit's own wake-up, or a stall that it ends
+            raise
+        if not n:
+            break
         received += n
         now = time.monotonic()
         if now >= next_sample:
@@ -105,7 +123,7 @@ def fetch(host: str, port: int, size: int, progress_s: float = 0.0, at: float = 
         if now >= next_progress:
             print(json.dumps({"t": round(now - start, 3), "bytes": received}), flush=True)
             next_progress = now + progress_s
-    fct = time.monotonic() - start
+    fct = min(time.monotonic() - start, for_s) if for_s > 0 else time.monotonic() - start
     timeline.append((round(fct, 3), received))
     sock.close()
     print(json.dumps({"bytes": received, "fct_s": fct, "timeline": timeline}), flush=True)
@@ -170,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     get.add_argument("size", type=int)
     get.add_argument("--progress", type=float, default=0.0, help="a progress line every S s")
     get.add_argument("--at", type=float, default=0.0, help="start at this Unix time")
+    get.add_argument("--for", dest="for_s", type=float, default=0.0,
+                     help="stop after S seconds (0: when SIZE bytes arrived)")  # fmt: skip
     s = sub.add_parser("send", help="send numbered, timestamped datagrams at a fixed rate")
     s.add_argument("dst")
     s.add_argument("port", type=int)
@@ -190,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "serve":
         serve(args.specs)
     elif args.cmd == "fetch":
-        fetch(args.host, args.port, args.size, args.progress, args.at)
+        fetch(args.host, args.port, args.size, args.progress, args.at, args.for_s)
     elif args.cmd == "send":
         send(args.dst, args.port, args.rate, args.count, args.size, args.poisson)
     else:

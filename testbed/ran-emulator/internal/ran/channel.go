@@ -10,7 +10,10 @@ import (
 
 // ChannelConfig is a bearer's channel model.
 //   - fixed: a constant CQI;
-//   - trace: CQI from a (time, CQI) trace, piecewise constant, optionally looped;
+//   - trace: CQI from a (time, CQI) trace, piecewise constant, optionally looped; a row
+//     may carry a third value, the capacity (Mbit/s) the cell carries from then on
+//     (a TBS trace: as CapacityMbps, for that row), so capacity traces such as measured
+//     mmWave throughput replay in the emulator;
 //   - markov: two-state LoS/NLoS chain with exponential dwell times, a CQI (and
 //     optionally a capacity) per state.
 //
@@ -24,7 +27,7 @@ type ChannelConfig struct {
 	BLER         float64      `json:"bler"`
 	Loss         float64      `json:"loss"`
 	CapacityMbps float64      `json:"capacity_mbps"`
-	Trace        [][2]float64 `json:"trace"` // [[t_seconds, cqi], ...]
+	Trace        [][]float64  `json:"trace"` // [[t_seconds, cqi], ...] or [[t_seconds, cqi, capacity_mbps], ...]
 	TraceLoop    bool         `json:"trace_loop"`
 	LoS          *StateConfig `json:"los"`
 	NLoS         *StateConfig `json:"nlos"`
@@ -93,8 +96,8 @@ func (c *ChannelConfig) validate() error {
 			return fmt.Errorf("trace model needs a non-empty trace")
 		}
 		for i, p := range c.Trace {
-			if !cqiOK(int(p[1])) || p[1] != math.Trunc(p[1]) || (i > 0 && p[0] < c.Trace[i-1][0]) {
-				return fmt.Errorf("trace point %d (%v): want increasing times and integer CQI 0..15", i, p)
+			if err := tracePointOK(p, i, c.Trace); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -107,6 +110,21 @@ func (c *ChannelConfig) validate() error {
 		return nil
 	}
 	return fmt.Errorf("channel model %q: want fixed, trace or markov", c.Model)
+}
+
+// tracePointOK checks row i of a trace: [t, cqi] or [t, cqi, capacity_mbps], times
+// increasing, an integer CQI 0..15, a capacity not negative.
+func tracePointOK(p []float64, i int, tr [][]float64) error {
+	if len(p) != 2 && len(p) != 3 {
+		return fmt.Errorf("trace point %d (%v): want [t, cqi] or [t, cqi, capacity_mbps]", i, p)
+	}
+	if !(p[1] >= 0 && p[1] <= 15) || p[1] != math.Trunc(p[1]) || (i > 0 && p[0] < tr[i-1][0]) {
+		return fmt.Errorf("trace point %d (%v): want increasing times and integer CQI 0..15", i, p)
+	}
+	if len(p) == 3 && !(p[2] >= 0) {
+		return fmt.Errorf("trace point %d (%v): capacity_mbps must not be negative", i, p)
+	}
+	return nil
 }
 
 // Radio is what the channel gives the MAC for one TTI.
@@ -127,6 +145,9 @@ type ChannelOverride struct {
 	Loss         *float64 `json:"loss,omitempty"`
 	CapacityMbps *float64 `json:"capacity_mbps,omitempty"`
 	ClearCQI     bool     `json:"clear_cqi,omitempty"` // return to the model's CQI
+	// RestartTrace starts a trace channel's trace again at the next TTI (time 0), so an
+	// experiment can start a transfer at the trace's start; other models refuse it.
+	RestartTrace bool `json:"restart_trace,omitempty"`
 }
 
 // Channel is the live channel state of one bearer. Step runs on the TTI thread; Apply
@@ -172,8 +193,14 @@ func (ch *Channel) Apply(o ChannelOverride) error {
 	if o.CapacityMbps != nil && (*o.CapacityMbps < 0 || math.IsNaN(*o.CapacityMbps)) {
 		return fmt.Errorf("capacity_mbps must not be negative")
 	}
+	if o.RestartTrace && ch.cfg.Model != "trace" {
+		return fmt.Errorf("restart_trace: the channel model is %q, not trace", ch.cfg.Model)
+	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
+	if o.RestartTrace {
+		ch.stepped = false // the next Step is the trace's time 0
+	}
 	if o.ClearCQI {
 		ch.cqiFixed = nil
 	}
@@ -210,7 +237,11 @@ func (ch *Channel) Step(t float64) Radio {
 	r := Radio{CQI: ch.cfg.CQI, BLER: ch.bler, Loss: ch.loss, CapacityMbps: ch.capacity, LoS: true}
 	switch ch.cfg.Model {
 	case "trace":
-		r.CQI = ch.traceCQI(t)
+		p := ch.tracePoint(t)
+		r.CQI = int(p[1])
+		if len(p) == 3 {
+			r.CapacityMbps = p[2]
+		}
 	case "markov":
 		ch.stepMarkov(t)
 		s := ch.cfg.LoS
@@ -253,16 +284,17 @@ func (ch *Channel) Blocked() bool {
 	return ch.blocked
 }
 
-func (ch *Channel) traceCQI(t float64) int {
+// tracePoint is the trace row in force at time t (the first before the trace starts).
+func (ch *Channel) tracePoint(t float64) []float64 {
 	tr := ch.cfg.Trace
 	if span := tr[len(tr)-1][0]; ch.cfg.TraceLoop && span > 0 {
 		t = math.Mod(t, span)
 	}
 	i := sort.Search(len(tr), func(i int) bool { return tr[i][0] > t })
 	if i == 0 {
-		return int(tr[0][1])
+		return tr[0]
 	}
-	return int(tr[i-1][1])
+	return tr[i-1]
 }
 
 // stepMarkov switches state when the exponential dwell time is over; blockage holds NLoS.

@@ -266,6 +266,58 @@ func TestTraceChannel(t *testing.T) {
 	}
 }
 
+// A capacity (TBS) trace: each row's capacity is what the cell carries from its time on,
+// and restart_trace starts the trace again from its first row.
+func TestCapacityTraceAndRestart(t *testing.T) {
+	e := testEmu(t, fmt.Sprintf(oneUE, "", 0,
+		`{"model":"trace","trace":[[0,15,40],[0.5,0,0],[0.7,12,20]]}`))
+	b := e.UEs[0].Bearers[0]
+	ch := b.Channel()
+	delivered := map[string]int{}
+	for tti := int64(0); tti < 1000; tti++ {
+		for b.QueueBytes()+b.InboxBytes() < 200_000 {
+			e.Inject(udp(1, 1000, 0, 1), tti*ms)
+		}
+		e.Step(tti * ms)
+		phase := map[bool]string{true: "a", false: "c"}[tti < 500]
+		if tti >= 500 && tti < 700 {
+			phase = "b"
+		}
+		for _, p := range b.Delivered(tti * ms) {
+			delivered[phase] += p.N
+		}
+	}
+	// 40 Mbit/s = 5,000 B per 1 ms TTI; 20 Mbit/s = 2,500 B; blocked: nothing (HARQ and the
+	// radio delay shift a few TTIs' worth across the boundaries)
+	for phase, want := range map[string]float64{"a": 5000 * 500, "b": 0, "c": 2500 * 300} {
+		if got := float64(delivered[phase]); math.Abs(got-want) > 5000*12 {
+			t.Errorf("phase %s: %.0f bytes, want ~%.0f", phase, got, want)
+		}
+	}
+	if r := ch.Last(); r.CQI != 12 || r.CapacityMbps != 20 {
+		t.Errorf("after the trace: %+v, want CQI 12 at 20 Mbit/s", r)
+	}
+	if err := ch.Apply(ChannelOverride{RestartTrace: true}); err != nil {
+		t.Fatal(err)
+	}
+	if r := ch.Step(5.0); r.CQI != 15 || r.CapacityMbps != 40 {
+		t.Errorf("restarted at 5 s: %+v, want the first row", r)
+	}
+	if r := ch.Step(5.6); r.CQI != 0 {
+		t.Errorf("0.6 s after the restart: %+v, want the blockage row", r)
+	}
+	fixed := testEmu(t, fmt.Sprintf(oneUE, "", 0, `{"cqi":9}`)).UEs[0].Bearers[0].Channel()
+	if err := fixed.Apply(ChannelOverride{RestartTrace: true}); err == nil {
+		t.Error("a fixed channel accepted restart_trace")
+	}
+	for _, bad := range []string{`[[0,15,-1]]`, `[[0,15,10,3]]`, `[[0]]`, `[[0,16,10]]`} {
+		_, err := ParseConfig([]byte(fmt.Sprintf(oneUE, "", 0, `{"model":"trace","trace":`+bad+`}`)))
+		if err == nil {
+			t.Errorf("accepted trace %s", bad)
+		}
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, bad := range []string{
 		`{"dl_tun":{"name":"x"},"cells":[]}`,

@@ -65,16 +65,18 @@ class Setup:
     pep_buffer: int | None = None  # bytes per socket buffer (forced); None = PEP default
 
 
-def scenario(setup: Setup, queue: str) -> str:
-    """The testbed scenario: one UE, one cell whose capacity the experiment sets."""
+def scenario(setup: Setup, queue: str, fifo_bytes: int = 0, channel: str = "") -> str:
+    """The testbed scenario: one UE, one cell whose capacity the experiment sets (or whose
+    ``channel`` is given); the FIFO holds one BDP at the low rate unless ``fifo_bytes``."""
     rtt_s = 2 * (setup.wan_delay_ms + setup.ran_delay_ms) / 1e3
     bdp = int(setup.low_mbps * 1e6 / 8 * rtt_s)  # the research's BFIFO limit (225,000 B)
     queue_spec = (
-        f"{{discipline: fifo, limit_bytes: {bdp}}}"
+        f"{{discipline: fifo, limit_bytes: {fifo_bytes or bdp}}}"
         if queue == "fifo"
         else "{discipline: fq_codel, limit_bytes: 4194304, target_ms: 5, interval_ms: 100}"
     )
-    return f"""description: PEP split-TCP step test ({queue})
+    channel = channel or f"{{model: fixed, capacity_mbps: {setup.low_mbps}}}"
+    return f"""description: PEP split-TCP ({queue})
 wan: {{delay_ms: {setup.wan_delay_ms}, rate_mbps: {setup.wan_rate_mbps}}}
 cells:
   - bs_id: 10000
@@ -88,7 +90,7 @@ ues:
         delay_ms: {setup.ran_delay_ms}
         ul_delay_ms: {setup.ran_delay_ms}
         queue: {queue_spec}
-        channel: {{model: fixed, capacity_mbps: {setup.low_mbps}}}
+        channel: {channel}
 """
 
 
@@ -145,13 +147,14 @@ def parse_ss(text: str) -> list[dict[str, float]]:
 class Testbed:
     """One testbed topology with the PEP, the server and the emulator's channel control."""
 
-    def __init__(self, setup: Setup, queue: str, workdir: Path) -> None:
+    def __init__(self, setup: Setup, queue: str, workdir: Path, scenario_text: str = "") -> None:
+        """``scenario_text``: another scenario than the step test's (same UE and cell)."""
         from mts_testbed import builder
 
         self.setup = setup
         self.name = f"ps{os.getpid() % 100000}"
         path = workdir / f"{queue}.yaml"
-        path.write_text(scenario(setup, queue))
+        path.write_text(scenario_text or scenario(setup, queue))
         self.topo = builder.up(path, self.name, log=lambda *a, **k: None)
         self.procs: list[subprocess.Popen[Any]] = []
         try:
@@ -199,11 +202,15 @@ class Testbed:
             time.sleep(0.2)
 
     def set_capacity(self, mbps: float) -> None:
+        self.change_channel({"capacity_mbps": mbps})
+
+    def change_channel(self, change: dict[str, Any]) -> None:
+        """The emulator's channel change of the UE's cell (capacity_mbps, restart_trace...)."""
         emu = self.topo.emulator
         ue = self.topo.ue(1)
         response = httpx.patch(
             f"{emu.url}/emulator/v1/ues/{ue.name}/cells/{ue.paths[0].bs_id}/channel",
-            json={"capacity_mbps": mbps},
+            json=change,
             headers={"Authorization": f"Bearer {emu.token}"},
             timeout=10,
         )
