@@ -51,6 +51,13 @@ EXPERIMENT_TARGETS += experiment-meld-discrimination
 experiment-meld-discrimination: python rabbitmq build ## MELD decisions vs the emulator's drop labels (long) -> docs/results/meld/discrimination.*
 	uv run python -m mts_lab.meld.discrimination_experiment --out docs/results/meld
 
+EXPERIMENT_TARGETS += experiment-meld-cubic-gain
+.PHONY: experiment-meld-cubic-gain
+experiment-meld-cubic-gain: python rabbitmq build ## why MELD-overflow gains no goodput over CUBIC: the cell with and without residual radio loss, 10 runs -> docs/results/meld-cubic/gain.*
+	uv run python -m mts_lab.meld.discrimination_experiment --out docs/results/meld-cubic/with-loss --modes off,meld-overflow
+	uv run python -m mts_lab.meld.discrimination_experiment --out docs/results/meld-cubic/without-loss --modes off --scenario testbed/configs/lte-25prb-meld-discrimination-no-radio-loss.yaml
+	uv run python -m mts_lab.meld.cubic_gain --with-loss docs/results/meld-cubic/with-loss --without-loss docs/results/meld-cubic/without-loss --out docs/results/meld-cubic
+
 # Against a RAN you run (docs/oai-testbed.md): nothing here builds or starts the RAN, so it
 # is in no target list. The UE's and the server's namespaces and addresses are yours.
 LIVE_UE_NS ?= oai-ue

@@ -446,18 +446,19 @@ def alternating(runs: int, arms: Sequence[str]) -> Iterator[tuple[int, str]]:
 
 def modes_main(
     doc: str,
-    run: Callable[[list[str], list[str], int, int, Path], Any],
+    run: Callable[..., Any],
     *,
     out: Path,
     runs: int,
     size: int,
     modes: Sequence[str],
     resummarize: Callable[[Path], None] | None = None,
+    scenario: Path | None = None,
 ) -> None:
     """The command line of an experiment over congestion controls and modes (``--out``,
     ``--runs``, ``--size``, ``--ccas``, ``--modes``), which calls ``run`` with them; with
     ``resummarize``, ``--summarize`` redoes only the summary and plot of the saved runs in
-    OUT."""
+    OUT; with ``scenario`` (the default), ``--scenario`` passes another to ``run``."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--runs", type=int, default=runs)
@@ -468,11 +469,14 @@ def modes_main(
         parser.add_argument(
             "--summarize", action="store_true", help="only redo the summary and plot of OUT's runs"
         )
+    if scenario is not None:
+        parser.add_argument("--scenario", type=Path, default=scenario, help="testbed scenario")
     args = parser.parse_args()
     if resummarize is not None and args.summarize:
         resummarize(args.out)
-    else:
-        run(args.ccas.split(","), args.modes.split(","), args.runs, args.size, args.out)
+        return
+    given = {"scenario": args.scenario.resolve()} if scenario is not None else {}
+    run(args.ccas.split(","), args.modes.split(","), args.runs, args.size, args.out, **given)
 
 
 def figure_per_cca(

@@ -354,7 +354,7 @@ def resummarize(out: Path) -> None:
 
 def main() -> None:
     modes_main(__doc__, run, out=REPO / "docs/results/meld", runs=10, size=5_000_000, modes=MODES,
-               resummarize=resummarize)  # fmt: skip
+               resummarize=resummarize, scenario=SCENARIO)  # fmt: skip
 
 
 if __name__ == "__main__":
