@@ -20,13 +20,44 @@
 #define EFM_TIME_BIT 0x02
 #define EFM_LOSS_BIT 0x04
 #define EFM_BITS (EFM_TIME_BIT | EFM_LOSS_BIT)
+/* Not the research's (EFM_DELAY_RUN below): in SYN and SYN-ACK "the delay bit marks whole
+ * GSO/TSO runs"; on a marked segment, the parity of its sample (it alternates from one
+ * sample of a sender to its next). 0x08 is the reserved bit neither the research nor
+ * AccECN uses. */
+#define EFM_RUN_BIT 0x08
+#define EFM_CODE_BITS (EFM_BITS | EFM_RUN_BIT)
 
-/* Technique advertised in SYN and SYN-ACK as (loss, time): 10 spin, 01 delay. */
+/*
+ * Technique advertised in SYN and SYN-ACK as (run, loss, time): 010 spin, 001 delay,
+ * 101 delay with runs.
+ *
+ * EFM_DELAY is the research's rule: one sample is one marked segment, so GSO/TSO must be
+ * off (it copies the header of a super-packet, the mark included, to every segment).
+ * EFM_DELAY_RUN keeps GSO/TSO: the sender marks a whole skb, whatever it is cut into
+ * later, with the sample's parity in EFM_RUN_BIT, and the receiving endpoint and the
+ * observer take a *run* as one sample: the first marked segment starts it; a marked
+ * segment continues it if it has the run's parity and ack number and starts where the
+ * run ended (seq == the run's end), which is what the segments of one super-packet look
+ * like (GSO/TSO and GRO copy the header bits and the ack, and split or join seq
+ * contiguously). The parity tells two marked skbs sent back to back apart (an
+ * application-limited flow whose RTT is shorter than its gap between writes marks every
+ * skb); the contiguity, a sample after a lost one of the same parity. The sample's time
+ * is its first segment's.
+ */
 enum efm_technique {
 	EFM_OFF = 0,		/* no marking: the reserved bits are left as they are */
-	EFM_SPIN = 1,		/* spin bit; handshake code 10 (EFM_LOSS_BIT) */
-	EFM_DELAY = 2,		/* delay bit; handshake code 01 (EFM_TIME_BIT) */
-	EFM_TECHNIQUE_COUNT = 3,
+	EFM_SPIN = 1,		/* spin bit; handshake code 010 (EFM_LOSS_BIT) */
+	EFM_DELAY = 2,		/* delay bit, one segment per sample; code 001 (EFM_TIME_BIT) */
+	EFM_DELAY_RUN = 3,	/* delay bit, one run per sample; code 101 (RUN | TIME) */
+	EFM_TECHNIQUE_COUNT = 4,
+};
+
+/* A run of marked segments (EFM_DELAY_RUN), per socket or per flow direction. */
+struct efm_run {
+	__u32 active;		/* a run was seen (0/1) */
+	__u32 ack;		/* its ack number */
+	__u32 end;		/* seq + payload of its last segment */
+	__u32 parity;		/* its EFM_RUN_BIT (0/1) */
 };
 
 /* Endpoint role, from the handshake (research: SYN_SENT->EST client, SYN_RECV->EST server). */
@@ -56,6 +87,9 @@ struct efm_sock {
 	__u32 ordered;		/* spin guard: hi_seq and hi_ack hold a segment (0/1) */
 	__u32 hi_seq;		/* spin guard: highest seq and ack received */
 	__u32 hi_ack;
+	struct efm_run run_in;	/* delay with runs: the run of marked segments received last */
+	__u32 parity_out;	/* delay with runs: the parity of the next sample sent (0/1) */
+	__u32 pad;
 };
 
 /* Endpoint counters: index into the `efm_counters` per-CPU array, in segments. */
@@ -71,7 +105,9 @@ enum efm_counter {
 	EFM_C_UNPARSED = 8,	/* TCP/IPv4 packets whose headers could not be read */
 	EFM_C_ECT1 = 9,		/* ECT(0) packets sent as ECT(1) */
 	EFM_C_SPIN_GUARDED = 10, /* spin guard: segments below the highest, not followed */
-	EFM_C_COUNT = 11,
+	EFM_C_RUN_CONTINUED = 11, /* delay with runs: marked segments received that continued
+				   * a run (not a new sample) */
+	EFM_C_COUNT = 12,
 };
 
 
@@ -112,9 +148,10 @@ struct obs_flow {
 	__u64 srtt_ns[OBS_MODES];	/* EWMA 7/8 of the accepted e2e samples (gap rule) */
 	struct obs_track track[OBS_MODES][2];
 	struct obs_order order[2];
+	struct efm_run run[2];		/* delay with runs: the last run per direction */
 	__u64 packets[2];		/* packets per direction (index: 0 = from a) */
 	__u8 technique;			/* enum efm_technique from the SYN, 0 until agreed */
-	__u8 syn_code;			/* (loss, time) bits of the SYN */
+	__u8 syn_code;			/* (run, loss, time) bits of the SYN */
 	__u8 client_dir;		/* direction of the SYN (0: a is the client) */
 	__u8 state;			/* enum obs_flow_state */
 	__u32 pad;
@@ -162,7 +199,8 @@ enum obs_counter {
 	OBS_C_RING_FULL = 7,	/* samples lost: the ring buffer was full */
 	OBS_C_REORDERED = 8,	/* filtered: spin packets set aside by the reordering guard */
 	OBS_C_TOO_SOON = 9,	/* filtered: edges/samples set aside by the minimum-gap rule */
-	OBS_C_COUNT = 10,
+	OBS_C_RUN_CONTINUED = 10, /* delay with runs: marked packets continuing a run */
+	OBS_C_COUNT = 11,
 };
 
 #endif /* EFM_H */

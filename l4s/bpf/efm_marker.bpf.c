@@ -28,9 +28,16 @@
  *          max(100 ms, 2 SRTT) with dynamic_t_max).
  *
  * GSO/TSO: tc egress sees a GSO skb before segmentation, and every segment inherits
- * its header: right for the spin bit, wrong for the delay bit (one sample would become
- * many). The marking interfaces run with GSO off (mec_l4s.efm does it, as the research
- * did with ethtool), and EFM_C_GSO_MARKED counts any sample that still met a GSO skb.
+ * its header: right for the spin bit, wrong for the research's delay bit (one sample
+ * would become many). Two ways (efm.h): EFM_DELAY, the research's rule, with GSO off on
+ * the marking interfaces (mec_l4s.efm does it, as the research did with ethtool;
+ * EFM_C_GSO_MARKED counts any sample that still met a GSO skb); or EFM_DELAY_RUN, not the
+ * research's, with GSO kept: the sample marks the whole skb (with its parity) and the
+ * receiving side takes a run of marked segments of one super-packet as one sample
+ * (efm_run_starts).
+ * In both delay techniques an unmarked segment needs nothing at ingress, so it is passed
+ * before the socket lookup (the state of a socket is then created by its first marked
+ * segment in or its first segment out, with the same roles).
  *
  * IPv4 only. The interface's link-layer header length comes from `efm_l3_ifaces`
  * (absent: Ethernet, 14 bytes; present: a TUN, 0 bytes).
@@ -143,7 +150,9 @@ static __always_inline struct efm_config *get_config(void)
 /* The handshake code of the technique, as (loss, time) bits. */
 static __always_inline __u8 handshake_code(__u32 technique)
 {
-	return technique == EFM_SPIN ? EFM_LOSS_BIT : EFM_TIME_BIT;
+	if (technique == EFM_SPIN)
+		return EFM_LOSS_BIT;
+	return technique == EFM_DELAY_RUN ? EFM_RUN_BIT | EFM_TIME_BIT : EFM_TIME_BIT;
 }
 
 /*
@@ -231,7 +240,7 @@ static __always_inline bool delay_out(struct __sk_buff *skb, const struct tcp_se
 	if (client)
 		s->ds_time_ns = now;
 	if (skb->gso_segs > 1)
-		count(EFM_C_GSO_MARKED);
+		count(EFM_C_GSO_MARKED);	/* EFM_DELAY: a fault; EFM_DELAY_RUN: by design */
 	return true;
 }
 
@@ -276,7 +285,7 @@ int efm_out(struct __sk_buff *skb)
 	if (!cfg->technique || cfg->technique >= EFM_TECHNIQUE_COUNT)
 		return TC_ACT_OK;
 	count(EFM_C_SEGMENTS_OUT);
-	byte12 = seg.byte12 & ~EFM_BITS;
+	byte12 = seg.byte12 & ~EFM_CODE_BITS;
 	if (seg.flags & TCP_FLAG_SYN) {
 		egress_state(skb, &seg);	/* a SYN names the client */
 		byte12 |= handshake_code(cfg->technique);
@@ -291,6 +300,12 @@ int efm_out(struct __sk_buff *skb)
 			time = delay_out(skb, &seg, s, cfg);
 		if (time)
 			byte12 |= EFM_TIME_BIT;
+		if (time && cfg->technique == EFM_DELAY_RUN) {
+			/* the sample's parity: two marked skbs in a row stay two samples */
+			if (s->parity_out)
+				byte12 |= EFM_RUN_BIT;
+			s->parity_out ^= 1;
+		}
 		if (time && cfg->technique == EFM_SPIN)
 			count(EFM_C_SPIN_SET);
 	}
@@ -325,6 +340,9 @@ int efm_in(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (!parse(skb, skb->ifindex, &seg) || (seg.flags & TCP_FLAG_SYN))
 		return TC_ACT_OK;
+	time = seg.byte12 & EFM_TIME_BIT;
+	if (cfg->technique != EFM_SPIN && !time)
+		return TC_ACT_OK;	/* delay: only a mark changes the state */
 	tuple.ipv4.saddr = seg.saddr;
 	tuple.ipv4.daddr = seg.daddr;
 	tuple.ipv4.sport = seg.sport;
@@ -337,13 +355,14 @@ int efm_in(struct __sk_buff *skb)
 	s = state_of(sk, false, 0);
 	if (!s || s->role == EFM_ROLE_UNMANAGED)
 		goto out;
-	time = seg.byte12 & EFM_TIME_BIT;
 	if (cfg->technique == EFM_SPIN) {
 		if (cfg->spin_guard && !newest(s, &seg))
 			count(EFM_C_SPIN_GUARDED);
 		else
 			s->spin = time;
-	} else if (time) {
+	} else if (cfg->technique == EFM_DELAY_RUN && !efm_run_starts(&s->run_in, &seg)) {
+		count(EFM_C_RUN_CONTINUED);
+	} else {
 		s->sample_pending = 1;
 		count(EFM_C_SAMPLES_IN);
 	}

@@ -6,10 +6,14 @@
  *
  * Flows are created by a SYN only (a flow joined midway has no agreed technique) in an
  * LRU hash with a fixed cap: a SYN flood evicts the least recently seen flows and never
- * grows memory. The SYN's code ((loss, time) = 10 spin, 01 delay) must be repeated by
- * the SYN-ACK, or EFM stays off for the flow (Spindump's cross-check).
+ * grows memory. The SYN's code ((run, loss, time) = 010 spin, 001 delay, 101 delay with
+ * runs) must be repeated by the SYN-ACK, or EFM stays off for the flow (Spindump's
+ * cross-check).
  *
  * Two modes measure the same packets side by side, each with its own trackers:
+ * A delay sample is one marked packet, or with EFM_DELAY_RUN (code 101, not the
+ * research's) the first packet of a run of marked packets of one super-packet (efm.h).
+ *
  *   raw       Spindump's rules. Spin: per direction, the first value initialises, every
  *             later change is an edge; e2e = edge to edge in one direction, half = the
  *             other direction's latest edge not yet matched to this edge. Delay: e2e =
@@ -114,11 +118,26 @@ static __always_inline void emit(const struct obs_key *key, const struct obs_flo
 	count(OBS_C_SAMPLES);
 }
 
+/* The technique a handshake code names (efm.h), EFM_OFF for any other code. */
+static __always_inline __u8 technique_of(__u8 code)
+{
+	switch (code) {
+	case EFM_LOSS_BIT:
+		return EFM_SPIN;
+	case EFM_TIME_BIT:
+		return EFM_DELAY;
+	case EFM_RUN_BIT | EFM_TIME_BIT:
+		return EFM_DELAY_RUN;
+	default:
+		return EFM_OFF;
+	}
+}
+
 /* A SYN creates the flow (or restarts it); its SYN-ACK must carry the same code. */
 static __always_inline void on_handshake(const struct obs_key *key, const struct tcp_seg *seg,
 					 __u32 dir, __u64 now)
 {
-	__u8 code = seg->byte12 & EFM_BITS;
+	__u8 code = seg->byte12 & EFM_CODE_BITS;
 	struct obs_flow *f;
 
 	if (!(seg->flags & TCP_FLAG_ACK)) {
@@ -138,13 +157,13 @@ static __always_inline void on_handshake(const struct obs_key *key, const struct
 	f = bpf_map_lookup_elem(&obs_flows, key);
 	if (!f || f->state != OBS_SYN_SEEN || dir == f->client_dir)
 		return;
-	if (code != f->syn_code || (code != EFM_LOSS_BIT && code != EFM_TIME_BIT)) {
+	f->technique = technique_of(code);
+	if (code != f->syn_code || f->technique == EFM_OFF) {
 		f->state = OBS_DISABLED;	/* no EFM, or delay+Q (not built) */
 		if (code != f->syn_code)
 			count(OBS_C_DISAGREED);
 		return;
 	}
-	f->technique = code == EFM_LOSS_BIT ? EFM_SPIN : EFM_DELAY;
 	f->state = OBS_AGREED;
 }
 
@@ -295,6 +314,11 @@ int efm_observe(struct __sk_buff *skb)
 		else
 			count(OBS_C_REORDERED);
 	} else if (time) {
+		/* with runs, a sample is a run's first segment, in both modes */
+		if (f->technique == EFM_DELAY_RUN && !efm_run_starts(&f->run[d & 1], &seg)) {
+			count(OBS_C_RUN_CONTINUED);
+			return TC_ACT_UNSPEC;
+		}
 		delay_packet(&key, f, OBS_RAW, d, now, cfg);
 		delay_packet(&key, f, OBS_FILTERED, d, now, cfg);
 	}

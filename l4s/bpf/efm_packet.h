@@ -85,4 +85,24 @@ static __always_inline enum parse_result parse_tcp(struct __sk_buff *skb, __u32 
 	return PKT_TCP;
 }
 
+/*
+ * EFM_DELAY_RUN's rule (efm.h), one owner for the endpoint and the observer: is this
+ * marked segment a new delay sample, or the next piece of the run before it (same
+ * parity and ack, starting where the run ended, as the segments of one GSO/TSO
+ * super-packet)? Records the segment in the run either way. A reordered piece of a run
+ * counts as a new sample (the observer's minimum-gap rule sets such a sample aside).
+ */
+static __always_inline bool efm_run_starts(struct efm_run *run, const struct tcp_seg *seg)
+{
+	__u32 parity = (seg->byte12 & EFM_RUN_BIT) ? 1 : 0;
+	bool continues = run->active && parity == run->parity && seg->ack == run->ack &&
+			 seg->seq == run->end;
+
+	run->active = 1;
+	run->parity = parity;
+	run->ack = seg->ack;
+	run->end = seg->seq + seg->payload;
+	return !continues;
+}
+
 #endif /* EFM_PACKET_H */

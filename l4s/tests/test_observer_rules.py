@@ -1,6 +1,7 @@
 """The observer's rules on crafted packets (BPF_PROG_TEST_RUN: the real program in the
 kernel, packets built here): handshake agreement, malformed and truncated headers, the
-flow table's cap, the reordering guard and the minimum-gap rule of the filtered mode."""
+flow table's cap, the reordering guard and the minimum-gap rule of the filtered mode, the
+runs of the delay bit with GSO kept."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from mec_l4s.observer import Kind, Observer, Rules, Sample
 OBSERVER_OBJ = REPO / "build/bpf/efm_observer.bpf.o"
 TC_ACT_UNSPEC = -1
 SPIN_CODE, DELAY_CODE, TIME = 0x04, 0x02, 0x02
+DELAY_RUN_CODE, PARITY = 0x0A, 0x08  # the delay bit with GSO kept (not the research's)
 SYN, ACK = 0x02, 0x10
 C, S = "10.9.0.1", "10.9.0.2"
 
@@ -178,3 +180,32 @@ def test_filtered_delay_sets_aside_a_duplicate_sample(observer: Observer, prog: 
     assert min(raw) < 5, raw  # Spindump's rule has no lower bound
     assert min(filtered) > 15, filtered
     assert observer.counters()["too_soon"] >= 1
+
+
+def test_a_run_of_one_super_packets_segments_is_one_delay_sample(
+    observer: Observer, prog: BpfProgram
+) -> None:
+    handshake(prog, DELAY_RUN_CODE)
+
+    def skb(seq: int, parity: int, segments: int = 4, ack: int = 5000) -> int:
+        """The segments of one marked super-packet, as GSO cuts it; returns its end."""
+        for i in range(segments):
+            bits = TIME | (PARITY if parity else 0)
+            prog.run_packet(frame(C, S, 40000, 80, bits=bits, seq=seq + 100 * i, ack=ack,
+                                  payload=100))  # fmt: skip
+        return seq + 100 * segments
+
+    end = skb(1000, 0)
+    time.sleep(0.02)
+    # the next sample on the very next skb (contiguous, same ack): its parity tells it apart
+    end = skb(end, 1)
+    time.sleep(0.02)
+    end = skb(end + 400, 0)  # after unmarked segments
+    time.sleep(0.02)
+    # the same parity again: a run of the other one was lost between (it took the 400
+    # bytes), so this one does not start where the last run ended: a new sample
+    end = skb(end + 400, 0)
+    got = [s for s in observer.poll() if s.kind == Kind.DELAY_E2E and s.rules == Rules.RAW]
+    assert len(got) == 3 and all(s.rtt_ms > 15 for s in got), [s.rtt_ms for s in got]
+    c = observer.counters()
+    assert c["run_continued"] == 4 * 3 and c["disagreed"] == 0, c

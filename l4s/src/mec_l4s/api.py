@@ -46,7 +46,7 @@ class ObserverInfo(BaseModel):
     evicted_flows: int = Field(description="flows the service's table dropped at its cap")
     counters: dict[str, int] = Field(
         description="the kernel program's counters: packets, tcp, malformed, flows, no_flow, "
-        "disagreed, samples, ring_full, reordered, too_soon"
+        "disagreed, samples, ring_full, reordered, too_soon, run_continued"
     )
 
 

@@ -35,11 +35,21 @@ ARPHRD_ETHER = 1
 
 
 class Technique(enum.IntEnum):
-    """``enum efm_technique``: what the endpoints put in the time bit."""
+    """``enum efm_technique``: what the endpoints put in the time bit.
+
+    DELAY is the research's delay bit (one marked segment per sample: GSO/TSO off on the
+    marking interfaces); DELAY_RUN keeps GSO/TSO and takes a run of marked segments of one
+    super-packet as one sample (``l4s/bpf/efm.h``; not the research's)."""
 
     OFF = 0
     SPIN = 1
     DELAY = 2
+    DELAY_RUN = 3
+
+    @property
+    def needs_gso_off(self) -> bool:
+        """One segment per skb on the marking interfaces (only the research's delay bit)."""
+        return self is Technique.DELAY
 
 
 class Role(enum.IntEnum):
@@ -62,6 +72,7 @@ class MarkerCounter(enum.IntEnum):
     UNPARSED = 8
     ECT1 = 9
     SPIN_GUARDED = 10
+    RUN_CONTINUED = 11
 
 
 class EfmConfig(ctypes.Structure):
@@ -74,6 +85,15 @@ class EfmConfig(ctypes.Structure):
     )
 
 
+class EfmRun(ctypes.Structure):
+    _fields_ = (
+        ("active", ctypes.c_uint32),
+        ("ack", ctypes.c_uint32),
+        ("end", ctypes.c_uint32),
+        ("parity", ctypes.c_uint32),
+    )
+
+
 class EfmSock(ctypes.Structure):
     _fields_ = (
         ("ds_time_ns", ctypes.c_uint64),
@@ -83,6 +103,9 @@ class EfmSock(ctypes.Structure):
         ("ordered", ctypes.c_uint32),
         ("hi_seq", ctypes.c_uint32),
         ("hi_ack", ctypes.c_uint32),
+        ("run_in", EfmRun),
+        ("parity_out", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
     )
 
 
@@ -161,6 +184,7 @@ class Marker:
 
     def __init__(self, obj: EfmObject) -> None:
         self.obj = obj
+        self.technique = Technique.OFF
 
     @classmethod
     def load(cls, obj: Path, name: str) -> Marker:
@@ -189,13 +213,18 @@ class Marker:
             spin_guard=int(spin_guard),
         )
         self.obj.maps["efm_config"].update(ctypes.c_uint32(0), cfg)
+        self.technique = technique
 
-    def attach(self, ifname: str, netns: str | None = None, *, gso_off: bool = True) -> None:
+    def attach(self, ifname: str, netns: str | None = None, *, gso_off: bool | None = None) -> None:
         """Mark the segments leaving ``ifname`` and read those arriving on it.
 
-        ``gso_off``: one segment per skb on the interface (gso_max_segs 1), so a delay
-        sample stays on one segment (GSO would copy it to each; see efm_marker.bpf.c).
+        ``gso_off``: one segment per skb on the interface (gso_max_segs 1), so that the
+        research's delay sample stays on one segment (GSO would copy it to each; see
+        efm_marker.bpf.c). None (the default): as the configured technique needs, i.e. only
+        for ``Technique.DELAY``; configure before attaching.
         """
+        if gso_off is None:
+            gso_off = self.technique.needs_gso_off
         if gso_off:
             cmd = ["ip", "link", "set", "dev", ifname, "gso_max_segs", "1"]
             if netns is not None:

@@ -95,6 +95,7 @@ class ObsCounter(enum.IntEnum):
     RING_FULL = 7
     REORDERED = 8
     TOO_SOON = 9
+    RUN_CONTINUED = 10
 
 
 def _endpoint(addr: int, port: int) -> str:

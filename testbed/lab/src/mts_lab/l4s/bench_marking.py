@@ -7,9 +7,11 @@ both ends, in four conditions:
 - ``plain``: no marker, the veth's offloads as they are (GSO of 64 KiB skbs);
 - ``gso1``: no marker, ``gso_max_segs 1`` at both ends (one segment per skb: what the
   delay bit needs, ``Marker.attach(gso_off=True)``, the research's offloads off);
-- ``delay_gso1``: the delay-bit marker as it is deployed (with ``gso_max_segs 1``);
+- ``delay_gso1``: the research's delay bit (``Technique.DELAY``, with ``gso_max_segs 1``);
 - ``spin_gso``: the spin-bit marker with GSO kept (every segment of a GSO skb carries the
-  same spin value, which is right for the spin bit): the programs' own cost.
+  same spin value, which is right for the spin bit): the programs' own cost;
+- ``delay_run_gso``: the delay bit with GSO kept (``Technique.DELAY_RUN``: a run of marked
+  segments of one super-packet is one sample; ``l4s/bpf/efm.h``).
 
 The machine is shared, so the conditions are interleaved round by round (each round runs
 each once, in a rotated order) and each condition's median over the rounds is compared
@@ -36,7 +38,7 @@ from mts_lab.l4s.bed import MARKER_OBJ
 from mts_lab.line import run
 from mts_lab.results import Results, pyplot
 
-CONDITIONS = ("plain", "gso1", "delay_gso1", "spin_gso")
+CONDITIONS = ("plain", "gso1", "delay_gso1", "spin_gso", "delay_run_gso")
 GSO_DEFAULT = 65535
 GOAL_LOSS = 0.05
 
@@ -67,7 +69,7 @@ class VethPair:
 
 
 @contextmanager
-def markers(pair: VethPair, technique: Technique | None, gso_off: bool) -> Iterator[None]:
+def markers(pair: VethPair, technique: Technique | None, gso_off: bool) -> Iterator[list[Marker]]:
     """The marker at both ends for the block (none with ``technique`` None)."""
     pair.gso_max_segs(1 if gso_off else GSO_DEFAULT)
     loaded: list[Marker] = []
@@ -78,7 +80,7 @@ def markers(pair: VethPair, technique: Technique | None, gso_off: bool) -> Itera
                 loaded.append(m)
                 m.configure(technique)
                 m.attach("bench0", ns, gso_off=gso_off)
-        yield
+        yield loaded
     finally:
         for m in loaded:
             m.close()
@@ -89,6 +91,7 @@ SETUPS: dict[str, tuple[Technique | None, bool]] = {
     "gso1": (None, True),
     "delay_gso1": (Technique.DELAY, True),
     "spin_gso": (Technique.SPIN, False),
+    "delay_run_gso": (Technique.DELAY_RUN, False),
 }
 
 
@@ -135,14 +138,21 @@ def _rounds(rounds: int, seconds: float) -> list[dict[str, Any]]:
             order = CONDITIONS[r % len(CONDITIONS) :] + CONDITIONS[: r % len(CONDITIONS)]
             for condition in order:
                 technique, gso_off = SETUPS[condition]
-                with markers(pair, technique, gso_off):
+                with markers(pair, technique, gso_off) as loaded:
                     gbit = iperf3(pair, seconds)
+                    counts = [m.counters() for m in loaded]
                 rows.append({"round": r, "condition": condition, "gbit_s": gbit,
-                             "load": round(os.getloadavg()[0], 1)})  # fmt: skip
+                             "load": round(os.getloadavg()[0], 1),
+                             "marked": sum(marked_skbs(c) for c in counts)})  # fmt: skip
                 print(f"round {r} {condition}: {gbit:.2f} Gbit/s", flush=True)
     finally:
         pair.down()
     return rows
+
+
+def marked_skbs(counters: dict[str, int]) -> int:
+    """The skbs one marker sent with the time bit (so a condition is seen to mark)."""
+    return counters["spin_set"] + counters["samples_reflected"] + counters["samples_generated"]
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -3,10 +3,11 @@
 One Prague and one CUBIC flow share the emulator's WAN bottleneck (100 Mbit/s DualPI2,
 30 ms each way: base RTT 60 ms), from one server namespace to one client namespace,
 marked with the spin bit in some runs and the delay bit in others (one technique per
-run, as the research). The observer on the MEC host gives each flow's RTT samples in
-both modes (raw = Spindump's rules, filtered = ours). Two truths: TCP_INFO's RTT of each
-sender every 100 ms (the research read ``ss`` every second: smoothed), and, like for like,
-the senders' own RTT samples (``mts_lab.l4s.truth``: TCP's mrtt, once per round trip).
+run, as the research; ``--techniques`` adds the delay bit with GSO kept, ``delay_run``).
+The observer on the MEC host gives each flow's RTT samples in both modes (raw =
+Spindump's rules, filtered = ours). Two truths: TCP_INFO's RTT of each sender every 100 ms
+(the research read ``ss`` every second: smoothed), and, like for like, the senders' own
+RTT samples (``mts_lab.l4s.truth``: TCP's mrtt, once per round trip).
 
 Per run and flow: throughput (MiB per run), retransmissions, truth mean/std, observer
 mean/std, and the error of each observer sample against the truth at its time (|sample −
@@ -63,6 +64,11 @@ PUBLISHED = {
     ("delay", "prague"): {"mib": 375, "rtt_mean_ms": 60.4, "rtt_std_ms": 2.1, "retrans": 0},
     ("delay", "cubic"): {"mib": 331, "rtt_mean_ms": 70.1, "rtt_std_ms": 9.0, "retrans": 15},
 }
+
+# the delay bit with GSO kept (not the research's) is compared with the research's delay bit
+PUBLISHED_AS = {"delay_run": "delay"}
+TECHNIQUES = {t.name.lower(): t for t in (Technique.SPIN, Technique.DELAY, Technique.DELAY_RUN)}
+DEFAULT_TECHNIQUES = "spin,delay"
 
 # research 001, Tables 7.2 (mean RTT, ms) and 7.3 (std dev, ms) per WAN reorder rate (%):
 # per CCA, socket statistics ("ss", from the delay-bit runs' hosts), spin bit, delay bit
@@ -408,7 +414,7 @@ TCP_KEYS = (
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     table: dict[str, Any] = {}
-    for technique in ("spin", "delay"):
+    for technique in TECHNIQUES:
         for cca in ("prague", "cubic"):
             rows = [r[cca] for r in runs if r["technique"] == technique]
             if not rows:
@@ -430,7 +436,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     for key in OBSERVER_KEYS
                 },
                 **{f"tcp_{key}": ci(lambda r, k=key: r["tcp_mrtt"].get(k)) for key in TCP_KEYS},
-                "published": PUBLISHED[(technique, cca)],
+                "published": PUBLISHED[(PUBLISHED_AS.get(technique, technique), cca)],
             }
     return table
 
@@ -545,12 +551,11 @@ def plot(results: Results, path: Path) -> None:
 
 
 def run_all(args: argparse.Namespace, rates: list[float]) -> list[dict[str, Any]]:
-    """Every run: ``args.runs`` × both techniques × each WAN reorder rate (%)."""
+    """Every run: ``args.runs`` × each technique × each WAN reorder rate (%)."""
     runs = []
+    techniques = [TECHNIQUES[t] for t in args.techniques.split(",")]
     with loaded_prague() as prague:
-        for rate, run, technique in itertools.product(
-            rates, range(args.runs), (Technique.SPIN, Technique.DELAY)
-        ):
+        for rate, run, technique in itertools.product(rates, range(args.runs), techniques):
             line = WanLine.create(
                 30.0, rate_mbps=args.rate_mbps, queue="dualpi2", prefix="l4x", reorder_pct=rate
             )
@@ -606,7 +611,15 @@ def main() -> None:
         action="store_true",
         help="the endpoints follow the spin value of the newest segments only",
     )
+    parser.add_argument(
+        "--techniques",
+        default=DEFAULT_TECHNIQUES,
+        help="comma-separated, of spin, delay (the research's, GSO off), delay_run (GSO "
+        "kept); other than the default, Table 7.1 goes to table-7-1-<techniques>",
+    )
     args = parser.parse_args()
+    if unknown := set(args.techniques.split(",")) - set(TECHNIQUES):
+        parser.error(f"unknown technique(s) {sorted(unknown)}: use {', '.join(TECHNIQUES)}")
     rates = [float(r) for r in args.reorder_pct.split(",")] if args.reorder_pct else [0.0]
     load_before = os.getloadavg()
     runs = run_all(args, rates)
@@ -622,7 +635,10 @@ def main() -> None:
     }
     if args.reorder_pct is None:
         results["table"] = aggregate(runs)
-        save_results(results, args.out, "table-7-1", plot, table)
+        name = "table-7-1"
+        if args.techniques != DEFAULT_TECHNIQUES:
+            name += "-" + args.techniques.replace(",", "-").replace("_", "-")
+        save_results(results, args.out, name, plot, table)
         return
     results["reorder_pct"] = rates
     results["tables"] = {
