@@ -1,6 +1,7 @@
 # pep: the split-TCP PEP (Python mec_pep), its C clients, benchmark and experiment.
-APT_PACKAGES += gcc libc6-dev haproxy iperf3
-BUILD_TARGETS += build/lib/libpep_preload.so build/bin/tcpload build/bin/relay-floor
+APT_PACKAGES += gcc libc6-dev haproxy iperf3 clang libbpf-dev liburing-dev strace linux-perf
+BUILD_TARGETS += build/lib/libpep_preload.so build/bin/tcpload build/bin/relay-floor \
+	build/bpf/relay_floor.bpf.o build/bin/relay-floor-uring
 TEST_TARGETS += test-pep
 BENCH_TARGETS += bench-pep
 EXPERIMENT_TARGETS += experiment-pep-split experiment-pep-interactive experiment-pep-fairness experiment-pep-mmwave
@@ -17,10 +18,19 @@ build/bin/tcpload: testbed/tcpload/main.go go.mod
 	@mkdir -p $(@D)
 	go build -trimpath -o $@ ./testbed/tcpload
 
-# The lower bound of a compiled relay core (a measurement device, not the PEP; docs/pep.md).
-build/bin/relay-floor: testbed/relay-floor/relay_floor.c
+# The lower bound of a compiled relay core and its kernel-side variants (measurement
+# devices, not the PEP; docs/pep.md "Per-connection cost").
+build/bin/relay-floor: testbed/relay-floor/relay_floor.c testbed/relay-floor/floor_common.h
 	@mkdir -p $(@D)
-	gcc -O2 -Wall -Wextra -Werror -o $@ $< -lpthread
+	gcc -O2 -Wall -Wextra -Werror -o $@ $< -lpthread -lbpf
+
+build/bin/relay-floor-uring: testbed/relay-floor/relay_floor_uring.c testbed/relay-floor/floor_common.h
+	@mkdir -p $(@D)
+	gcc -O2 -Wall -Wextra -Werror -o $@ $< -lpthread -luring
+
+build/bpf/relay_floor.bpf.o: testbed/relay-floor/relay_floor.bpf.c $(MELD_VMLINUX)
+	clang -target bpf -g -O2 -Wall -Werror -I$(dir $(MELD_VMLINUX)) -c $< -o $@.tmp
+	@mv $@.tmp $@
 
 .PHONY: test-pep bench-pep experiment-pep-split experiment-pep-interactive experiment-pep-fairness experiment-pep-mmwave
 test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)

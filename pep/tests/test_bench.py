@@ -47,6 +47,20 @@ def test_cost_small(tmp_path: Path) -> None:
     assert per["by_call"]["accept4"] >= 0.9
 
 
+def test_cost_profile_small(tmp_path: Path) -> None:
+    """``mts_lab.pep.cost profile``: a proxy's CPU per connection split by what the kernel
+    did for it (perf), for relay-floor and its io_uring variant."""
+    results = cost.run_profiles(["floor", "floor:uring"], rounds=1, seconds=1.0, out=tmp_path)
+    assert json.loads((tmp_path / "cost-profile.json").read_text())["measure"] == "profile"
+    for name in ("floor", "floor:uring"):
+        per = results["summary"][name]
+        split = per["us_per_connection_by_entry"]
+        assert per["flows"] > 10 and per["cpu_us_per_connection"] > 0
+        assert 0 < split["connect"] < per["cpu_us_per_connection"], (name, split)
+        assert split["softirq receive path"] > 0
+    assert results["summary"]["floor"]["us_per_connection_by_entry"]["events"] > 0  # epoll
+
+
 def test_pep_processes_share_the_listeners(tmp_path: Path) -> None:
     """The A/B variant PROCESSES=2: two PEP processes on the same listeners both relay, and
     a flow run reports what bound it (the proxy's cores, its run-queue wait, idle CPU)."""
@@ -65,6 +79,35 @@ def test_pep_processes_share_the_listeners(tmp_path: Path) -> None:
             for i in range(2)
         ]
         assert all(a["accepted"] > 0 for a in accepted), accepted  # SO_REUSEPORT spread them
+    finally:
+        b.stop()
+        lab.down()
+
+
+FLOOR_VARIANTS = [(), ("sockmap",), ("cpu-affinity",), ("defer-accept", "quickack"),
+                  ("tfo",), ("uring",), ("uring", "cpu-affinity")]  # fmt: skip
+
+
+@pytest.mark.parametrize("options", FLOOR_VARIANTS)
+def test_relay_floor_variants_relay(tmp_path: Path, options: tuple[str, ...]) -> None:
+    """Every relay-floor variant measured for issue 16 relays whole request/response flows
+    (both FINs forwarded: a flow ends only when both legs close), and the per-flow CPU
+    accounting covers the kernel's threads and the benchmark's own processes."""
+    lab = Lab.create("pv")
+    b = bench.Bench(lab, tmp_path)
+    try:
+        b.start()
+        b.start_floor(options)
+        for response in (1, 100_000):
+            x = bench.tcpload_flows(b, "floor", clients=8, request=500, response=response,
+                                    seconds=1.0)  # fmt: skip
+            assert x["flows"] > 10 and x["errors"] == 0, (options, response, x)
+            assert x["bench_us_per_flow"] > x["user_us_per_flow"] + x["sys_us_per_flow"] > 0
+            assert x["kthreads_us_per_flow"] >= 0 and x["machine_us_per_flow"] > 0
+        if "tfo" in options:  # the WAN legs' first bytes rode on their SYNs
+            counters = lab.sh(lab.pep_ns, "nstat -az TcpExtTCPFastOpenActive").split()
+            assert int(counters[counters.index("TcpExtTCPFastOpenActive") + 1]) > 10
+        b.stop_floor()
     finally:
         b.stop()
         lab.down()

@@ -9,55 +9,48 @@
  * What it measures: the connections/s and CPU per connection that a C (or Go/Rust) core
  * behind the PEP's control plane could reach at best on this machine.
  *
- *   relay-floor PORT THREADS        (in the PEP namespace, under the PEP's TPROXY rules)
+ *   relay-floor PORT THREADS [OPTION...]   (in the PEP namespace, under the PEP's TPROXY rules)
+ *
+ * Options, each a variant of the kernel work to measure against the plain floor (issue 16):
+ *   sockmap       bytes move in the kernel: once the WAN leg is connected both legs go into
+ *                 a sockhash whose stream verdict (relay_floor.bpf.c) redirects each leg's
+ *                 bytes to the other leg; user space moves only what arrived before that
+ *                 and forwards FIN/RST. Not split-TCP-exact: a FIN is forwarded on
+ *                 EPOLLRDHUP without knowing that the kernel's backlog has sent every byte
+ *                 before it (the benchmark's flows close only after their response).
+ *   defer-accept  TCP_DEFER_ACCEPT on the listener: accept when the first bytes arrive.
+ *   quickack      TCP_QUICKACK on both legs.
+ *   tfo           TCP Fast Open on the WAN leg (TCP_FASTOPEN_CONNECT: the first bytes ride
+ *                 on the SYN once the server's cookie is known; the server must allow it).
+ *   cpu-affinity  relay thread i pinned to CPU i, and a SO_REUSEPORT selector (classic BPF:
+ *                 the CPU the SYN is processed on) giving each connection to the thread of
+ *                 that CPU, so a flow's softirq work and its relay share one core.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
-#define BUF (16 << 20)
+#include "floor_common.h"
+
 #define PIPE_SIZE (1 << 20)
 
 struct flow;
 struct pump { int src, dst, pipe[2], fill, eof, shut; };
 struct end { struct flow *flow; int side; }; /* epoll cookie per socket */
 struct flow {
-	int fd[2], connected, closed;
+	int fd[2], connected, closed, in_kernel, shut[2];
 	struct pump up, down;
 	struct end end[2];
 	struct flow *next_closed; /* freed after the epoll batch: later events may name it */
 };
 
-static int port;
-
-static void set_int(int fd, int level, int opt, int value) {
-	setsockopt(fd, level, opt, &value, sizeof value);
-}
-
-static int listener(void) {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	set_int(fd, SOL_SOCKET, SO_REUSEADDR, 1);
-	set_int(fd, SOL_SOCKET, SO_REUSEPORT, 1);
-	set_int(fd, SOL_IP, IP_TRANSPARENT, 1);
-	set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1);
-	set_int(fd, SOL_SOCKET, SO_RCVBUFFORCE, BUF);
-	set_int(fd, SOL_SOCKET, SO_SNDBUFFORCE, BUF);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, SOMAXCONN)) {
-		perror("listen");
-		exit(1);
-	}
-	return fd;
-}
+static int port, threads, sockmap_fd = -1, defer_accept, quickack, cpu_affinity, tfo;
+static int listeners[64];
 
 static __thread struct flow *closed_flows;
 static __thread int pool[256][2], pooled; /* empty pipes kept for reuse, as the PEP does */
@@ -126,15 +119,43 @@ static int pump(struct pump *p) {
 	}
 }
 
+/* sockmap: both legs into the sockhash, each under the other's cookie; then move in user
+ * space what arrived before (the verdict only sees bytes that arrive from now on). */
+static int hand_to_kernel(struct flow *f) {
+	__u64 cookie[2];
+	socklen_t len = sizeof cookie[0];
+	for (int i = 0; i < 2; i++)
+		if (getsockopt(f->fd[i], SOL_SOCKET, SO_COOKIE, &cookie[i], &len)) return -1;
+	for (int i = 0; i < 2; i++) {
+		__u32 peer = f->fd[1 - i];
+		if (bpf_map_update_elem(sockmap_fd, &cookie[i], &peer, BPF_ANY)) return -1;
+	}
+	f->in_kernel = 1;
+	return pump(&f->up) < 0 || pump(&f->down) < 0 ? -1 : 0;
+}
+
+/* sockmap: user space only forwards a FIN (EPOLLRDHUP) and ends the flow. */
+static void kernel_flow_event(struct flow *f, int side, unsigned events) {
+	if (!(events & (EPOLLRDHUP | EPOLLHUP)) || f->shut[side]) return;
+	f->shut[side] = 1;
+	shutdown(f->fd[1 - side], SHUT_WR);
+	if (f->shut[0] && f->shut[1]) end_flow(f, 0);
+}
+
 static void accept_all(int lfd, int ep) {
 	for (;;) {
 		struct sockaddr_in dst;
 		socklen_t len = sizeof dst;
-		int ran = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+		int ran = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (ran < 0) return;
 		getsockname(ran, (struct sockaddr *)&dst, &len); /* TPROXY: the original destination */
-		int wan = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		int wan = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		set_int(wan, IPPROTO_TCP, TCP_NODELAY, 1);
+		if (tfo) set_int(wan, IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1);
+		if (quickack) {
+			set_int(ran, IPPROTO_TCP, TCP_QUICKACK, 1);
+			set_int(wan, IPPROTO_TCP, TCP_QUICKACK, 1);
+		}
 		set_int(wan, SOL_SOCKET, SO_RCVBUFFORCE, BUF);
 		set_int(wan, SOL_SOCKET, SO_SNDBUFFORCE, BUF);
 		struct flow *f = calloc(1, sizeof *f);
@@ -153,9 +174,9 @@ static void accept_all(int lfd, int ep) {
 	}
 }
 
-static void *relay(void *unused) {
-	(void)unused;
-	int lfd = listener(), ep = epoll_create1(EPOLL_CLOEXEC);
+static void *relay(void *arg) {
+	int index = (int)(long)arg, lfd = listeners[index], ep = epoll_create1(EPOLL_CLOEXEC);
+	if (cpu_affinity) pin_to_cpu(index);
 	struct epoll_event ev = {EPOLLIN, {.ptr = NULL}}, events[256];
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
 	for (;;) {
@@ -166,9 +187,14 @@ static void *relay(void *unused) {
 			struct flow *f = e->flow;
 			if (f->closed) continue;
 			if (events[i].events & EPOLLERR) { end_flow(f, 1); continue; }
+			if (f->in_kernel) { kernel_flow_event(f, e->side, events[i].events); continue; }
 			if (!f->connected) {
 				if (e->side == 0 || !(events[i].events & EPOLLOUT)) continue;
 				f->connected = 1; /* first writable on the WAN leg: pump both once */
+				if (sockmap_fd >= 0) {
+					if (hand_to_kernel(f) < 0) end_flow(f, 1);
+					continue;
+				}
 			}
 			if (pump(&f->up) < 0 || pump(&f->down) < 0) { end_flow(f, 1); continue; }
 			if (f->up.shut && f->down.shut) end_flow(f, 0);
@@ -182,16 +208,46 @@ static void *relay(void *unused) {
 	return NULL;
 }
 
+/* The stream verdict program, loaded from build/bpf/ beside this binary's build/bin/. */
+static int load_sockmap(const char *exe) {
+	char path[4096];
+	snprintf(path, sizeof path, "%s", exe);
+	char *slash = strrchr(path, '/');
+	snprintf(slash ? slash + 1 : path, sizeof path - (slash ? slash + 1 - path : 0),
+		 "../bpf/relay_floor.bpf.o");
+	struct bpf_object *obj = bpf_object__open_file(path, NULL);
+	if (!obj || bpf_object__load(obj)) {
+		fprintf(stderr, "relay-floor: cannot load %s\n", path);
+		exit(1);
+	}
+	int map = bpf_object__find_map_fd_by_name(obj, "peer_of");
+	int prog = bpf_program__fd(bpf_object__find_program_by_name(obj, "relay_verdict"));
+	if (bpf_prog_attach(prog, map, BPF_SK_SKB_STREAM_VERDICT, 0)) {
+		perror("relay-floor: attach the stream verdict");
+		exit(1);
+	}
+	return map;
+}
+
 int main(int argc, char **argv) {
-	if (argc != 3) {
-		fprintf(stderr, "usage: relay-floor PORT THREADS\n");
+	if (argc < 3) {
+		fprintf(stderr, "usage: relay-floor PORT THREADS [sockmap|defer-accept|quickack|"
+				"cpu-affinity|tfo ...]\n");
 		return 2;
 	}
 	port = atoi(argv[1]);
-	int threads = atoi(argv[2]);
-	pthread_t t;
-	for (int i = 1; i < threads; i++) pthread_create(&t, NULL, relay, NULL);
-	printf("ready\n");
-	fflush(stdout);
-	relay(NULL);
+	threads = atoi(argv[2]);
+	if (threads < 1 || threads > 64) return 2;
+	for (int i = 3; i < argc; i++) {
+		if (!strcmp(argv[i], "sockmap")) sockmap_fd = load_sockmap(argv[0]);
+		else if (!strcmp(argv[i], "defer-accept")) defer_accept = 1;
+		else if (!strcmp(argv[i], "quickack")) quickack = 1;
+		else if (!strcmp(argv[i], "cpu-affinity")) cpu_affinity = 1;
+		else if (!strcmp(argv[i], "tfo")) tfo = 1;
+		else {
+			fprintf(stderr, "relay-floor: unknown option %s\n", argv[i]);
+			return 2;
+		}
+	}
+	run_relays(threads, listeners, port, SOCK_NONBLOCK, defer_accept, cpu_affinity, relay);
 }

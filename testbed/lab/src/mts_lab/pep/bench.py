@@ -63,6 +63,7 @@ CPUS = os.cpu_count() or 1
 PEP_API_PORT = 8102  # the first PEP process's; extra processes take the next ones
 TCPLOAD = Path(__file__).resolve().parents[5] / "build" / "bin" / "tcpload"
 RELAY_FLOOR = TCPLOAD.with_name("relay-floor")
+RELAY_FLOOR_URING = TCPLOAD.with_name("relay-floor-uring")
 FLOOR_TABLE = "mts_floor"
 FLOW_CASES = {  # name: (clients, request bytes, response bytes)
     "connections": (16, 1, 1),
@@ -119,12 +120,13 @@ class Bench:
     lab: Lab
     workdir: Path
     procs: list[subprocess.Popen[Any]] = field(default_factory=list)
+    servers: list[subprocess.Popen[Any]] = field(default_factory=list)  # tcpload serve
     pep: subprocess.Popen[Any] | None = None
     # More PEP processes on the same listeners (SO_REUSEPORT), for the A/B of relay
     # processes against relay threads (variant setting PROCESSES=N; docs/pep.md).
     extra_peps: list[subprocess.Popen[Any]] = field(default_factory=list)
     haproxy: subprocess.Popen[Any] | None = None
-    floor: subprocess.Popen[Any] | None = None  # relay-floor, in A/B runs only
+    floor: subprocess.Popen[Any] | None = None  # relay-floor (a variant of it), in A/B runs only
 
     def start(self) -> None:
         lab = self.lab
@@ -132,8 +134,13 @@ class Bench:
             self._spawn(lab.server_ns, ["iperf3", "-s", "-p", str(port)])
         if not TCPLOAD.exists():
             raise RuntimeError(f"{TCPLOAD} is missing: make build")
+        # The servers accept TCP Fast Open without opting in (relay-floor's tfo variant; no
+        # other system sends data on its SYNs). Read when a server calls listen().
+        lab.sh(lab.server_ns, f"sysctl -qw net.ipv4.tcp_fastopen={0x403}")
         for port in (*LOAD_PEP, *LOAD_DIRECT):
-            self._spawn_ready(lab.server_ns, [str(TCPLOAD), "serve", f"{lab.server_ip}:{port}"])
+            self.servers.append(
+                self._spawn_ready(lab.server_ns, [str(TCPLOAD), "serve", f"{lab.server_ip}:{port}"])
+            )
         self.pep = self._start_pep()
         self.haproxy = self._start_haproxy()
         for port in (HAPROXY_IPERF, *HAPROXY_LOAD):
@@ -147,12 +154,13 @@ class Bench:
         self.procs.append(proc)
         return proc
 
-    def _spawn_ready(self, ns: str, cmd: list[str]) -> None:
+    def _spawn_ready(self, ns: str, cmd: list[str]) -> subprocess.Popen[Any]:
         proc = self.lab.popen(ns, cmd, stdout=subprocess.PIPE, text=True)
         self.procs.append(proc)
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"{cmd} did not start")
+        return proc
 
     def restart_pep(self, overrides: dict[str, str]) -> None:
         """Run the PEP again with other settings (for A/B comparisons)."""
@@ -168,8 +176,12 @@ class Bench:
             self.procs.remove(proc)
         self.pep, self.extra_peps = None, []
 
-    def start_floor(self) -> None:
-        """``relay-floor`` in the PEP's place, behind the same TPROXY rules (PEP stopped)."""
+    def start_floor(self, options: tuple[str, ...] = ()) -> None:
+        """``relay-floor`` in the PEP's place, behind the same TPROXY rules (PEP stopped).
+
+        ``options``: relay-floor's (``sockmap``, ``defer-accept``, ``quickack``,
+        ``cpu-affinity``, ``tfo``); ``uring`` runs ``relay-floor-uring`` (which takes
+        ``cpu-affinity``)."""
         from mec_common import tproxy
 
         lab = self.lab
@@ -181,7 +193,9 @@ class Bench:
         )
         setup = tproxy.TproxySetup(FLOOR_TABLE, TPROXY_PORT, 0x51, 151, (intercept,))
         tproxy.install(setup, tproxy.Runner(lab.pep_ns))
-        self.floor = self._spawn(lab.pep_ns, [str(RELAY_FLOOR), str(TPROXY_PORT), "2"])
+        binary = RELAY_FLOOR_URING if "uring" in options else RELAY_FLOOR
+        rest = [o for o in options if o != "uring"]
+        self.floor = self._spawn(lab.pep_ns, [str(binary), str(TPROXY_PORT), "2", *rest])
         _wait_listening(lab, lab.pep_ns, TPROXY_PORT)
 
     def stop_floor(self) -> None:
@@ -366,6 +380,41 @@ def machine_idle_s() -> float:
     return (int(fields[4]) + int(fields[5])) / CLK_TCK
 
 
+def machine_busy_s() -> float:
+    """Busy CPU seconds of the whole machine since boot (/proc/stat: all but idle and
+    iowait; softirq work included, whichever context ran it)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / CLK_TCK
+
+
+def _reaped_children_s() -> float:
+    """User + system CPU seconds of this process's waited-for children (the clients)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def kernel_threads_ticks() -> dict[int, int]:
+    """User + system CPU ticks of every kernel thread (children of kthreadd: kworkers,
+    ksoftirqd), by pid: the work a proxy hands to the kernel's own threads (a sockmap's
+    redirect backlog runs in a kworker), which its own process CPU does not show."""
+    ticks = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended
+        if fields[1] == "2":  # ppid: kthreadd
+            ticks[int(stat.parent.name)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def kernel_threads_s_since(before: dict[int, int]) -> float:
+    """CPU seconds of kernel threads since ``before`` (threads that ended in between are
+    missing: their last ticks are lost, never counted negative)."""
+    after = kernel_threads_ticks()
+    return sum(max(t - before.get(pid, 0), 0) for pid, t in after.items()) / CLK_TCK
+
+
 def cpu_split(proc: subprocess.Popen[Any] | None) -> tuple[float, float]:
     """(user, system) CPU seconds of a process (all its threads)."""
     if proc is None:
@@ -417,23 +466,36 @@ def tcpload_flows(
     Besides the client's figures: the proxy's user and system CPU per flow, and whether
     it was bound by its own cores or by the machine's: the cores its processes used
     (``proxy_cores``), the cores' worth of its threads that waited, runnable, for a CPU
-    (``proxy_waiting_cores``), and the machine's idle share (``machine_idle_pct``).
+    (``proxy_waiting_cores``), and the machine's idle share (``machine_idle_pct``). Per
+    flow also the CPU of the kernel's threads (``kthreads_us_per_flow``) and of the whole
+    machine (``machine_us_per_flow``: the client's and servers' share is the same for every
+    system, so differences between systems are the proxies' whole cost).
     """
     cmd = [str(TCPLOAD), "flows", "-targets", ",".join(bench.load_targets(system)),
            "-clients", str(clients), "-request", str(request), "-response", str(response),
            "-seconds", str(seconds)]  # fmt: skip
     procs = bench.processes(system)
     (user_before, sys_before), wait_before = cpu_split_all(procs), run_queue_wait_s(procs)
+    kthreads_before, busy_before = kernel_threads_ticks(), machine_busy_s()
+    ends_before = cpu_seconds(bench.servers) + _reaped_children_s()
     idle_before, started = machine_idle_s(), time.monotonic()
     out = bench.lab.sh(bench.lab.client_ns, " ".join(cmd))
     wall = time.monotonic() - started
     result: dict[str, Any] = json.loads(out)
     user_after, sys_after = cpu_split_all(procs)
+    kthreads, busy = kernel_threads_s_since(kthreads_before), machine_busy_s() - busy_before
+    ends = cpu_seconds(bench.servers) + _reaped_children_s() - ends_before  # client, servers
     user, sys_ = user_after - user_before, sys_after - sys_before
     result["cpu_s"] = user + sys_
     flows = max(result["flows"], 1)
     result["user_us_per_flow"] = user / flows * 1e6
     result["sys_us_per_flow"] = sys_ / flows * 1e6
+    result["kthreads_us_per_flow"] = kthreads / flows * 1e6
+    result["machine_us_per_flow"] = busy / flows * 1e6  # client, servers, others' work too
+    # What a connection costs the benchmark's own processes and the kernel's threads,
+    # wherever the kernel charged its work (veth runs a receiver's TCP in the sender's
+    # context): client, servers, proxy. Background work of other sessions is not in it.
+    result["bench_us_per_flow"] = (ends + user + sys_ + kthreads) / flows * 1e6
     result["proxy_cores"] = (user + sys_) / wall
     result["proxy_waiting_cores"] = (run_queue_wait_s(procs) - wait_before) / wall
     result["machine_idle_pct"] = 100 * (machine_idle_s() - idle_before) / wall / CPUS
@@ -772,25 +834,28 @@ def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
 
 
 def compare_flows(
-    variants: dict[str, dict[str, str]], rounds: int, seconds: float, out: Path, *, floor: bool
-) -> dict[str, Any]:
-    """Per-connection cost: PEP variants, HAProxy (and ``relay-floor``), interleaved rounds.
+    variants: dict[str, dict[str, str]], rounds: int, seconds: float, out: Path, *,
+    floors: dict[str, tuple[str, ...]],
+) -> dict[str, Any]:  # fmt: skip
+    """Per-connection cost: PEP variants, HAProxy (and ``relay-floor`` variants: name ->
+    options), interleaved rounds.
 
     Per case: flows/s, completion p50/p99, and the proxy process's user and system CPU
     per flow; the medians over rounds, every sample with the machine's load.
     """
     lab = Lab.create("pf")
     bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-flows-")))
-    names = [*variants, "haproxy", *(["floor"] if floor else [])]
+    names = ["direct", *variants, "haproxy", *floors]
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
         bench.start()
         for r in range(rounds):
             for name in names:
-                system = name if name in ("haproxy", "floor") else "pep"
-                if name == "floor":
-                    bench.start_floor()
-                elif name != "haproxy":
+                system = name if name in ("direct", "haproxy") else (
+                    "floor" if name in floors else "pep")  # fmt: skip
+                if name in floors:
+                    bench.start_floor(floors[name])
+                elif name not in ("direct", "haproxy"):
                     bench.restart_pep(variants[name])
                 for case, (clients, request, response) in FLOW_CASES.items():
                     x = tcpload_flows(bench, system, clients=clients, request=request,
@@ -799,15 +864,19 @@ def compare_flows(
                     print(f"round {r + 1}/{rounds} {case:<11} {name:<10} "
                           f"{x['flows_per_s']:7.0f}/s p50 {x['p50_ms']:6.2f} "
                           f"p99 {x['p99_ms']:7.2f} ms user {x['user_us_per_flow']:5.1f} "
-                          f"sys {x['sys_us_per_flow']:5.1f} us/flow {_bound(x)} "
+                          f"sys {x['sys_us_per_flow']:5.1f} kthreads "
+                          f"{x['kthreads_us_per_flow']:5.1f} machine "
+                          f"{x['machine_us_per_flow']:5.1f} bench "
+                          f"{x['bench_us_per_flow']:5.1f} us/flow {_bound(x)} "
                           f"load {x['load']:.1f}", flush=True)  # fmt: skip
-                if name == "floor":
+                if name in floors:
                     bench.stop_floor()
-                    bench.restart_pep(next(iter(variants.values())))
+                    bench.restart_pep(next(iter(variants.values()), {}))
     finally:
         bench.stop()
         lab.down()  # with the namespace go the rules of a relay-floor run
     keys = ("flows_per_s", "p50_ms", "p99_ms", "user_us_per_flow", "sys_us_per_flow",
+            "kthreads_us_per_flow", "machine_us_per_flow", "bench_us_per_flow",
             *BOUND_KEYS)  # fmt: skip
     summary = {
         case: {
@@ -825,7 +894,9 @@ def compare_flows(
         hap = by_name["haproxy"]["flows_per_s"]
         print(case, ", ".join(
             f"{n} {v['flows_per_s']:.0f}/s ({v['flows_per_s'] / hap:.2f}x haproxy, "
-            f"p99 {v['p99_ms']:.1f} ms, {v['user_us_per_flow'] + v['sys_us_per_flow']:.0f} us CPU)"
+            f"p99 {v['p99_ms']:.1f} ms, {v['user_us_per_flow'] + v['sys_us_per_flow']:.0f} us "
+            f"CPU, +{v['kthreads_us_per_flow']:.0f} kernel threads, "
+            f"machine {v['machine_us_per_flow']:.0f}, bench {v['bench_us_per_flow']:.0f})"
             for n, v in by_name.items()))  # fmt: skip
     return results
 
@@ -874,10 +945,13 @@ def main(argv: list[str] | None = None) -> int:
     flows = sub.add_parser(
         "compare-flows", help="A/B of per-connection cost (conn/s, short flows, CPU per flow)"
     )
-    flows.add_argument("variants", nargs="+", help="NAME[:PEP_SETTING=VALUE,...]")
+    flows.add_argument("variants", nargs="*", help="NAME[:PEP_SETTING=VALUE,...]")
     flows.add_argument("--rounds", type=int, default=3)
     flows.add_argument("--seconds", type=float, default=3.0)
-    flows.add_argument("--floor", action="store_true", help="also build/bin/relay-floor")
+    flows.add_argument(
+        "--floor", action="append", default=[], metavar="NAME[:OPTION,...]",
+        help="also build/bin/relay-floor with these options (uring: relay-floor-uring); repeat",
+    )  # fmt: skip
     flows.add_argument("--out", type=Path, default=Path("docs/results/pep"))
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep"), help="output dir")
     parser.add_argument("--seconds", type=float, default=4.0, help="per iperf3 run")
@@ -890,7 +964,9 @@ def main(argv: list[str] | None = None) -> int:
         echo_server(args.host, args.port)
     elif args.command == "compare-flows":
         variants = dict(_variant(v) for v in args.variants)
-        compare_flows(variants, args.rounds, args.seconds, args.out, floor=args.floor)
+        floors = {name: tuple(o for o in opts.split(",") if o)
+                  for name, _, opts in (f.partition(":") for f in args.floor)}  # fmt: skip
+        compare_flows(variants, args.rounds, args.seconds, args.out, floors=floors)
     elif args.command == "compare":
         variants = dict(_variant(v) for v in args.variants)
         compare(variants, args.cases.split(","), args.rounds, args.seconds, args.out)

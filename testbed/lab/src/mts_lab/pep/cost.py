@@ -8,6 +8,12 @@ clients) through a transparent PEP on the bench's topology, per connection:
 - ``syscalls``: system calls of the PEP process by name (``strace -c -f``);
 - ``cpu``: user and system CPU time of the PEP process (``/proc``), which the machine's
   load does distort (caches, frequency), so the load is recorded with each sample.
+- ``profile``: where a proxy's CPU per connection goes, by the system call it was spent
+  in (``perf record -g`` on the proxy's processes; each entry point's share of the
+  samples including what it called, e.g. the peer namespace's TCP work that veth runs in
+  the sender's context, times the proxy's CPU per connection). Variants here are systems:
+  ``haproxy``, ``pep``, or ``floor`` with relay-floor's options (``floor:sockmap``,
+  ``floor:uring,cpu-affinity``).
 
 ``NAME=SRC`` runs the PEP from the code tree ``SRC`` (a directory holding ``mec_pep``, put
 first on ``PYTHONPATH``; e.g. ``git archive <commit> pep/src``), so that code versions are
@@ -25,14 +31,58 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mts_lab.line import Lab
-from mts_lab.pep.bench import LOAD_PEP, TCPLOAD, Bench, cpu_split
+from mts_lab.pep.bench import LOAD_PEP, TCPLOAD, Bench, cpu_split, cpu_split_all
 
-MEASURES = ("syscalls", "cpu")
+MEASURES = ("syscalls", "cpu", "profile")
 CLIENTS = 16
+# Where a proxy's CPU goes, by what it does for a flow: the kernel's entry points for it
+# through system calls (epoll relays) and through io_uring's operations (relay-floor-uring).
+OPERATIONS = {
+    "accept": ("__x64_sys_accept4", "__x64_sys_accept", "io_accept"),
+    "connect": ("__x64_sys_connect", "io_connect"),
+    "socket set-up": (
+        "__x64_sys_socket",
+        "__x64_sys_setsockopt",
+        "__x64_sys_getsockname",
+        "__x64_sys_getsockopt",
+        "__x64_sys_ioctl",
+        "__x64_sys_bpf",
+    ),
+    "data": (
+        "__x64_sys_splice",
+        "__x64_sys_recvfrom",
+        "__x64_sys_sendto",
+        "__x64_sys_read",
+        "__x64_sys_write",
+        "__x64_sys_sendmsg",
+        "__x64_sys_recvmsg",
+        "io_send",
+        "io_recv",
+    ),
+    "FIN": ("__x64_sys_shutdown", "io_shutdown"),
+    "close": ("__x64_sys_close", "io_close"),
+    "events": (
+        "__x64_sys_epoll_wait",
+        "__x64_sys_epoll_pwait",
+        "__x64_sys_epoll_ctl",
+        "io_cqring_wait",
+    ),
+    "pipes": ("__x64_sys_pipe2", "__x64_sys_fcntl"),
+    "futex": ("__x64_sys_futex",),
+}
+# Across those (they overlap them): the TCP receive path of either namespace, run in softirq
+# in the sender's context (veth); task switches; io_uring's worker threads; all system calls.
+ACROSS = {
+    "softirq receive path": ("net_rx_action",),
+    "task switches": ("__schedule",),
+    "io_uring workers": ("io_wq_worker",),
+    "system calls": ("entry_SYSCALL_64_after_hwframe",),
+}
 
 
 class CostBench(Bench):
@@ -41,7 +91,8 @@ class CostBench(Bench):
     def start_servers(self) -> None:
         lab = self.lab
         for port in LOAD_PEP:
-            self._spawn_ready(lab.server_ns, [str(TCPLOAD), "serve", f"{lab.server_ip}:{port}"])
+            server = [str(TCPLOAD), "serve", f"{lab.server_ip}:{port}"]
+            self.servers.append(self._spawn_ready(lab.server_ns, server))
 
     def run_pep(self, src: str | None) -> int:
         """Start the PEP from the code tree ``src`` (None: the installed code); its pid."""
@@ -52,13 +103,138 @@ class CostBench(Bench):
 
 
 def connections(bench: CostBench, seconds: float) -> dict[str, Any]:
-    targets = ",".join(bench.load_targets("pep"))
+    return _flows(bench, "pep", seconds)
+
+
+def profile(bench: Bench, system: str, seconds: float, workdir: Path) -> dict[str, Any]:
+    """The connections case through ``system`` under ``perf record -g``: the proxy's CPU
+    per connection, split by kernel entry point (shares of its samples, with children)."""
+    procs = bench.processes(system)
+    data = workdir / f"perf-{time.monotonic_ns()}.data"
+    pids = ",".join(str(p.pid) for p in procs)
+    recorder = subprocess.Popen(["perf", "record", "-g", "-F", "1999", "-p", pids, "-o", str(data)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    time.sleep(1.0)
+    (u0, s0) = cpu_split_all(procs)
+    x = _flows(bench, system, seconds)
+    (u1, s1) = cpu_split_all(procs)
+    recorder.send_signal(signal.SIGINT)
+    recorder.wait(120)
+    report = subprocess.run(
+        ["perf", "report", "-i", str(data), "--children", "--sort", "sym", "--stdio", "-g",
+         "none", "--percent-limit", "0.1"], capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    data.unlink()
+    data.with_suffix(".txt").write_text(report)  # kept in the work directory for reading
+    shares = _children_shares(report)
+    flows = max(x["flows"], 1)
+    cpu_us = (u1 - u0 + s1 - s0) / flows * 1e6
+    user_share = shares.pop("[user]", 0.0)
+    split = {name: sum(shares.get(sym, 0.0) for sym in syms) / 100 * cpu_us
+             for name, syms in (OPERATIONS | ACROSS).items()}  # fmt: skip
+    return {"flows": flows, "flows_per_s": x["flows_per_s"], "cpu_us_per_connection": cpu_us,
+            "user_us_per_connection": (u1 - u0) / flows * 1e6,
+            "user_samples_us_per_connection": user_share / 100 * cpu_us,
+            "us_per_connection_by_entry": split}  # fmt: skip
+
+
+def _children_shares(report: str) -> dict[str, float]:
+    """perf report --children --stdio: symbol -> share of samples with children (%);
+    ``[user]``: the samples' share in user space (self time of ``[.]`` symbols)."""
+    shares: dict[str, float] = {"[user]": 0.0}
+    for line in report.splitlines():
+        parts = line.split()
+        if len(parts) < 4 or not parts[0].endswith("%") or not parts[1].endswith("%"):
+            continue
+        children, self_, kind, symbol = (
+            float(parts[0][:-1]),
+            float(parts[1][:-1]),
+            parts[2],
+            parts[3],
+        )
+        if kind == "[.]":
+            shares["[user]"] += self_
+        else:
+            shares[symbol] = max(shares.get(symbol, 0.0), children)
+    return shares
+
+
+def _flows(bench: Bench, system: str, seconds: float) -> dict[str, Any]:
+    """The connections case through ``system``."""
+    targets = ",".join(bench.load_targets(system))
     cmd = (f"{TCPLOAD} flows -targets {targets} -clients {CLIENTS} -request 1 -response 1 "
            f"-seconds {seconds}")  # fmt: skip
     result: dict[str, Any] = json.loads(bench.lab.sh(bench.lab.client_ns, cmd))
     if result["errors"]:
         print(f"  {result['errors']} failed flows ({result['first_error']})", flush=True)
     return result
+
+
+def run_profiles(systems: list[str], rounds: int, seconds: float, out: Path) -> dict[str, Any]:
+    """``profile`` for systems (``haproxy``, ``pep``, ``floor[:OPTION,...]``), interleaved."""
+    lab = Lab.create("pp")
+    workdir = Path(tempfile.mkdtemp(prefix="pep-profile-"))
+    bench = Bench(lab, workdir)
+
+    def take(name: str) -> dict[str, Any]:
+        kind, _, options = name.partition(":")
+        if kind == "floor":
+            bench.start_floor(tuple(o for o in options.split(",") if o))
+        _flows(bench, kind, 1.0)  # warm-up
+        x = profile(bench, kind, seconds, workdir)
+        if kind == "floor":
+            bench.stop_floor()
+            bench.restart_pep({})
+        return x
+
+    samples = _interleaved(lab, bench, bench.start, systems, rounds, take)
+    summary = {name: {**_medians(runs), "us_per_connection_by_entry": _split_medians(runs)}
+               for name, runs in samples.items()}  # fmt: skip
+    return _save("profile", summary, samples, seconds, out)
+
+
+def _interleaved(
+    lab: Lab, bench: Bench, start: Callable[[], None], names: list[str], rounds: int,
+    take: Callable[[str], dict[str, Any]],
+) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """``take(name)`` for every name, round after round, each with the machine's load;
+    then the lab goes down."""
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    try:
+        start()
+        for r in range(rounds):
+            for name in names:
+                x = take(name)
+                x["load"] = os.getloadavg()[0]
+                samples[name].append(x)
+                print(f"round {r + 1}/{rounds} {name}: {_rounded(x)}", flush=True)
+    finally:
+        bench.stop()
+        lab.down()
+    return samples
+
+
+def _rounded(x: dict[str, Any]) -> dict[str, Any]:
+    return {k: _rounded(v) if isinstance(v, dict) else round(v, 2)
+            for k, v in x.items() if isinstance(v, float | int | dict)}  # fmt: skip
+
+
+def _save(measure: str, summary: dict[str, Any], samples: dict[str, Any], seconds: float,
+          out: Path, **extra: Any) -> dict[str, Any]:  # fmt: skip
+    results = {"measure": measure, **extra, "summary": summary, "samples": samples,
+               "clients": CLIENTS, "seconds": seconds,
+               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "cpus": os.cpu_count()}  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"cost-{measure}.json").write_text(json.dumps(results, indent=2) + "\n")
+    for name, medians in summary.items():
+        print(name, json.dumps(medians))
+    return results
+
+
+def _split_medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    keys = runs[0]["us_per_connection_by_entry"]
+    return {k: statistics.median(x["us_per_connection_by_entry"][k] for x in runs) for k in keys}
 
 
 def sample(bench: CostBench, measure: str, src: str | None, seconds: float,
@@ -104,30 +280,13 @@ def run(measure: str, variants: dict[str, str | None], rounds: int, seconds: flo
     lab = Lab.create("pc")
     workdir = Path(tempfile.mkdtemp(prefix="pep-cost-"))
     bench = CostBench(lab, workdir)
-    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
-    try:
-        bench.start_servers()
-        for r in range(rounds):
-            for name, src in variants.items():
-                x = sample(bench, measure, src, seconds, workdir)
-                x["load"] = os.getloadavg()[0]
-                samples[name].append(x)
-                shown = {k: round(v, 2) for k, v in x.items() if isinstance(v, float | int)}
-                print(f"round {r + 1}/{rounds} {name}: {shown}", flush=True)
-    finally:
-        bench.stop()
-        lab.down()
+
+    def take(name: str) -> dict[str, Any]:
+        return sample(bench, measure, variants[name], seconds, workdir)
+
+    samples = _interleaved(lab, bench, bench.start_servers, list(variants), rounds, take)
     summary = {name: _medians(runs) for name, runs in samples.items()}
-    results = {"measure": measure, "variants": variants, "summary": summary,
-               "samples": samples, "clients": CLIENTS, "seconds": seconds,
-               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "cpus": os.cpu_count()}  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"cost-{measure}.json"
-    path.write_text(json.dumps(results, indent=2) + "\n")
-    for name, medians in summary.items():
-        print(name, json.dumps(medians))
-    return results
+    return _save(measure, summary, samples, seconds, out, variants=variants)
 
 
 def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -153,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep"))
     args = parser.parse_args(argv)
+    if args.measure == "profile":
+        run_profiles(args.variants, args.rounds, args.seconds, args.out)
+        return 0
     variants = {name: (src or None) for name, _, src in (v.partition("=") for v in args.variants)}
     run(args.measure, variants, args.rounds, args.seconds, args.out)
     return 0
