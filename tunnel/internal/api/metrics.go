@@ -85,7 +85,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRx, prometheus.CounterValue, float64(st.RxPackets))
 	ch <- prometheus.MustNewConstMetric(descTx, prometheus.CounterValue, float64(st.TxPackets))
 	for outcome, n := range map[string]uint64{"in_order": st.Reorder.InOrder, "reordered": st.Reorder.Reordered,
-		"late": st.Reorder.Late, "skipped": st.Reorder.Skipped} {
+		"late": st.Reorder.Late, "skipped": st.Reorder.Skipped, "unordered": st.Reorder.Unordered} {
 		ch <- prometheus.MustNewConstMetric(descReordered, prometheus.CounterValue, float64(n), outcome)
 	}
 }

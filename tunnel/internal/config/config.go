@@ -69,7 +69,7 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("CWND", "static", "per-path congestion window: static (= cwnd_bytes, the path's BDP, as research 003), adaptive (slow start, AIMD) or delay (steered once per RTT to keep the path's queueing delay, smallest RTT of the round minus the path's minimum, at CWND_TARGET)", svc.OneOf(&c.CwndMode, path.Modes...)),
 		svc.Var("CWND_TARGET", "2ms", "the delay window's queueing delay target per path", svc.Duration(&c.CwndTarget)),
 		svc.Var("CWND_BYTES", "50000", "default cwnd_bytes of a path (static window, adaptive start)", svc.Int(&c.CwndBytes)),
-		svc.Var("REORDER_TIMEOUT", "20ms", "how long the egress waits for a missing packet before skipping it", svc.Duration(&c.ReorderTimeout)),
+		svc.Var("REORDER_TIMEOUT", "20ms", "how long the egress waits for a missing packet before skipping it (0: no ordering, packets leave as they come)", svc.Duration(&c.ReorderTimeout)),
 		svc.Var("PROBE_INTERVAL", "100ms", "an idle or down path is probed this often (RTT, liveness)", svc.Duration(&c.ProbeInterval)),
 		svc.Var("AMQP_URL", "", "RabbitMQ URL of the RNIS feed (for the rnis scheduler) and of the backlog feed; empty: neither", svc.Str(&c.AMQPURL)),
 		svc.Var("RNIS_EXCHANGE", "rnis", "topic exchange of the RNIS feed", svc.Str(&c.RnisExchange)),

@@ -186,6 +186,7 @@ type ReorderStats struct {
 	Late       uint64 `json:"late"`
 	Skipped    uint64 `json:"skipped"`
 	Duplicates uint64 `json:"duplicates"`
+	Unordered  uint64 `json:"unordered"` // delivered as they came: ordering off (timeout 0)
 }
 
 // Stats returns the counters.
@@ -199,7 +200,7 @@ func (e *Engine) Stats() Stats {
 	s.TUNFailures = e.toTUN.Failed
 	b := e.reorder
 	s.Reorder = ReorderStats{Held: b.Held(), InOrder: b.InOrder, Reordered: b.Reordered, Late: b.Late,
-		Skipped: b.Skipped, Duplicates: b.Duplicates}
+		Skipped: b.Skipped, Duplicates: b.Duplicates, Unordered: b.Unordered}
 	e.rxMu.Unlock()
 	return s
 }

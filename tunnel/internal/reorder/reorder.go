@@ -1,6 +1,9 @@
 // Package reorder puts the packets of all paths back into the sender's order (data seq)
 // at the tunnel's egress. A gap is waited for at most Timeout, then skipped (the tunnel
-// does not retransmit: the inner transport recovers what a path lost).
+// does not retransmit: the inner transport recovers what a path lost). A Timeout of 0 turns
+// ordering off: every packet is delivered as it comes, as research 003's VPN did (its QUIC
+// datagram frames are unordered), so that a packet on a fast path does not wait for the
+// packets of other flows still on a slower one.
 package reorder
 
 import "time"
@@ -25,6 +28,7 @@ type Buffer struct {
 	gapSince int64 // when the head-of-line gap started (ns), 0 when none
 
 	InOrder, Reordered, Late, Skipped, Duplicates uint64
+	Unordered                                     uint64 // delivered as they came (ordering off)
 }
 
 // New returns a buffer that waits timeout for a gap.
@@ -43,6 +47,11 @@ func (b *Buffer) Held() int { return b.held }
 
 // Push takes packet p with data seq at time now; buf is a copy the buffer may keep.
 func (b *Buffer) Push(seq uint64, p []byte, now int64, deliver Deliver) {
+	if b.Timeout <= 0 {
+		b.Unordered++
+		deliver(p)
+		return
+	}
 	switch {
 	case b.next == 0:
 		b.next = seq

@@ -35,3 +35,14 @@ func TestReorderAndTimeout(t *testing.T) {
 		t.Fatalf("late %d, got %v", b.Late, got)
 	}
 }
+
+func TestOrderingOff(t *testing.T) {
+	b := New(0)
+	var got []byte
+	for _, seq := range []uint64{1, 3, 2, 5} {
+		b.Push(seq, []byte{byte(seq)}, 0, func(p []byte) { got = append(got, p[0]) })
+	}
+	if string(got) != "\x01\x03\x02\x05" || b.Held() != 0 || b.Unordered != 4 {
+		t.Fatalf("delivered %v, held %d, unordered %d", got, b.Held(), b.Unordered)
+	}
+}

@@ -9,7 +9,12 @@ on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--c
 - added latency at half load: ping every 10 ms through the tunnel and over path 1's
   underlay while a UDP CBR load of half the measured tunnel throughput crosses the tunnel;
   added = tunnel RTT - underlay RTT at the same percentile;
-- CPU per Gbit/s: the CPU time of both tunnel ends during the throughput run.
+- CPU per Gbit/s: the CPU time of both tunnel ends during the throughput run;
+- what the paths carried during the throughput run (tbf's sent bytes, frames as the rate
+  cap counts them): the wire's use, and the inner goodput per wire byte, which gives the
+  tunnel's ceiling over the two paths (its 84 B per datagram of overhead);
+- during the latency run: the machine's idle share, both ends' CPU and the CBR load's loss
+  at its receiver (whether the host, rather than the tunnel, is the bound).
 
 The goals (issue 13): >= 1.8 Gbit/s aggregate, >= 0.9x the sum of two equal paths, p99
 added latency <= 0.5 ms.
@@ -52,6 +57,18 @@ def iperf_tcp(bed: TunnelBed, server: str, seconds: int, streams: int) -> float:
     return float(json.loads(out)["end"]["sum_received"]["bits_per_second"])
 
 
+def wire_bytes(bed: TunnelBed) -> int:
+    """Bytes the paths' tbf qdiscs (the MEC side's downlink caps) have sent."""
+    qdiscs = json.loads(bed.exec("mec", "tc", "-s", "-j", "qdisc", "show"))
+    return sum(int(q["bytes"]) for q in qdiscs if q["kind"] == "tbf")
+
+
+def cpu_idle() -> tuple[int, int]:
+    """The machine's idle + iowait jiffies and all jiffies so far (/proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
@@ -76,11 +93,14 @@ def measure(
             iperf_tcp(bed, path_addr(p.id, "mec"), seconds, 4) for p in paths
         ]
         pids = tunnel_pids(bed)
-        cpu0 = sum(cpu_seconds(p) for p in pids)
+        cpu0, wire0 = sum(cpu_seconds(p) for p in pids), wire_bytes(bed)
         start = time.monotonic()
         results["tunnel_bps"] = iperf_tcp(bed, MEC_ADDR, seconds, 4)
         elapsed = time.monotonic() - start
         cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+        # iperf3's own start and end are inside elapsed: the wire rate is a lower bound
+        results["wire_bps"] = (wire_bytes(bed) - wire0) * 8 / elapsed
+        results["goodput_per_wire_byte"] = results["tunnel_bps"] / results["wire_bps"]
         results["tunnel_cpu_cores"] = cpu / elapsed
         results["cpu_cores_per_gbps"] = cpu / elapsed / (results["tunnel_bps"] / 1e9)
         results["tunnel_paths"] = bed.get("mec", "/tunnel/v1/paths")
@@ -90,15 +110,20 @@ def measure(
         time.sleep(0.3)
         load = bed.popen(
             "mec", "iperf3", "-c", UE_ADDR, "-u", "-b", f"{int(half)}", "-l", "1300",
-            "-t", str(seconds + 2),
+            "-t", str(seconds + 2), "--json",
         )  # fmt: skip
         time.sleep(1)
         count = str(seconds * 100)
+        cpu0, idle0, start = sum(cpu_seconds(p) for p in pids), cpu_idle(), time.monotonic()
         through = bed.popen("mec", "ping", "-n", "-i", "0.01", "-c", count, UE_ADDR)
         under = bed.popen("mec", "ping", "-n", "-i", "0.01", "-c", count, path_addr(1, "ue"))
         tunnel_rtts = ping_rtts(through.communicate(timeout=seconds * 5)[0])
         underlay_rtts = ping_rtts(under.communicate(timeout=seconds * 5)[0])
-        load.communicate(timeout=seconds * 5)
+        elapsed, idle1 = time.monotonic() - start, cpu_idle()
+        results["half_load_tunnel_cpu_cores"] = (sum(cpu_seconds(p) for p in pids) - cpu0) / elapsed
+        results["half_load_machine_idle"] = (idle1[0] - idle0[0]) / (idle1[1] - idle0[1])
+        cbr = json.loads(load.communicate(timeout=seconds * 5)[0])["end"]["sum"]
+        results["half_load_cbr_lost_percent"] = float(cbr.get("lost_percent", 0.0))
         results["half_load_bps"] = half
         results["tunnel_rtt_ms"] = tunnel_rtts
         results["underlay_rtt_ms"] = underlay_rtts
@@ -107,6 +132,9 @@ def measure(
         added = percentile(tunnel_rtts, q) - percentile(underlay_rtts, q)
         results[f"added_latency_p{q}_ms"] = added
     results["sum_of_paths_bps"] = sum(results["path_alone_bps"])
+    rate_bps = sum(p * 1e6 for p in results["paths_mbit"])
+    results["wire_use"] = results["wire_bps"] / rate_bps
+    results["tunnel_ceiling_bps"] = results["goodput_per_wire_byte"] * rate_bps
     results["ratio_to_sum"] = results["tunnel_bps"] / results["sum_of_paths_bps"]
     results["load_after"] = os.getloadavg()
     return results
@@ -128,9 +156,14 @@ def table(r: Results) -> str:
         f" | >= 1.8 Gbit/s: {goal(r['tunnel_bps'] >= 1.8e9)} |",
         f"| each path alone, no tunnel | {alone} Gbit/s | |",
         f"| tunnel / sum of the paths | {ratio:.2f} | >= 0.9: {goal(ratio >= 0.9)} |",
+        f"| paths' use during it (tbf sent) / the tunnel's ceiling at full use"
+        f" | {r['wire_use']:.3f} / {r['tunnel_ceiling_bps'] / 1e9:.3f} Gbit/s | |",
         f"| added latency at half load ({r['half_load_bps'] / 1e6:.0f} Mbit/s UDP),"
         f" p50 / p90 / p99 | {p50:.3f} / {p90:.3f} / {p99:.3f} ms"
         f" | p99 <= 0.5 ms: {goal(p99 <= 0.5)} |",
+        f"| during it: machine idle / both ends / CBR lost at its receiver"
+        f" | {r['half_load_machine_idle']:.0%} / {r['half_load_tunnel_cpu_cores']:.2f} cores"
+        f" / {r['half_load_cbr_lost_percent']:.1f} % | |",
         f"| CPU (both ends) | {r['tunnel_cpu_cores']:.2f} cores,"
         f" {r['cpu_cores_per_gbps']:.2f} cores per Gbit/s | |",
         f"| machine load (1/5/15 min) before / after | {before[0]:.1f}/{before[1]:.1f}/"

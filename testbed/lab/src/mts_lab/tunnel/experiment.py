@@ -199,12 +199,16 @@ def jain(rates: list[float]) -> float:
     return sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates)) if any(rates) else 0.0
 
 
-def run_case(topo: Topology, case: Case, seconds: float, cwnd: str = "static") -> Results:
+def run_case(
+    topo: Topology, case: Case, seconds: float, cwnd: str = "static", reorder: str = "20ms"
+) -> Results:
     """One case; ``cwnd`` is the paths' window mode (static: the research's BDP windows;
-    adaptive or delay start from the BDP)."""
+    adaptive or delay start from the BDP); ``reorder`` the egress reorder timeout (0: packets
+    leave as they come, as in the research's VPN)."""
     links = NETWORKS[case.network][: case.paths]
     paths = [PathSpec(i + 1, cwnd_bytes=link.cwnd_bytes) for i, link in enumerate(links)]
-    env = {"TUNNEL_QUEUE": case.queue, "TUNNEL_SCHEDULER": case.scheduler, "TUNNEL_CWND": cwnd}
+    env = {"TUNNEL_QUEUE": case.queue, "TUNNEL_SCHEDULER": case.scheduler, "TUNNEL_CWND": cwnd,
+           "TUNNEL_REORDER_TIMEOUT": reorder}  # fmt: skip
     with (
         EmulatedTunnel(topology=topo, paths=paths, env=env) as bed,
         content_server(bed, "mec", DOWN_PORT),
@@ -248,6 +252,7 @@ def measure(bed: EmulatedTunnel, case: Case, seconds: float) -> Results:
     results["split_down"] = path_split(before["mec"], after["mec"])
     results["split_up"] = path_split(before["ue"], after["ue"])
     results["path_state"] = after["mec"]
+    results["reorder_ue"] = bed.get("ue", "/tunnel/v1/stats")["reorder"]  # downlink egress
     # a path silent for a retransmission timeout (>= 200 ms): on this shared machine, a stall
     results["path_timeouts"] = sum(
         a["timeouts"] - b["timeouts"]
@@ -373,7 +378,12 @@ def convergence(r: Results) -> Results:
 
 
 def run(
-    cases: list[Case], runs: int, seconds: float, raw: Path | None = None, cwnd: str = "static"
+    cases: list[Case],
+    runs: int,
+    seconds: float,
+    raw: Path | None = None,
+    cwnd: str = "static",
+    reorder: str = "20ms",
 ) -> list[Results]:
     """Every case in every run, one testbed per network per run (so drift hits all); the
     cases measured so far are kept in ``raw`` (JSON) after each one."""
@@ -386,7 +396,7 @@ def run(
             with MultiCellTestbed(links) as topo:
                 for case in todo:
                     log(f"run {n}/{runs}: {case.label}")
-                    result = run_case(topo, case, seconds, cwnd)
+                    result = run_case(topo, case, seconds, cwnd, reorder)
                     result["run"] = n
                     measured.append(result)
                     if raw:
@@ -406,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", default="", help="comma-separated tests (default: all)")
     parser.add_argument("--cwnd", default="static", choices=["static", "adaptive", "delay"],
                         help="the paths' windows (static: the research's BDP)")  # fmt: skip
+    parser.add_argument(
+        "--reorder-timeout", default="20ms", help="TUNNEL_REORDER_TIMEOUT (0: no ordering)"
+    )
     args = parser.parse_args(argv)
     if args.cmd == "sample":
         sample_queue(args.token, 0.1, args.seconds)
@@ -418,9 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    measured = run(cases, args.runs, args.seconds, out / "cases.partial.json", args.cwnd)
+    measured = run(
+        cases, args.runs, args.seconds, out / "cases.partial.json", args.cwnd, args.reorder_timeout
+    )
     results: Results = {
         "runs": args.runs, "seconds": args.seconds, "cwnd": args.cwnd, "load_before": load_before,
+        "reorder_timeout": args.reorder_timeout,
         "load_after": os.getloadavg(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "networks": {k: [vars(link) for link in v] for k, v in NETWORKS.items()},
         "cases": measured,
