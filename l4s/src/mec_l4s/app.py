@@ -4,13 +4,33 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from fastapi import FastAPI
 
+from mec_common.bus.flowrtt import flow_routing_key
 from mec_common.health import Health
+from mec_common.mp1 import amqp_feed_transport
 from mec_common.rest_service import RestService, rest_service_app, run_service
 from mec_l4s.service import FlowRttService
 from mec_l4s.settings import FlowRttSettings
+
+
+def feed_transports(settings: FlowRttSettings) -> list[dict[str, Any]]:
+    """The per-flow RTT feed's Mp1 transport (``MB_TOPIC_BASED``), unless the feed is off."""
+    if settings.amqp_period_ms == 0:
+        return []
+    return [
+        amqp_feed_transport(
+            "flowrtt-amqp",
+            "Flow RTT feed (AMQP topic exchange)",
+            settings.amqp_url,
+            settings.amqp_exchange,
+            routing_keys=flow_routing_key("<client ipv4>", "<server ipv4>"),
+            schema="mec_common.bus.flowrtt.FlowRttSummary v1",
+        )
+    ]
+
 
 FLOW_RTT = RestService(
     name="flowrtt",
@@ -20,6 +40,7 @@ FLOW_RTT = RestService(
     title="Flow RTT",
     description="Passive per-flow RTT from the spin and delay bits of TCP (research 001, "
     "marked by the endpoints' BPF programs), read at the MEC host. See docs/l4s.md.",
+    more_transports=feed_transports,
 )
 
 

@@ -31,7 +31,7 @@ import hmac
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -428,28 +428,56 @@ class MecAppRegistration:
             self._health.set("platform", ok, detail, required=required)
 
 
+def without_credentials(url: str) -> str:
+    """``url`` without its user and password (a registration never carries them)."""
+    parts = urlsplit(url)
+    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def amqp_feed_transport(
+    transport_id: str, name: str, amqp_url: str, exchange: str, routing_keys: str, schema: str
+) -> dict[str, Any]:
+    """The ``MB_TOPIC_BASED`` TransportInfo of a feed on an AMQP topic exchange, as the RNIS
+    adapter registers its own: the broker without credentials (consumers have their own) and
+    the exchange in ``implSpecificInfo`` (what ``discover_amqp_feed`` reads)."""
+    return {
+        "id": transport_id, "name": name, "type": "MB_TOPIC_BASED", "protocol": "AMQP",
+        "version": "0.9.1", "endpoint": {"uris": [without_credentials(amqp_url)]},
+        "security": {},
+        "implSpecificInfo": {"exchange": exchange, "exchangeType": "topic",
+                             "routingKeys": routing_keys, "schema": schema},
+    }  # fmt: skip
+
+
 def register_rest_service(
-    settings: ServiceSettings, health: Health, ser_name: str, transport_id: str, base_path: str
+    settings: ServiceSettings,
+    health: Health,
+    ser_name: str,
+    transport_id: str,
+    base_path: str,
+    more_transports: Sequence[dict[str, Any]] = (),
 ) -> MecAppRegistration | None:
     """Register a service's REST API (``base_path`` on its HTTP port) on the platform, when
-    one is configured; None when standalone. The caller stops the returned registration."""
+    one is configured, and its ``more_transports`` (e.g. an AMQP feed) under the same
+    serName, one registration per transport as MEC 011 has it; None when standalone. The
+    caller stops the returned registration."""
     client = Mp1Client.from_settings(settings)
     if client is None:
         return None
     host = settings.http_host if settings.http_host != "0.0.0.0" else "127.0.0.1"
-    service = {
-        "serName": ser_name,
-        "version": "v1",
-        "state": "ACTIVE",
-        "serializer": "JSON",
-        "transportInfo": {
-            "id": transport_id, "name": "REST", "type": "REST_HTTP", "protocol": "HTTP",
-            "version": "1.1",
-            "endpoint": {"uris": [f"http://{host}:{settings.http_port}{base_path}"]},
-            "security": {},
-        },
+    rest = {
+        "id": transport_id, "name": "REST", "type": "REST_HTTP", "protocol": "HTTP",
+        "version": "1.1",
+        "endpoint": {"uris": [f"http://{host}:{settings.http_port}{base_path}"]},
+        "security": {},
     }  # fmt: skip
-    registration = MecAppRegistration(client, [service], health=health)
+    services = [
+        {"serName": ser_name, "version": "v1", "state": "ACTIVE", "serializer": "JSON",
+         "transportInfo": transport}
+        for transport in (rest, *more_transports)
+    ]  # fmt: skip
+    registration = MecAppRegistration(client, services, health=health)
     registration.start()
     return registration
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI
 
@@ -44,6 +44,9 @@ class RestService:
     title: str
     description: str
     version: str = "1.0.0"
+    # the Mp1 transports it offers besides the REST API (e.g. an AMQP feed), from its
+    # settings: registered under the same serName
+    more_transports: Callable[[Any], list[dict[str, Any]]] | None = None
 
 
 def rest_service_app(
@@ -60,8 +63,9 @@ def rest_service_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         component.start()
+        more = service.more_transports(settings) if service.more_transports else []
         registration = register_rest_service(
-            settings, health, service.ser_name, service.transport_id, service.base_path
+            settings, health, service.ser_name, service.transport_id, service.base_path, more
         )
         try:
             yield
