@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from mec_common.mp1 import AmqpFeed, Mp1Client, discover_amqp_feed
 from mec_l4s.app import build_app
 from mec_l4s.settings import FlowRttSettings
-from mec_platform.testing import Running, make_settings, onboard, wait_until
+from mec_platform.testing import Running, app_credentials, make_settings, onboard, wait_until
 
 FLOWRTT_APPD = """
 appDId: flow-rtt
@@ -35,15 +35,9 @@ def test_the_feed_is_registered_beside_the_rest_api(tmp_path: Path) -> None:
     platform = Running(make_settings(tmp_path / "platform"))
     try:
         onboard(platform, FLOWRTT_APPD)
-        r = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": "flow-rtt"})
-        assert r.status_code == 201, r.text
-        instance = r.json()["id"]
-        creds = platform.admin.post(f"/app_lcm/v1/app_instances/{instance}/credentials").json()
         settings = FlowRttSettings(
             platform_url=platform.url,
-            app_instance_id=instance,
-            client_id=creds["clientId"],
-            client_secret=creds["clientSecret"],
+            **app_credentials(platform, "flow-rtt"),
             state_dir=tmp_path,
             instance=f"mts-flowrtt-mp1-{secrets.token_hex(3)}",
             amqp_url="amqp://observer:s3cret@127.0.0.1:5672/%2F",

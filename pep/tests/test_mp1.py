@@ -10,7 +10,7 @@ import pytest
 
 from mec_pep.config import PepSettings
 from mec_pep.service import PepService
-from mec_platform.testing import Running, make_settings, onboard, wait_until
+from mec_platform.testing import Running, app_credentials, make_settings, onboard, wait_until
 
 PEP_APPD = """
 appDId: pep
@@ -38,16 +38,8 @@ def pep_services(platform: Running) -> list[dict[str, Any]]:
 
 
 def test_registers_and_deregisters(platform: Running, tmp_path: Path) -> None:
-    r = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": "pep"})
-    assert r.status_code == 201, r.text
-    instance = r.json()["id"]
-    creds = platform.admin.post(f"/app_lcm/v1/app_instances/{instance}/credentials").json()
     settings = PepSettings(
-        platform_url=platform.url,
-        app_instance_id=instance,
-        client_id=creds["clientId"],
-        client_secret=creds["clientSecret"],
-        state_dir=tmp_path,
+        platform_url=platform.url, state_dir=tmp_path, **app_credentials(platform, "pep")
     )
     service = PepService(settings)
     service.register_with_platform("http://10.99.0.2:8102", "http://10.99.0.2:8102/cb")

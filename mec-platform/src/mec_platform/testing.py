@@ -162,13 +162,21 @@ def onboard(platform: Running, appd: str = SIMPLE_APPD) -> dict[str, Any]:
     return dict(r.json())
 
 
-def external_app(platform: Running, appd_id: str = "test-app") -> tuple[str, httpx.Client]:
-    """An app instance run outside the backends: its id and a client with its token."""
+def app_credentials(platform: Running, appd_id: str) -> dict[str, str]:
+    """A new app instance of ``appd_id``, run outside the backends: the settings a service
+    needs to log in as it (``app_instance_id``, ``client_id``, ``client_secret``)."""
     r = platform.admin.post("/app_lcm/v1/app_instances", json={"appDId": appd_id})
     assert r.status_code == 201, r.text
     instance_id = r.json()["id"]
     creds = platform.admin.post(f"/app_lcm/v1/app_instances/{instance_id}/credentials").json()
-    return instance_id, platform.client(creds["clientId"], creds["clientSecret"])
+    return {"app_instance_id": instance_id, "client_id": creds["clientId"],
+            "client_secret": creds["clientSecret"]}  # fmt: skip
+
+
+def external_app(platform: Running, appd_id: str = "test-app") -> tuple[str, httpx.Client]:
+    """An app instance run outside the backends: its id and a client with its token."""
+    creds = app_credentials(platform, appd_id)
+    return creds["app_instance_id"], platform.client(creds["client_id"], creds["client_secret"])
 
 
 def wait_op(platform: Running, op: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
