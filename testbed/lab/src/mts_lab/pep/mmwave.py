@@ -439,23 +439,46 @@ def plot_arms(results: dict[str, Any], path: Path) -> None:
     save_figure(fig, path)
 
 
+def sweep_points(results: dict[str, Any]) -> list[tuple[str, dict[str, Any], float | None]]:
+    """(x label, our share summary, published share) per buffer size; the arms run's PEP
+    (the research's 128 MB, same bed and setup) closes the row when the sweep left it out."""
+    points = []
+    for arm, b in results["buffers"].items():
+        published = b["published_mbps"]
+        points.append(
+            (
+                f"{b['research_mb']:g} MB\n({b['effective_bytes'] / 1e6:.2f} MB here)",
+                results["summary"][arm]["share"],
+                published / PUBLISHED_TRACE_MEAN_MBPS if published else None,
+            )
+        )
+    sizes = [b["research_mb"] for b in results["buffers"].values()]
+    if RESEARCH_PEP_MB not in sizes and "pep-fq_codel" in results.get("arms", {}):
+        points.append(
+            (
+                f"{RESEARCH_PEP_MB} MB\n(arms run)",
+                results["arms"]["pep-fq_codel"]["share"],
+                PUBLISHED_SWEEP_MBPS[RESEARCH_PEP_MB] / PUBLISHED_TRACE_MEAN_MBPS,
+            )
+        )
+    return points
+
+
 def plot_sweep(results: dict[str, Any], path: Path) -> None:
     fig, ax = pyplot().subplots(figsize=(10, 5))
-    arms, buffers = list(results["summary"]), results["buffers"]
-    x = range(len(arms))
-    s = results["summary"]
+    points = sweep_points(results)
+    x = range(len(points))
     ax.bar(
         [i - 0.2 for i in x],
-        [100 * s[a]["share"]["mean"] for a in arms],
+        [100 * p[1]["mean"] for p in points],
         0.4,
-        yerr=[100 * s[a]["share"]["ci95"] for a in arms],
+        yerr=[100 * p[1]["ci95"] for p in points],
         capsize=4,
         label="ours (95 % CI)",
     )
-    published = [buffers[a]["published_mbps"] for a in arms]
     ax.bar(
-        [i + 0.2 for i, m in zip(x, published, strict=True) if m],
-        [100 * m / PUBLISHED_TRACE_MEAN_MBPS for m in published if m],
+        [i + 0.2 for i, p in zip(x, points, strict=True) if p[2]],
+        [100 * p[2] for p in points if p[2]],
         0.4,
         color="#d62728",
         label="published (Fig. 5.29, read off the figure)",
@@ -474,13 +497,7 @@ def plot_sweep(results: dict[str, Any], path: Path) -> None:
             ls=":",
             label=f"published {arm}",
         )
-    ax.set_xticks(
-        list(x),
-        [
-            f"{buffers[a]['research_mb']:g} MB\n({buffers[a]['effective_bytes'] / 1e6:.2f} MB here)"
-            for a in arms
-        ],
-    )
+    ax.set_xticks(list(x), [p[0] for p in points])
     ax.set(
         ylabel="% of the trace's mean capacity",
         title=f"PEP throughput vs socket buffer (research size; ours at 1/{SCALE}), "
