@@ -47,9 +47,13 @@ class Technique(enum.IntEnum):
     DELAY_RUN = 3
 
     @property
-    def needs_gso_off(self) -> bool:
-        """One segment per skb on the marking interfaces (only the research's delay bit)."""
-        return self is Technique.DELAY
+    def keeps_gso(self) -> bool:
+        """Whether ``Marker.attach`` leaves GSO on by default: only for DELAY_RUN. The
+        research's delay bit needs GSO off; the spin bit would be right with GSO on
+        (``make bench-l4s`` measures it so), but the lab's beds keep the research's
+        offloads for it: with GSO on at the sender, this bed's Prague flow got a third of
+        its throughput beside CUBIC (docs/l4s.md)."""
+        return self is Technique.DELAY_RUN
 
 
 class Role(enum.IntEnum):
@@ -220,11 +224,11 @@ class Marker:
 
         ``gso_off``: one segment per skb on the interface (gso_max_segs 1), so that the
         research's delay sample stays on one segment (GSO would copy it to each; see
-        efm_marker.bpf.c). None (the default): as the configured technique needs, i.e. only
-        for ``Technique.DELAY``; configure before attaching.
+        efm_marker.bpf.c). None (the default): on for every technique but
+        ``Technique.DELAY_RUN`` (``Technique.keeps_gso``); configure before attaching.
         """
         if gso_off is None:
-            gso_off = self.technique.needs_gso_off
+            gso_off = not self.technique.keeps_gso
         if gso_off:
             cmd = ["ip", "link", "set", "dev", ifname, "gso_max_segs", "1"]
             if netns is not None:
