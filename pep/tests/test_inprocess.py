@@ -290,3 +290,38 @@ def test_a_legs_observed_rtt_shows_when_the_feed_knows_its_two_ends(
     finally:
         publisher.close()
         service.stop()
+
+
+def test_pinned_relays_take_the_connections_of_their_cpu(lab: Lab) -> None:
+    """``relay_cpu_affinity``: relay thread i runs on CPU i only, and a connection whose SYN
+    the kernel processes on CPU i (veth: the connecting thread's CPU) goes to relay i."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    port = SOCKS + 2
+    dp = DataPlane(settings(relay_cpu_affinity=True, socks5_port=port), FlowTable(), Hooks(),
+                   threads=2)  # fmt: skip
+    in_netns(lab.pep_ns, dp.start)
+    try:
+        for relay, cpu in zip(dp.relays, cpus, strict=True):
+            assert relay.native_id is not None
+            assert os.sched_getaffinity(relay.native_id) == {cpu}
+        for index, cpu in enumerate(cpus):
+            before = [r.counters.accepted for r in dp.relays]
+
+            def connect_from(cpu: int = cpu) -> list[socket.socket]:
+                os.sched_setaffinity(0, {cpu})  # this thread only
+                return [socket.create_connection((lab.pep_client_side_ip, port), timeout=10)
+                        for _ in range(20)]  # fmt: skip
+
+            socks = in_netns(lab.client_ns, connect_from)
+            try:
+                wait_for(lambda b=before: sum(r.counters.accepted for r in dp.relays) - sum(b)
+                         == 20, what="20 accepted")  # fmt: skip
+                gained = [r.counters.accepted - b for r, b in zip(dp.relays, before, strict=True)]
+                assert gained[index] == 20, (cpu, gained)
+            finally:
+                for sock in socks:
+                    sock.close()
+    finally:
+        dp.stop()

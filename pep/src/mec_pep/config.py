@@ -136,6 +136,12 @@ class PepSettings(ServiceSettings):
     relay_threads: int = Field(
         2, ge=1, le=64, description="relay threads (each holds up to RLIMIT_NOFILE/2 flows)"
     )
+    relay_cpu_affinity: bool = Field(
+        False,
+        description="pin relay thread i to the i-th CPU the PEP may run on, and give each new "
+        "connection to the relay thread of the CPU its SYN arrived on (SO_REUSEPORT selector); "
+        "only when there are no more relay threads than those CPUs",
+    )
 
     # Limits and timeouts.
     max_flows: int = Field(20000, ge=1, description="flows at once (all clients)")

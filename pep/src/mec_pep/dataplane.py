@@ -21,6 +21,7 @@ from mec_pep.policy import AccessPolicy
 from mec_pep.relay import Conn, Relay, RelayCounters, Shared, Stage
 from mec_pep.relay.collector import collector
 from mec_pep.relay.flow_view import buffered, flow_state
+from mec_pep.relay.loop import relay_cpus
 
 log = get_logger(__name__)
 
@@ -34,6 +35,7 @@ class DataPlane:
         self, settings: PepSettings, flows: FlowTable, hooks: Hooks, threads: int = 2
     ) -> None:
         self.shared = Shared(settings, flows, hooks)
+        self.shared.cpus = relay_cpus(settings, threads)
         self.relays = [Relay(self.shared, i) for i in range(threads)]
         self.addresses: dict[ProxyMode, tuple[str, int]] = {}
         self._collecting = False

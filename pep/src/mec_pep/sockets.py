@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import socket
@@ -24,6 +25,11 @@ TCP_FASTOPEN_NO_COOKIE = 34
 _INT = struct.Struct("i")
 _ZERO_INT = bytes(_INT.size)
 _LINGER_RESET = struct.pack("ii", 1, 0)
+SO_ATTACH_REUSEPORT_CBPF = 51
+# Classic BPF (<linux/filter.h>): load the CPU the packet is processed on, compare, return.
+_BPF_LD_CPU = (0x20, 0, 0, -0x1000 + 36)  # BPF_LD|BPF_W|BPF_ABS, SKF_AD_OFF + SKF_AD_CPU
+_BPF_JEQ_K, _BPF_RET_K = 0x15, 0x06
+_NO_INDEX = 0xFFFFFFFF  # past the group's sockets: the kernel picks one by hash
 
 
 @dataclass(frozen=True)
@@ -159,3 +165,18 @@ def tcp_info(sock: socket.socket) -> dict[str, Any]:
         "rwnd_limited_us": i["rwnd_limited"],
         "sndbuf_limited_us": i["sndbuf_limited"],
     }
+
+
+def select_listener_by_cpu(sock: socket.socket, cpus: list[int]) -> None:
+    """Give the ``SO_REUSEPORT`` group of ``sock`` a selector: a connection whose SYN is
+    processed on ``cpus[i]`` goes to the group's socket ``i`` (sockets are numbered in the
+    order they joined the group); on any other CPU the kernel's hash picks."""
+    code = [_BPF_LD_CPU]
+    for index, cpu in enumerate(cpus):
+        code += [(_BPF_JEQ_K, 0, 1, cpu), (_BPF_RET_K, 0, 0, index)]
+    code.append((_BPF_RET_K, 0, 0, _NO_INDEX))
+    program = ctypes.create_string_buffer(
+        b"".join(struct.pack("HBBI", op, jt, jf, k & 0xFFFFFFFF) for op, jt, jf, k in code)
+    )
+    fprog = struct.pack("HxxxxxxP", len(code), ctypes.addressof(program))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, fprog)

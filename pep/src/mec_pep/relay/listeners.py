@@ -10,7 +10,7 @@ from mec_common.logging import get_logger
 from mec_pep.config import PepSettings
 from mec_pep.flows import ProxyMode
 from mec_pep.relay.legs import listen_socket
-from mec_pep.sockets import set_buffers
+from mec_pep.sockets import select_listener_by_cpu, set_buffers
 
 log = get_logger(__name__)
 
@@ -33,8 +33,9 @@ class Listener:
 class Listeners:
     """The listening sockets of one relay thread, registered in its epoll."""
 
-    def __init__(self, settings: PepSettings) -> None:
+    def __init__(self, settings: PepSettings, select_by_cpu: list[int] | None = None) -> None:
         self.settings = settings
+        self.select_by_cpu = select_by_cpu  # give new connections to the relay of their CPU
         self.v4: dict[ProxyMode, Listener] = {}
         self.v6: dict[ProxyMode, Listener] = {}  # the same modes for IPv6 clients
         self.joins: dict[int, Listener] = {}  # MPTCP joins in transparent mode, by port
@@ -85,6 +86,11 @@ class Listeners:
             self.joins[port] = self._add(epoll, ProxyMode.TRANSPARENT, sock)
 
     def _add(self, epoll: select.epoll, mode: ProxyMode, sock: socket.socket) -> Listener:
+        if self.select_by_cpu is not None:
+            try:
+                select_listener_by_cpu(sock, self.select_by_cpu)
+            except OSError as exc:  # e.g. an MPTCP listener: the kernel's hash spreads
+                log.warning("no CPU selector on a listener", mode=str(mode), error=str(exc))
         listener = Listener(mode, sock)
         self.by_fd[listener.fd] = listener
         epoll.register(listener.fd, select.EPOLLIN)

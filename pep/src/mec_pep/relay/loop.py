@@ -83,6 +83,21 @@ class Shared:
         self.hooks = hooks
         self.policy = AccessPolicy(settings.allowed_clients, settings.allowed_destinations)
         self.ids = itertools.count(1)  # flow ids (next() is atomic under the GIL)
+        self.cpus: list[int] | None = None  # relay i runs on cpus[i] (relay_cpus)
+
+
+def relay_cpus(settings: PepSettings, threads: int) -> list[int] | None:
+    """The CPU of each of ``threads`` relay threads if they are to be pinned
+    (``PEP_RELAY_CPU_AFFINITY``), else None: the CPUs this process may run on (read before
+    any relay pins itself), one per relay thread."""
+    if not settings.relay_cpu_affinity:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if threads > len(cpus):
+        log.warning("relay threads not pinned: more of them than CPUs",
+                    relay_threads=threads, cpus=len(cpus))  # fmt: skip
+        return None
+    return cpus[:threads]
 
 
 class Relay:
@@ -98,7 +113,9 @@ class Relay:
         self.mover = Mover(self.settings, self.counters)
         self.busy = self.mover.busy  # the backlog feed samples these flows
         self.read_for_ue = self.mover.read_for_ue
-        self.listeners = Listeners(self.settings)
+        # The first relay's listeners carry their groups' CPU selector (relays open theirs
+        # in order, so relay i is socket i of each group).
+        self.listeners = Listeners(self.settings, shared.cpus if index == 0 else None)
         self._conns: dict[int, Conn] = {}  # by fd, both legs
         # Descriptors closed while handling the current batch of events: the batch's later
         # events for them are stale, and a connection accepted in the same batch may
@@ -194,6 +211,8 @@ class Relay:
                     "unshare(CLONE_FILES) refused (a seccomp profile without "
                     "SYS_ADMIN); all flows count against one RLIMIT_NOFILE"
                 )
+            if self.shared.cpus is not None:
+                os.sched_setaffinity(0, {self.shared.cpus[self.index]})  # 0: this thread
             self._epoll = select.epoll()
             self._epoll.register(self._calls.wake_fd, select.EPOLLIN)
         except BaseException as exc:

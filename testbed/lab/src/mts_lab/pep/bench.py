@@ -490,6 +490,7 @@ def tcpload_flows(
     flows = max(result["flows"], 1)
     result["user_us_per_flow"] = user / flows * 1e6
     result["sys_us_per_flow"] = sys_ / flows * 1e6
+    result["cpu_us_per_flow"] = (user + sys_) / flows * 1e6
     result["kthreads_us_per_flow"] = kthreads / flows * 1e6
     result["machine_us_per_flow"] = busy / flows * 1e6  # client, servers, others' work too
     # What a connection costs the benchmark's own processes and the kernel's threads,
@@ -876,7 +877,7 @@ def compare_flows(
         bench.stop()
         lab.down()  # with the namespace go the rules of a relay-floor run
     keys = ("flows_per_s", "p50_ms", "p99_ms", "user_us_per_flow", "sys_us_per_flow",
-            "kthreads_us_per_flow", "machine_us_per_flow", "bench_us_per_flow",
+            "cpu_us_per_flow", "kthreads_us_per_flow", "machine_us_per_flow", "bench_us_per_flow",
             *BOUND_KEYS)  # fmt: skip
     summary = {
         case: {
@@ -889,7 +890,8 @@ def compare_flows(
         }
         for case, by_name in samples.items()
     }
-    results = _save_ab(out / "compare-flows.json", variants, summary, seconds, rounds)
+    results = _save_ab(out / "compare-flows.json", variants, summary, seconds, rounds,
+                       floors=floors, samples=samples)  # fmt: skip
     for case, by_name in summary.items():
         hap = by_name["haproxy"]["flows_per_s"]
         print(case, ", ".join(
@@ -903,9 +905,9 @@ def compare_flows(
 
 def _save_ab(
     path: Path, variants: dict[str, dict[str, str]], summary: dict[str, Any], seconds: float,
-    rounds: int,
+    rounds: int, **extra: Any,
 ) -> dict[str, Any]:  # fmt: skip
-    results = {"variants": variants, "summary": summary,
+    results = {"variants": variants, **extra, "summary": summary,
                "environment": _environment(seconds, rounds)}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
