@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from functools import partial
 from pathlib import Path
 
@@ -59,6 +60,29 @@ def test_cost_profile_small(tmp_path: Path) -> None:
         assert 0 < split["connect"] < per["cpu_us_per_connection"], (name, split)
         assert split["softirq receive path"] > 0
     assert results["summary"]["floor"]["us_per_connection_by_entry"]["events"] > 0  # epoll
+
+
+def test_haproxy_pinned(tmp_path: Path) -> None:
+    """compare-flows' ``haproxy-pinned``: one HAProxy thread per CPU, each on its own CPU."""
+    lab = Lab.create("ph")
+    b = bench.Bench(lab, tmp_path)
+    try:
+        b.start()
+        b.restart_haproxy(pinned=True)
+        assert b.haproxy is not None
+        tasks = Path(f"/proc/{b.haproxy.pid}/task")
+        allowed = sorted(
+            line.split()[1]
+            for task in tasks.iterdir()
+            for line in (task / "status").read_text().splitlines()
+            if line.startswith("Cpus_allowed_list")
+        )  # fmt: skip
+        assert allowed == sorted(str(c) for c in os.sched_getaffinity(0)), allowed
+        x = bench.tcpload_flows(b, "haproxy", clients=8, request=1, response=1, seconds=1.0)
+        assert x["flows"] > 10 and x["errors"] == 0
+    finally:
+        b.stop()
+        lab.down()
 
 
 def test_pep_processes_share_the_listeners(tmp_path: Path) -> None:

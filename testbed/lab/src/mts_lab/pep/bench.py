@@ -261,12 +261,27 @@ class Bench:
                     raise TimeoutError("the PEP did not become healthy")
                 time.sleep(0.2)
 
-    def _start_haproxy(self) -> subprocess.Popen[Any]:
+    def restart_haproxy(self, *, pinned: bool) -> None:
+        """HAProxy again, with its threads pinned one per CPU (``cpu-map``) or not."""
+        from mts_testbed.netns import stop_processes
+
+        assert self.haproxy is not None
+        stop_processes([self.haproxy])
+        self.procs.remove(self.haproxy)
+        self.haproxy = self._start_haproxy(pinned=pinned)
+        for port in (HAPROXY_IPERF, *HAPROXY_LOAD):
+            _wait_listening(self.lab, self.lab.pep_ns, port)
+
+    def _start_haproxy(self, *, pinned: bool = False) -> subprocess.Popen[Any]:
         lab = self.lab
         config = self.workdir / "haproxy.cfg"
+        cpus = sorted(os.sched_getaffinity(0))
+        cpu_map = f"auto:1/1-{len(cpus)} {' '.join(map(str, cpus))}"  # thread i on cpus[i]
+        pinning = f"  nbthread {len(cpus)}\n  cpu-map {cpu_map}\n"
         config.write_text(
             f"global\n  maxconn {HAPROXY_MAXCONN}\n"  # the descriptor limit caps it anyway
-            "defaults\n  mode tcp\n  timeout connect 5s\n"
+            + (pinning if pinned else "")
+            + "defaults\n  mode tcp\n  timeout connect 5s\n"
             "  timeout client 120s\n  timeout server 120s\n"
             f"listen iperf\n  bind {lab.pep_client_side_ip}:{HAPROXY_IPERF}\n"
             f"  server s {lab.server_ip}:{IPERF_DIRECT}\n"
@@ -836,26 +851,30 @@ def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
 
 def compare_flows(
     variants: dict[str, dict[str, str]], rounds: int, seconds: float, out: Path, *,
-    floors: dict[str, tuple[str, ...]],
+    floors: dict[str, tuple[str, ...]], haproxy_pinned: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """Per-connection cost: PEP variants, HAProxy (and ``relay-floor`` variants: name ->
-    options), interleaved rounds.
+    """Per-connection cost: PEP variants, HAProxy (also with its threads pinned, as
+    ``haproxy-pinned``) and ``relay-floor`` variants (name -> options), interleaved rounds.
 
     Per case: flows/s, completion p50/p99, and the proxy process's user and system CPU
     per flow; the medians over rounds, every sample with the machine's load.
     """
     lab = Lab.create("pf")
     bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-flows-")))
-    names = ["direct", *variants, "haproxy", *floors]
+    names = ["direct", *variants, "haproxy", *(["haproxy-pinned"] if haproxy_pinned else []),
+             *floors]  # fmt: skip
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
         bench.start()
         for r in range(rounds):
             for name in names:
                 system = name if name in ("direct", "haproxy") else (
-                    "floor" if name in floors else "pep")  # fmt: skip
+                    "floor" if name in floors else "haproxy" if name == "haproxy-pinned"
+                    else "pep")  # fmt: skip
                 if name in floors:
                     bench.start_floor(floors[name])
+                elif name == "haproxy-pinned":
+                    bench.restart_haproxy(pinned=True)
                 elif name not in ("direct", "haproxy"):
                     bench.restart_pep(variants[name])
                 for case, (clients, request, response) in FLOW_CASES.items():
@@ -870,6 +889,8 @@ def compare_flows(
                           f"{x['machine_us_per_flow']:5.1f} bench "
                           f"{x['bench_us_per_flow']:5.1f} us/flow {_bound(x)} "
                           f"load {x['load']:.1f}", flush=True)  # fmt: skip
+                if name == "haproxy-pinned":
+                    bench.restart_haproxy(pinned=False)
                 if name in floors:
                     bench.stop_floor()
                     bench.restart_pep(next(iter(variants.values()), {}))
@@ -954,6 +975,8 @@ def main(argv: list[str] | None = None) -> int:
         "--floor", action="append", default=[], metavar="NAME[:OPTION,...]",
         help="also build/bin/relay-floor with these options (uring: relay-floor-uring); repeat",
     )  # fmt: skip
+    flows.add_argument("--haproxy-pinned", action="store_true",
+                       help="also HAProxy with one thread per CPU, pinned (cpu-map)")  # fmt: skip
     flows.add_argument("--out", type=Path, default=Path("docs/results/pep"))
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep"), help="output dir")
     parser.add_argument("--seconds", type=float, default=4.0, help="per iperf3 run")
@@ -968,7 +991,8 @@ def main(argv: list[str] | None = None) -> int:
         variants = dict(_variant(v) for v in args.variants)
         floors = {name: tuple(o for o in opts.split(",") if o)
                   for name, _, opts in (f.partition(":") for f in args.floor)}  # fmt: skip
-        compare_flows(variants, args.rounds, args.seconds, args.out, floors=floors)
+        compare_flows(variants, args.rounds, args.seconds, args.out, floors=floors,
+                      haproxy_pinned=args.haproxy_pinned)  # fmt: skip
     elif args.command == "compare":
         variants = dict(_variant(v) for v in args.variants)
         compare(variants, args.cases.split(","), args.rounds, args.seconds, args.out)
