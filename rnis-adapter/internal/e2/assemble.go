@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"mts.invalid/suite/rnis-adapter/internal/flexran"
@@ -35,6 +36,7 @@ type Assembler struct {
 type nodeState struct {
 	rlc     map[int64][]flexran.RLCReport // by RNTI, from the latest RLC indication
 	macs    map[int64]bool                // RNTIs of the MAC indication being read
+	lastDL  map[int64]downlink            // by RNTI, from the previous MAC indication
 	station flexran.Station               // from the latest MAC indication
 	seen    time.Time                     // when it arrived (zero: none yet)
 }
@@ -60,7 +62,7 @@ func (a *Assembler) Add(ind *Indication, now time.Time) (*flexran.Snapshot, []Dr
 		if len(a.nodes) >= 4096 { // a source inventing node ids must not grow this forever
 			clear(a.nodes)
 		}
-		ns = &nodeState{rlc: map[int64][]flexran.RLCReport{}, macs: map[int64]bool{}}
+		ns = &nodeState{rlc: map[int64][]flexran.RLCReport{}, macs: map[int64]bool{}, lastDL: map[int64]downlink{}}
 		a.nodes[key] = ns
 	}
 	switch ind.Type {
@@ -114,10 +116,7 @@ func (ns *nodeState) rlcReport(ind *Indication) []Dropped {
 func (ns *nodeState) mac(ind *Indication) (*flexran.Snapshot, []Dropped) {
 	n := ind.Node
 	st := flexran.Station{BSID: n.NBID, Cells: []flexran.Cell{cellOf(n, ind.Cell)}}
-	slots := int64(10)
-	if c := ind.Cell; c != nil && c.SlotsPerFrame.Set && c.SlotsPerFrame.V >= 10 {
-		slots = c.SlotsPerFrame.V
-	}
+	slots := slotsPerFrame(ind.Cell)
 	var harq flexran.Int
 	if ind.Cell != nil {
 		harq = ind.Cell.HARQProcesses
@@ -139,6 +138,7 @@ func (ns *nodeState) mac(ind *Indication) (*flexran.Snapshot, []Dropped) {
 			continue
 		}
 		ns.macs[rnti] = true
+		ns.readServed(u)
 		ue := flexran.UEStats{RNTI: rnti, WBCQI: u.WBCQI, PHR: u.PHR, TBSDL: u.DLCurrTBS,
 			PRBDL: u.DLSchedRB, MCS1DL: u.DLMCS1, HARQProcesses: harq, RLC: ns.rlc[rnti]}
 		if u.Frame.Set && u.Slot.Set {
@@ -158,6 +158,11 @@ func (ns *nodeState) mac(ind *Indication) (*flexran.Snapshot, []Dropped) {
 		st.LCConfig = append(st.LCConfig, flexran.LCConfig{RNTI: rnti, Channels: channels})
 	}
 	ns.station = st
+	for rnti := range ns.lastDL {
+		if !ns.macs[rnti] {
+			delete(ns.lastDL, rnti)
+		}
+	}
 	for rnti := range ns.rlc {
 		if !ns.macs[rnti] { // counted once: its entry goes
 			dropped = append(dropped, Dropped{SkipUnknownUE, fmt.Sprintf("rlc of rnti %d, which the node's MAC report does not list", rnti)})
@@ -168,12 +173,53 @@ func (ns *nodeState) mac(ind *Indication) (*flexran.Snapshot, []Dropped) {
 	return snap, dropped
 }
 
+// downlink is what a UE's MAC reports said of its downlink: dl_aggr_tbs of the previous
+// report, and the last transport block (with its PRBs) any report showed.
+type downlink struct{ aggr, tbs, prbs Int }
+
+// readServed corrects two readings of OAI's MAC service model that a live gNB showed
+// (docs/e2.md, testdata/e2/oai-*). Its dl_curr_tbs and dl_sched_rb are the TB of the
+// report's own slot: 0 in every slot the UE was not scheduled in (uplink slots, and the
+// downlink slots of other UEs) although it is being served. Its wb_cqi stays 0 until the
+// UE's first CSI report (a UE without CSI reporting never sends one). dl_aggr_tbs tells
+// them apart: when it grew since the UE's previous report the UE was served, so zeros are
+// its last TB and PRBs, not "nothing scheduled", and a CQI of 0 is "not reported", not
+// "out of range". A source without dl_aggr_tbs is read as it is.
+func (ns *nodeState) readServed(u *MACUE) {
+	last, known := ns.lastDL[u.RNTI.V]
+	served := known && u.DLAggrTBS.Set && last.aggr.Set && u.DLAggrTBS.V > last.aggr.V
+	if u.DLCurrTBS.Set && u.DLCurrTBS.V > 0 {
+		last.tbs, last.prbs = u.DLCurrTBS, u.DLSchedRB
+	} else if served && u.DLCurrTBS.Set && last.tbs.Set {
+		u.DLCurrTBS, u.DLSchedRB = last.tbs, last.prbs
+	}
+	if served && u.WBCQI.Set && u.WBCQI.V == 0 {
+		u.WBCQI = Int{}
+	}
+	last.aggr = u.DLAggrTBS
+	ns.lastDL[u.RNTI.V] = last
+}
+
+// slotsPerFrame is the cell's 10·2^µ, 10 (LTE, NR µ = 0) when the source does not say.
+func slotsPerFrame(c *Cell) int64 {
+	if c != nil && c.SlotsPerFrame.Set && c.SlotsPerFrame.V >= 10 {
+		return c.SlotsPerFrame.V
+	}
+	return 10
+}
+
 // cellOf is the node's one cell: the PLMN of its E2 id, PCI and bandwidth as the source
 // knows them (unset when it does not).
 func cellOf(n *Node, c *Cell) flexran.Cell {
 	cell := flexran.Cell{PLMNs: []flexran.PLMN{{MCC: n.MCC, MNC: n.MNC, MNCLength: n.MNCDigits}}}
 	if c != nil {
 		cell.PhyCellID, cell.DLBandwidth = c.PCI, c.DLPRBs
+	}
+	if strings.HasPrefix(n.RAN, "gNB") {
+		cell.NR = &flexran.NRCell{PDSCHSymbols: OAIPDSCHSymbols, SlotsPerSubframe: slotsPerFrame(c) / 10}
+		if c != nil && c.PDSCHSymbols.Set {
+			cell.NR.PDSCHSymbols = c.PDSCHSymbols.V
+		}
 	}
 	return cell
 }

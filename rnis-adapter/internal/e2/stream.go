@@ -45,7 +45,12 @@ type Cell struct {
 	PCI, DLPRBs   Int
 	SlotsPerFrame Int // 10 × 2^µ; 10 (one slot per ms) when absent
 	HARQProcesses Int
+	PDSCHSymbols  Int // NR: OFDM symbols of a PDSCH allocation; OAIPDSCHSymbols when absent
 }
+
+// OAIPDSCHSymbols is the PDSCH length of OAI's gNB (symbols 1–13 of the slot, the PDCCH in
+// symbol 0): the live recording's dl_curr_tbs match TS 38.214 on 13 symbols, not on 12.
+const OAIPDSCHSymbols = 13
 
 // MACUE is what the adapter reads of one mac_ue_stats_impl_t of FlexRIC's MAC SM (the
 // stream's field names are FlexRIC's), plus two optional extensions a source may know: the
@@ -54,6 +59,7 @@ type MACUE struct {
 	RNTI, Frame, Slot  Int
 	WBCQI, DLMCS1, PHR Int
 	DLCurrTBS          Int // dl_curr_tbs: bytes in the last scheduled slot
+	DLAggrTBS          Int // dl_aggr_tbs: bytes sent to the UE since it attached
 	DLSchedRB          Int // dl_sched_rb
 	IMSI, UEIPv4       string
 	Bad                string // a value of the wrong type: why the entry is unusable
@@ -253,11 +259,16 @@ func decodeCell(s *flexran.Scanner, c *Cell) error {
 			return &c.SlotsPerFrame, nil
 		case "harq_processes":
 			return &c.HARQProcesses, nil
+		case "pdsch_symbols":
+			return &c.PDSCHSymbols, nil
 		}
 		return nil, nil
 	})
 	if err == nil && bad != "" {
 		err = errors.New("cell: " + bad)
+	}
+	if err == nil && outside(c.PDSCHSymbols, 1, 14) {
+		err = fmt.Errorf("cell: pdsch_symbols %d outside 1..14", c.PDSCHSymbols.V)
 	}
 	return err
 }
@@ -279,6 +290,8 @@ func decodeUE(s *flexran.Scanner, u *MACUE) error {
 			return &u.PHR, nil
 		case "dl_curr_tbs":
 			return &u.DLCurrTBS, nil
+		case "dl_aggr_tbs":
+			return &u.DLAggrTBS, nil
 		case "dl_sched_rb":
 			return &u.DLSchedRB, nil
 		case "imsi":
@@ -321,8 +334,9 @@ func checkUE(u *MACUE) string {
 		return fmt.Sprintf("dl_mcs1 %d outside 0..31", u.DLMCS1.V)
 	case outside(u.Frame, 0, 1023):
 		return fmt.Sprintf("frame %d outside 0..1023", u.Frame.V)
-	case outside(u.DLCurrTBS, 0, 1<<31) || outside(u.DLSchedRB, 0, 275) || outside(u.Slot, 0, 159):
-		return "dl_curr_tbs, dl_sched_rb or slot out of range"
+	case outside(u.DLCurrTBS, 0, 1<<31) || outside(u.DLSchedRB, 0, 275) || outside(u.Slot, 0, 159) ||
+		outside(u.DLAggrTBS, 0, 1<<62):
+		return "dl_curr_tbs, dl_aggr_tbs, dl_sched_rb or slot out of range"
 	case u.UEIPv4 != "" && !validIPv4(u.UEIPv4):
 		return fmt.Sprintf("ue_ipv4 %q is not an IPv4 address", u.UEIPv4)
 	}

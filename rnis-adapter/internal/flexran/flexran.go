@@ -58,6 +58,13 @@ type Cell struct {
 	DLBandwidth  Int // PRBs
 	ULBandwidth  Int // PRBs
 	PLMNs        []PLMN
+	NR           *NRCell // set for an NR cell only (an E2 gNB; FlexRAN is LTE)
+}
+
+// NRCell is what the pipeline needs of an NR cell beyond LTE's fields.
+type NRCell struct {
+	PDSCHSymbols     int64 // OFDM symbols of a PDSCH allocation: its TBS (TS 38.214)
+	SlotsPerSubframe int64 // 2^µ: a transport block per slot, reports dated in subframes
 }
 
 // PLMN is a cell's network: MNC with its length (2 or 3 digits).

@@ -35,6 +35,7 @@ type Measurement struct {
 	ECGI      ECGI
 
 	WBCQI, DLMCS, DLTBS, DLPRBs, CellPRBs Int
+	NR                                    *flexran.NRCell // an NR cell's TBS and slot (tbsBytes)
 	RLCQueue, RLCHOL                      Int
 	RLC                                   []flexran.RLCReport
 	HARQ, PHR, SFNSF, Frame, Subframe     Int
@@ -175,6 +176,10 @@ func appendStation(out []Measurement, st *flexran.Station, t timing, observedNs 
 		}
 		if cell != nil {
 			m.PhyCellID, m.CellPRBs, m.CellULPRBs = cell.PhyCellID, cell.DLBandwidth, cell.ULBandwidth
+			m.NR = cell.NR
+			if m.NR != nil && m.NR.SlotsPerSubframe > 1 { // a TB per slot: TTI = slot
+				m.TTINs /= m.NR.SlotsPerSubframe
+			}
 		}
 		n, ok := names[cell]
 		if !ok {
@@ -351,7 +356,7 @@ func deriveCell(ues []Measurement) {
 }
 
 func derive(m *Measurement) {
-	m.CellBestCQITBS = tbsBytesForCQI(BestCQI, m.CellPRBs)
+	m.CellBestCQITBS = m.tbsBytesForCQI(BestCQI, m.CellPRBs)
 	if m.DLTBS.Set {
 		m.DLTBSRate = m.BitsPerSecond(m.DLTBS.V)
 	}
@@ -361,20 +366,18 @@ func derive(m *Measurement) {
 	if m.WBCQI.Set {
 		if m.WBCQI.V == 0 { // CQI 0: out of range, nothing gets through
 			m.CQICapacity = flexran.Some(0)
-		} else if tbs := tbsBytesForCQI(int(m.WBCQI.V), m.CellPRBs); tbs.Set {
+		} else if tbs := m.tbsBytesForCQI(int(m.WBCQI.V), m.CellPRBs); tbs.Set {
 			m.CQICapacity = m.BitsPerSecond(tbs.V)
 		}
 	}
 	if m.DLPRBs.Set && m.CellPRBs.Set && m.CellAllocPRBs.Set {
 		unused := max(0, m.CellPRBs.V-m.CellAllocPRBs.V)
 		m.RapidPRBs = flexran.Some(min(m.DLPRBs.V+unused, m.CellPRBs.V))
-		if mcs := m.rapidMCS(); mcs.Set {
-			if tbs, err := threegpp.LTETBSBytesForMCS(int(mcs.V), int(m.RapidPRBs.V)); err == nil {
-				m.RapidCapacity = m.BitsPerSecond(int64(tbs))
-			}
+		if tbs := m.tbsBytes(m.rapidMCS(), m.RapidPRBs); tbs.Set {
+			m.RapidCapacity = m.BitsPerSecond(tbs.V)
 		}
 	}
-	m.BestCQITBS = tbsBytesForCQI(BestCQI, m.schedulablePRBs())
+	m.BestCQITBS = m.tbsBytesForCQI(BestCQI, m.schedulablePRBs())
 	m.RadioTBS = m.radioTBS()
 }
 
@@ -384,15 +387,19 @@ func derive(m *Measurement) {
 // 0 when nothing was queued, and sized to the queue when little was, so at light load
 // (where a loss cannot be RAN congestion) it read as a radio too weak to carry a segment
 // and MELD-DE kept the cwnd for only 11-16 % of losses on a live OAI eNB (issue 22).
-// Measured on the live timelines and the emulator: docs/meld-rapid.md.
+// Measured on the live timelines and the emulator: docs/meld-rapid.md. Without a CQI (an
+// OAI gNB before the UE's first CSI report, docs/e2.md) it is TBS(MCS, Pe_i) on the MCS the
+// scheduler's link adaptation chose.
 func (m *Measurement) radioTBS() Int {
-	if !m.WBCQI.Set || !m.RapidPRBs.Set {
+	switch {
+	case !m.RapidPRBs.Set:
 		return Int{}
-	}
-	if m.WBCQI.V == 0 { // out of range: nothing gets through
+	case !m.WBCQI.Set:
+		return m.tbsBytes(m.DLMCS, m.RapidPRBs)
+	case m.WBCQI.V == 0: // out of range: nothing gets through
 		return flexran.Some(0)
 	}
-	return tbsBytesForCQI(int(m.WBCQI.V), m.RapidPRBs)
+	return m.tbsBytesForCQI(int(m.WBCQI.V), m.RapidPRBs)
 }
 
 // schedulablePRBs are the PRBs MELD's Q_th is taken on: those the UE held in the last TTI,
@@ -409,24 +416,58 @@ func (m *Measurement) schedulablePRBs() Int {
 
 // rapidMCS is MCS_i: the UE's last DL MCS, or the MCS of its CQI when it has none yet.
 func (m *Measurement) rapidMCS() Int {
-	if m.DLMCS.Set && m.DLMCS.V <= threegpp.MaxLTEMCS {
+	if m.DLMCS.Set && m.tbsBytes(m.DLMCS, flexran.Some(1)).Set {
 		return m.DLMCS
 	}
 	if m.WBCQI.Set {
-		return flexran.Some(int64(threegpp.CQIToMCS(int(m.WBCQI.V))))
+		return m.mcsForCQI(int(m.WBCQI.V))
 	}
 	return Int{}
 }
 
-func tbsBytesForCQI(cqi int, prbs Int) Int {
-	if !prbs.Set {
-		return Int{}
+// The transport-block arithmetic of the UE's cell, one owner for both RATs: LTE's TBS table
+// (TS 36.213) with OAI's CQI→MCS choice, or on an NR cell TS 38.214 §5.1.3.2 on the cell's
+// PDSCH symbols with MCS table 1, one DMRS symbol and one layer: what OAI's gNB schedules
+// (checked against its dl_curr_tbs on the live recording, internal/e2 TestOAIRecordings).
+
+func (m *Measurement) nrPDSCH() threegpp.NRParams {
+	return threegpp.NRParams{MCSTable: 1, Symbols: int(m.NR.PDSCHSymbols), DMRSPerPRB: 12, Layers: 1}
+}
+
+func (m *Measurement) mcsForCQI(cqi int) Int {
+	if m.NR == nil {
+		return flexran.Some(int64(threegpp.CQIToMCS(cqi)))
 	}
-	tbs, err := threegpp.LTETBSBytesForCQI(cqi, int(prbs.V))
+	mcs, err := threegpp.NRCQIToMCS(cqi, 1)
 	if err != nil {
 		return Int{}
 	}
-	return flexran.Some(int64(tbs))
+	return flexran.Some(int64(mcs))
+}
+
+// tbsBytes is the transport block of mcs on prbs PRBs (unset when either is unset or out of
+// the tables' range).
+func (m *Measurement) tbsBytes(mcs, prbs Int) Int {
+	if !mcs.Set || !prbs.Set {
+		return Int{}
+	}
+	var bytes int
+	var err error
+	if m.NR != nil {
+		var bits int
+		bits, err = threegpp.NRTBSBits(int(prbs.V), int(mcs.V), m.nrPDSCH())
+		bytes = bits / 8
+	} else {
+		bytes, err = threegpp.LTETBSBytesForMCS(int(mcs.V), int(prbs.V))
+	}
+	if err != nil {
+		return Int{}
+	}
+	return flexran.Some(int64(bytes))
+}
+
+func (m *Measurement) tbsBytesForCQI(cqi int, prbs Int) Int {
+	return m.tbsBytes(m.mcsForCQI(cqi), prbs)
 }
 
 // BitsPerSecond converts bytes per TTI into bit/s at the measured TTI rate (the one

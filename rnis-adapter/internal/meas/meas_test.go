@@ -306,3 +306,26 @@ func BenchmarkEncode(b *testing.B) {
 		}
 	})
 }
+
+// On an NR cell (an E2 gNB) transport blocks follow TS 38.214 §5.1.3.2, not LTE's table:
+// CQI 15 → MCS 28 of table 1 (948/1024, 64QAM); 25 PRBs × 144 REs (13 symbols less one DMRS
+// symbol) → N_info 19,997 → 19,968 bits (3 code blocks) = 2,496 bytes per slot, where LTE's
+// table gives 2,292 per subframe; at µ = 1 a slot is half a subframe. Without a CQI, MELD's
+// D_TBS comes from the MCS.
+func TestNRCellUsesTS38214(t *testing.T) {
+	s := parseFile(t, "live-oai-rfsim/saturated.json")
+	s.Stations[0].Cells[0].NR = &flexran.NRCell{PDSCHSymbols: 13, SlotsPerSubframe: 2}
+	m := Normalize(&s, time.Unix(0, 42), nil, nil)[0]
+	if m.BestCQITBS != some(2496) || m.CellBestCQITBS != some(2496) || m.RadioTBS != some(2496) {
+		t.Errorf("NR best-CQI TBS %+v, cell %+v, D_TBS %+v; want 2496", m.BestCQITBS, m.CellBestCQITBS, m.RadioTBS)
+	}
+	if m.CQICapacity != some(2496*8*2000) { // µ = 1: 2,000 slots a second
+		t.Errorf("NR CQI capacity %+v bit/s", m.CQICapacity)
+	}
+	s.Stations[0].UEs[0].WBCQI = Int{}
+	s.Stations[0].UEs[0].MCS1DL = some(9) // 679/1024 QPSK: N_info 4,774 → 4,736 bits
+	m = Normalize(&s, time.Unix(0, 42), nil, nil)[0]
+	if m.RadioTBS != some(4736/8) || m.CQICapacity.Set {
+		t.Errorf("without CQI: D_TBS %+v, CQI capacity %+v", m.RadioTBS, m.CQICapacity)
+	}
+}

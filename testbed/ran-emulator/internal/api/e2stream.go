@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"mts.invalid/suite/services/common/go/threegpp"
 	"mts.invalid/suite/testbed/ran-emulator/internal/ran"
 )
 
@@ -157,6 +158,10 @@ func appendE2Head(b []byte, typ, list string, s *ran.CellSnapshot) []byte {
 	b = strconv.AppendInt(b, s.Cell.SlotsPerFrame(), 10)
 	b = append(b, `,"harq_processes":`...)
 	b = strconv.AppendInt(b, int64(cfg.HARQ.Processes), 10)
+	if cfg.RAT == "nr" { // the allocation its NR transport blocks are computed on
+		b = append(b, `,"pdsch_symbols":`...)
+		b = strconv.AppendInt(b, int64(threegpp.DefaultNR.Symbols), 10)
+	}
 	b = append(b, `},"tstamp_us":`...)
 	b = strconv.AppendInt(b, s.Wall.UnixMicro(), 10)
 	return append(b, `,"`+list+`":[`...)
