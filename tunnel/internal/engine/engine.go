@@ -133,13 +133,15 @@ type Engine struct {
 	rxBytes   atomic.Uint64
 	txPackets atomic.Uint64
 	tunBytes  atomic.Uint64 // read from the TUN and offered to the ingress queue
+
+	trace bool // log each ICMP echo's stages at the sending end (debug level)
 }
 
 // New opens the TUN and the path sockets.
 func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	e := &Engine{cfg: cfg, log: log, start: time.Now(), epoch: uint64(time.Now().UnixNano()),
 		flowDrops: map[int]uint64{}, out: make([]outgoing, 0, batch), cands: make([]sched.Path, 0, 8), reorder: reorder.New(cfg.ReorderTimeout),
-		drops: map[string]*atomic.Uint64{}}
+		drops: map[string]*atomic.Uint64{}, trace: log.Enabled(context.Background(), slog.LevelDebug)}
 	for _, r := range DropReasons {
 		e.drops[r] = new(atomic.Uint64)
 	}
@@ -254,6 +256,7 @@ func (e *Engine) readTUN(ctx context.Context) {
 				ps[i] = pkt.Get()
 			}
 		}
+		readFrom := e.now()
 		n, err := e.dev.ReadBatch(ps)
 		if err != nil && ctx.Err() == nil {
 			e.log.Error("TUN read failed", "err", err)
@@ -274,6 +277,9 @@ func (e *Engine) readTUN(ctx context.Context) {
 				continue
 			}
 			p.Born = now
+			if seq, ok := icmpEcho(p); ok && e.trace {
+				e.log.Debug("trace: read", "icmp_seq", seq, "batch", n, "read_us", (now-readFrom)/1e3)
+			}
 			e.tunBytes.Add(uint64(p.N))
 			e.queue.Enqueue(p, now)
 		}
@@ -308,13 +314,19 @@ func (e *Engine) pump() {
 			if len(e.out) == 0 {
 				break
 			}
-			now := e.now()
+			now, traced := e.now(), -1
 			for _, o := range e.out {
+				if seq, ok := icmpEcho(o.pkt); ok && e.trace {
+					traced = seq
+				}
 				e.queueData(o, now)
 				pkt.Put(o.pkt)
 			}
 			for _, p := range e.paths {
 				e.flush(p)
+			}
+			if traced >= 0 {
+				e.log.Debug("trace: sent", "icmp_seq", traced, "batch", len(e.out), "send_us", (e.now()-now)/1e3)
 			}
 		}
 		e.pumping.Store(false)
@@ -383,6 +395,10 @@ func (e *Engine) pull(out []outgoing, cands []sched.Path) []outgoing {
 			break
 		}
 		p := ios[e.sched.Pick(cands, pk.N+wire.Overhead)]
+		if seq, ok := icmpEcho(pk); ok && e.trace {
+			e.log.Debug("trace: dequeued", "icmp_seq", seq, "sojourn_us", (now-pk.Born)/1e3, "path", p.cfg.ID,
+				"paths_with_room", len(cands))
+		}
 		e.nextDataSeq++
 		seq := p.tx.OnSend(pk.N+wire.Overhead, now, false)
 		out = append(out, outgoing{p: p, pkt: pk, data: e.nextDataSeq,
@@ -622,4 +638,18 @@ func (e *Engine) handleAck(p *pathIO, h wire.Header, body []byte, fresh *peerKey
 	}
 	e.mu.Unlock()
 	e.pump()
+}
+
+// icmpEcho returns the sequence number of an IPv4 ICMP echo request or reply (the trace's
+// marker: a ping through the tunnel can be followed stage by stage).
+func icmpEcho(p *pkt.Packet) (int, bool) {
+	b := p.Bytes()
+	if len(b) < 28 || b[0]>>4 != 4 || b[9] != 1 || (b[20] != 0 && b[20] != 8) {
+		return 0, false
+	}
+	ihl := int(b[0]&0x0f) * 4
+	if len(b) < ihl+8 {
+		return 0, false
+	}
+	return int(binary.BigEndian.Uint16(b[ihl+6:])), true
 }
