@@ -25,7 +25,9 @@ def test_convert_keeps_times_scales_rates_and_blocks_at_zero(tmp_path: Path) -> 
     assert mmwave.trace_mean_mbps(rows, 0.56) == pytest.approx(57.75 * 0.26 / 0.56)
 
 
-def test_shipped_trace_is_a_valid_channel() -> None:
+def test_the_experiments_trace_is_a_valid_channel() -> None:
+    if not mmwave.TRACE.is_file():  # kept beside the repository (derived data, not ours)
+        pytest.skip(f"{mmwave.TRACE} is absent")
     rows = mmwave.read_trace()
     Channel(model="trace", trace=rows)  # what the testbed hands the emulator
     assert rows[-1][0] == pytest.approx(110.62)

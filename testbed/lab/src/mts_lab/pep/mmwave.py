@@ -6,7 +6,9 @@ seconds``, replayed by the research with ``tc class change ... htb rate``), conv
 ``convert`` into an emulator CQI/TBS trace (``time_s,cqi,capacity_mbps``: the capacity is
 what the cell carries from that time on; the CQI the highest whose LTE TBS on 100 PRBs
 fits in it, 0 in a blockage) at 1/``SCALE`` of the rate:
-``testbed/configs/traces/witestlab-mobb-1of40.csv``. The emulator replays it per TTI
+``../shared/fixtures/traces/witestlab-mobb-1of40.csv`` (a data file derived from another
+project's repository: kept beside the repository, never committed to it; ``convert`` makes
+it again from the published rows). The emulator replays it per TTI
 (channel model ``trace``) and the experiment restarts it (``restart_trace``) when each
 download starts, so every run sees the trace from its first row.
 
@@ -61,7 +63,7 @@ from mts_lab.results import pyplot, save_figure, save_results
 
 SCALE = 40
 REPO = Path(__file__).resolve().parents[5]
-TRACE = REPO / "testbed" / "configs" / "traces" / "witestlab-mobb-1of40.csv"
+TRACE = REPO.parent / "shared" / "fixtures" / "traces" / "witestlab-mobb-1of40.csv"
 WAN_ONE_WAY_MS, RAN_ONE_WAY_MS = 50.0, 0.5  # the research's 100 ms + 1 ms, split per direction
 SENDER_LINK_MBPS = 10_000 / SCALE
 BDP_BYTES = int(3e9 / SCALE * 0.101 / 8)  # the research's BFIFO: 3 Gbit/s x 101 ms
@@ -142,6 +144,11 @@ def write_trace(
 def read_trace(path: Path = TRACE) -> list[tuple[float, int, float]]:
     from mts_testbed.scenario import read_trace as read
 
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no trace; make it with `python -m mts_lab.pep.mmwave convert "
+            "mobb-tput.csv <it>` from Witestlab's mobility trace (rows Mbit/s,seconds)"
+        )
     rows = read(path)
     if any(len(r) != 3 for r in rows):
         raise ValueError(f"{path}: want time_s,cqi,capacity_mbps rows")
