@@ -7,6 +7,8 @@
 #ifndef EFM_PACKET_H
 #define EFM_PACKET_H
 
+#include "efm.h"		/* the run of marked segments (struct efm_run, EFM_RUN_BIT) */
+
 #define ETH_HLEN 14
 #define ETH_P_IP 0x0800
 #define IPPROTO_TCP 6
