@@ -420,29 +420,19 @@ func (m *Measurement) rapidMCS() Int {
 		return m.DLMCS
 	}
 	if m.WBCQI.Set {
-		return m.mcsForCQI(int(m.WBCQI.V))
+		return flexran.Some(int64(threegpp.CQIToMCS(int(m.WBCQI.V))))
 	}
 	return Int{}
 }
 
 // The transport-block arithmetic of the UE's cell, one owner for both RATs: LTE's TBS table
-// (TS 36.213) with OAI's CQI→MCS choice, or on an NR cell TS 38.214 §5.1.3.2 on the cell's
-// PDSCH symbols with MCS table 1, one DMRS symbol and one layer: what OAI's gNB schedules
-// (checked against its dl_curr_tbs on the live recording, internal/e2 TestOAIRecordings).
+// (TS 36.213), or on an NR cell TS 38.214 §5.1.3.2 on the cell's PDSCH symbols with MCS
+// table 1, one DMRS symbol and one layer: what OAI's gNB schedules (checked against its
+// dl_curr_tbs on the live recording, internal/e2 TestOAIRecordings). A CQI maps to an MCS
+// by OAI's map for both, as the RAN emulator's NR cells do (threegpp.CQIToMCS).
 
 func (m *Measurement) nrPDSCH() threegpp.NRParams {
 	return threegpp.NRParams{MCSTable: 1, Symbols: int(m.NR.PDSCHSymbols), DMRSPerPRB: 12, Layers: 1}
-}
-
-func (m *Measurement) mcsForCQI(cqi int) Int {
-	if m.NR == nil {
-		return flexran.Some(int64(threegpp.CQIToMCS(cqi)))
-	}
-	mcs, err := threegpp.NRCQIToMCS(cqi, 1)
-	if err != nil {
-		return Int{}
-	}
-	return flexran.Some(int64(mcs))
 }
 
 // tbsBytes is the transport block of mcs on prbs PRBs (unset when either is unset or out of
@@ -467,7 +457,7 @@ func (m *Measurement) tbsBytes(mcs, prbs Int) Int {
 }
 
 func (m *Measurement) tbsBytesForCQI(cqi int, prbs Int) Int {
-	return m.tbsBytes(m.mcsForCQI(cqi), prbs)
+	return m.tbsBytes(flexran.Some(int64(threegpp.CQIToMCS(cqi))), prbs)
 }
 
 // BitsPerSecond converts bytes per TTI into bit/s at the measured TTI rate (the one

@@ -308,10 +308,10 @@ func BenchmarkEncode(b *testing.B) {
 }
 
 // On an NR cell (an E2 gNB) transport blocks follow TS 38.214 §5.1.3.2, not LTE's table:
-// CQI 15 → MCS 28 of table 1 (948/1024, 64QAM); 25 PRBs × 144 REs (13 symbols less one DMRS
-// symbol) → N_info 19,997 → 19,968 bits (3 code blocks) = 2,496 bytes per slot, where LTE's
-// table gives 2,292 per subframe; at µ = 1 a slot is half a subframe. Without a CQI, MELD's
-// D_TBS comes from the MCS.
+// CQI 15 → MCS 28 (OAI's map) of table 1 (948/1024, 64QAM); 25 PRBs × 144 REs (13
+// symbols less one DMRS symbol) → N_info 19,997 → 19,968 bits (3 code blocks) = 2,496
+// bytes per slot, where LTE's table gives 2,292 per subframe; at µ = 1 a slot is half a
+// subframe. Without a CQI, MELD's D_TBS comes from the MCS.
 func TestNRCellUsesTS38214(t *testing.T) {
 	s := parseFile(t, "live-oai-rfsim/saturated.json")
 	s.Stations[0].Cells[0].NR = &flexran.NRCell{PDSCHSymbols: 13, SlotsPerSubframe: 2}
