@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from mts_lab.tunnel.bed import BINARY
+from mts_lab.tunnel.bed import BINARY, TUN_MTU
 from mts_lab.tunnel.experiment import CASES, run
 from mts_testbed.builder import DEFAULT_EMULATOR
 
@@ -17,8 +17,9 @@ pytestmark = [
     pytest.mark.netns,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for namespaces and TUN"),
 ]
-# what one 20 Mbit/s path carries of inner packets at most (1400 of every 1484 bytes)
-ONE_PATH_MBIT = 20 * 1400 / 1484
+# what one 20 Mbit/s path carries of inner packets at most (the TUN's MTU of every
+# MTU + 60 bytes: UDP/IP and the tunnel's overhead)
+ONE_PATH_MBIT = 20 * TUN_MTU / (TUN_MTU + 60)
 
 
 @pytest.mark.timeout(300)

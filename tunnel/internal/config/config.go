@@ -53,11 +53,11 @@ func (c *Config) settings() []svc.Setting {
 	api := c.APISettings("tunnel", "/tunnel/v1 API", "8105", "")
 	return append(append(api, []svc.Setting{
 		svc.Var("ROLE", "mec", "which end this is: ue (the UE's agent) or mec (the MEC host's end); the two ends' keys differ by it", svc.OneOf(&c.Role, "ue", "mec")),
-		svc.Var("PEER_ID", "1", "the UE this tunnel serves (uint32, in every datagram; selects the pre-shared key)", svc.Int(&c.PeerID)),
+		svc.Var("PEER_ID", "1", "the UE this tunnel serves (uint32, in the full header of probes and acks; selects the pre-shared key)", svc.Int(&c.PeerID)),
 		svc.Var("PSK", "", "pre-shared key of this UE, hex, at least 16 bytes (or PSK_FILE); required: there is no open tunnel", svc.Str(&c.PSKHex)),
 		svc.Var("PSK_FILE", "", "file holding the hex pre-shared key", svc.Str(&c.PSKFile)),
 		svc.Var("TUN", "mptun0", "TUN device (created if absent; addresses and routes are the operator's)", svc.Str(&c.TUN)),
-		svc.Var("MTU", "1400", "largest inner IP packet; set the TUN's MTU to it (underlay MTU minus 84 B of UDP/IP and tunnel overhead)", svc.Int(&c.MTU)),
+		svc.Var("MTU", "1440", "largest inner IP packet; set the TUN's MTU to it (underlay MTU minus 60 B: 28 B of UDP/IP and the tunnel's 32 B)", svc.Int(&c.MTU)),
 		svc.Var("PATHS", "", `paths, JSON: [{"id":1,"local":"10.30.0.1:7001","remote":"10.20.0.1:7001","cwnd_bytes":50000,"rnis_ue":"10.30.0.1"}]; cwnd_bytes and rnis_ue optional`, svc.Str(&c.PathsJSON)),
 		svc.Var("QUEUE", "fq_codel", "ingress queue discipline: fq_codel (RFC 8290) or fifo (tail drop, the comparison)", svc.OneOf(&c.Queue, "fq_codel", "fifo")),
 		svc.Var("QUEUE_LIMIT_BYTES", "10000000", "ingress queue memory limit (research 003: 10 MB)", svc.Int(&c.QueueLimit)),

@@ -319,7 +319,7 @@ func (e *Engine) pump() {
 				if seq, ok := icmpEcho(o.pkt); ok && e.trace {
 					traced = seq
 				}
-				e.queueData(o, now)
+				e.queueData(o)
 				pkt.Put(o.pkt)
 			}
 			for _, p := range e.paths {
@@ -334,12 +334,12 @@ func (e *Engine) pump() {
 }
 
 // queueData seals o into its path's batch, sending the batch first if o does not fit.
-func (e *Engine) queueData(o outgoing, now int64) {
+func (e *Engine) queueData(o outgoing) {
 	size := wire.Overhead + o.pkt.N
 	if !o.p.batch.fits(size) {
 		e.flush(o.p)
 	}
-	e.seal(o.p.batch.room(size), o, now)
+	e.seal(o.p.batch.room(size), o)
 	o.p.batch.add(size)
 }
 
@@ -402,7 +402,7 @@ func (e *Engine) pull(out []outgoing, cands []sched.Path) []outgoing {
 		e.nextDataSeq++
 		seq := p.tx.OnSend(pk.N+wire.Overhead, now, false)
 		out = append(out, outgoing{p: p, pkt: pk, data: e.nextDataSeq,
-			hdr: wire.Header{Type: wire.TypeData, PathID: p.cfg.ID, PeerID: e.cfg.PeerID, Epoch: e.epoch, PathSeq: seq}})
+			hdr: wire.Header{Type: wire.TypeShortData, PathID: p.cfg.ID, PathSeq: seq}})
 	}
 	return out
 }
@@ -416,20 +416,20 @@ func (e *Engine) schedPath(p *pathIO) sched.Path {
 }
 
 // seal writes o as a sealed data datagram into dst (a probe when o.pkt is nil); dst must
-// hold wire.Overhead plus the packet.
-func (e *Engine) seal(dst []byte, o outgoing, now int64) []byte {
+// hold o's header, the data body, the packet and the tag.
+func (e *Engine) seal(dst []byte, o outgoing) []byte {
 	wire.PutHeader(dst, o.hdr)
-	n := 0
+	hl, n := o.hdr.Len(), 0
 	if o.pkt != nil {
-		n = copy(dst[wire.HeaderLen+wire.DataBodyLen:], o.pkt.Bytes())
+		n = copy(dst[hl+wire.DataBodyLen:], o.pkt.Bytes())
 	}
-	wire.PutDataBody(dst[wire.HeaderLen:], o.data, now)
-	return e.txKey.Seal(dst, dst[wire.HeaderLen:wire.HeaderLen+wire.DataBodyLen+n])
+	wire.PutDataBody(dst[hl:], o.data)
+	return e.txKey.Seal(dst, o.hdr, dst[hl:hl+wire.DataBodyLen+n])
 }
 
 // sendData seals and sends one data datagram on its own (probes).
 func (e *Engine) sendData(buf []byte, o outgoing) {
-	if _, err := o.p.conn.WriteToUDPAddrPort(e.seal(buf, o, e.now()), o.p.cfg.Remote); err != nil {
+	if _, err := o.p.conn.WriteToUDPAddrPort(e.seal(buf, o), o.p.cfg.Remote); err != nil {
 		e.sendFailed(o.p, err)
 		return
 	}
@@ -456,7 +456,7 @@ func (e *Engine) timers(ctx context.Context) {
 				e.log.Warn("path down", "path", p.cfg.ID, "timeouts", p.tx.Timeouts)
 			}
 			if p.tx.NeedsProbe(now, e.cfg.ProbeInterval) {
-				seq := p.tx.OnSend(wire.Overhead, now, true)
+				seq := p.tx.OnSend(wire.ProbeLen, now, true)
 				probes = append(probes, outgoing{p: p, hdr: wire.Header{Type: wire.TypeData, PathID: p.cfg.ID,
 					PeerID: e.cfg.PeerID, Epoch: e.epoch, PathSeq: seq}})
 			}
@@ -484,7 +484,7 @@ func (e *Engine) sendAck(buf []byte, p *pathIO, now int64) {
 		PathSeq: p.ackSeq.Add(1) | ackSeqBit}
 	wire.PutHeader(buf, h)
 	wire.PutAck(buf[wire.HeaderLen:], p.rxData.Ack(now))
-	d := e.txKey.Seal(buf, buf[wire.HeaderLen:wire.HeaderLen+wire.AckBodyLen])
+	d := e.txKey.Seal(buf, h, buf[wire.HeaderLen:wire.HeaderLen+wire.AckBodyLen])
 	_, _ = p.conn.WriteToUDPAddrPort(d, p.cfg.Remote)
 }
 
@@ -528,37 +528,33 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 func (e *Engine) handle(p *pathIO, b []byte, from netip.AddrPort) (ackNow bool) {
 	h, err := wire.ParseHeader(b)
 	switch {
-	case err != nil || (h.Type == wire.TypeData) == (h.PathSeq&ackSeqBit != 0):
+	case err != nil || (h.Type == wire.TypeAck) != (h.PathSeq&ackSeqBit != 0):
 		e.drop(DropMalformed)
 		return false
 	case e.byID[h.PathID] == nil:
 		e.drop(DropUnknownPath)
 		return false
-	case h.PathID != p.cfg.ID || from != p.cfg.Remote || h.PeerID != e.cfg.PeerID:
+	case h.PathID != p.cfg.ID || from != p.cfg.Remote || (h.Full() && h.PeerID != e.cfg.PeerID):
 		e.drop(DropNotPeer)
 		return false
 	}
-	body, fresh, ok := e.open(h, b)
+	body, used, fresh, ok := e.open(h, b)
 	if !ok {
 		return false
 	}
 	now := e.now()
 	if h.Type == wire.TypeAck {
-		e.handleAck(p, h, body, fresh, now)
+		e.handleAck(p, h, body, used, fresh, now)
 		return false
 	}
-	seq, sent, packet, err := wire.ParseDataBody(body)
+	seq, packet, err := wire.ParseDataBody(body)
 	if err != nil {
 		e.drop(DropMalformed)
 		return false
 	}
 	e.rxMu.Lock()
 	defer e.rxMu.Unlock()
-	if fresh != nil && !e.adopt(fresh) {
-		e.drop(DropReplay)
-		return false
-	}
-	if !p.rxData.Accept(h.PathSeq, sent, now) {
+	if !e.current(used, fresh) || !p.rxData.Accept(h.PathSeq, now) {
 		e.drop(DropReplay)
 		return false
 	}
@@ -570,17 +566,25 @@ func (e *Engine) handle(p *pathIO, b []byte, from netip.AddrPort) (ackNow bool) 
 	return len(packet) == 0 || p.rxData.Pending() >= ackEvery // probes at once
 }
 
-// open authenticates b: with the peer's current key, or, for a newer epoch (the peer
-// restarted), with a key derived for it (returned as fresh, adopted by the caller).
-func (e *Engine) open(h wire.Header, b []byte) (body []byte, fresh *peerKey, ok bool) {
+// open authenticates b: with the peer's current key (returned as used), or, for a full
+// header of a newer epoch (the peer restarted), with a key derived for it (returned as
+// fresh, adopted by the caller). A short header is opened with the current key only: a
+// datagram of another run of the peer fails (auth), as does any before a full header made
+// a run current.
+func (e *Engine) open(h wire.Header, b []byte) (body []byte, used, fresh *peerKey, ok bool) {
 	cur := e.peer.Load()
 	key := (*wire.Key)(nil)
 	switch {
+	case !h.Full() && cur == nil:
+		e.drop(DropAuth)
+		return nil, nil, nil, false
+	case !h.Full():
+		key, used = cur.key, cur
 	case cur != nil && h.Epoch < cur.epoch:
 		e.drop(DropReplay)
-		return nil, nil, false
+		return nil, nil, nil, false
 	case cur != nil && h.Epoch == cur.epoch:
-		key = cur.key
+		key, used = cur.key, cur
 	default:
 		peerRole := wire.RoleUE
 		if e.cfg.Role == wire.RoleUE {
@@ -589,19 +593,30 @@ func (e *Engine) open(h wire.Header, b []byte) (body []byte, fresh *peerKey, ok 
 		k, err := wire.NewKey(e.cfg.PSK, peerRole, h.Epoch, e.cfg.PeerID)
 		if err != nil {
 			e.drop(DropAuth)
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
 		key, fresh = k, &peerKey{epoch: h.Epoch, key: k}
 	}
-	body, err := key.Open(b)
+	body, err := key.Open(b, h)
 	if err != nil {
 		e.drop(DropAuth)
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
-	return body, fresh, true
+	return body, used, fresh, true
 }
 
-// adopt makes a newer run of the peer current (under e.rxMu); false if it is older.
+// current tells whether the run whose key opened a datagram is still the peer's current
+// one, adopting fresh if it is newer (under e.rxMu); a datagram of a run that another
+// replaced meanwhile would otherwise meet replay windows reset for the new run.
+func (e *Engine) current(used, fresh *peerKey) bool {
+	if fresh != nil {
+		return e.adopt(fresh)
+	}
+	return e.peer.Load() == used
+}
+
+// adopt makes a newer run of the peer current (under e.rxMu, takes e.mu); false if it is
+// older.
 func (e *Engine) adopt(k *peerKey) bool {
 	cur := e.peer.Load()
 	if cur != nil && k.epoch < cur.epoch {
@@ -616,17 +631,24 @@ func (e *Engine) adopt(k *peerKey) bool {
 		e.reorder.Reset()
 		e.log.Info("peer authenticated", "peer", e.cfg.PeerID, "epoch", k.epoch)
 	}
+	if cur != nil && k.epoch > cur.epoch { // it cannot open our short headers: announce us again
+		e.mu.Lock()
+		for _, p := range e.paths {
+			p.tx.PeerRestarted(e.now())
+		}
+		e.mu.Unlock()
+	}
 	return true
 }
 
-func (e *Engine) handleAck(p *pathIO, h wire.Header, body []byte, fresh *peerKey, now int64) {
+func (e *Engine) handleAck(p *pathIO, h wire.Header, body []byte, used, fresh *peerKey, now int64) {
 	a, err := wire.ParseAck(body)
 	if err != nil {
 		e.drop(DropMalformed)
 		return
 	}
 	e.rxMu.Lock()
-	ok := (fresh == nil || e.adopt(fresh)) && p.rxAck.Accept(h.PathSeq&^ackSeqBit, 1, now)
+	ok := e.current(used, fresh) && p.rxAck.Accept(h.PathSeq&^ackSeqBit, now)
 	e.rxMu.Unlock()
 	if !ok {
 		e.drop(DropReplay)

@@ -81,11 +81,23 @@ type Sender struct {
 	LossEvents, Timeouts, SendErrors                          uint64
 }
 
-// NewSender returns a path sender; it starts up and enabled.
+// never is the send time of a path that sent nothing: it is probed at once.
+const never = math.MinInt64 / 2
+
+// NewSender returns a path sender, enabled and down: a path is up once the peer acked a
+// datagram of this run on it, which tells that the peer knows this run's key (data goes
+// with the short header, which does not name the run). Its first probe is due at once.
 func NewSender(cfg Config, now int64) *Sender {
-	s := &Sender{cfg: cfg, Enabled: true, Up: true, nextSeq: 1, lowest: 1, cwnd: float64(cfg.CwndBytes),
-		ssthresh: math.Inf(1), lastAckAt: now}
+	s := &Sender{cfg: cfg, Enabled: true, nextSeq: 1, lowest: 1, cwnd: float64(cfg.CwndBytes),
+		ssthresh: math.Inf(1), lastAckAt: now, lastSendAt: never}
 	return s
+}
+
+// PeerRestarted: the peer is a new run, which does not know this run's key; what was in
+// flight is lost, and the path is down until a probe (full header) is acked, due at once.
+func (s *Sender) PeerRestarted(now int64) {
+	s.loseInflight(now)
+	s.Up, s.lastSendAt = false, never
 }
 
 // ID of the path.
@@ -133,10 +145,10 @@ func (s *Sender) OnAck(a wire.Ack, now int64) (cameUp bool) {
 	if a.Largest == 0 || a.Largest >= s.nextSeq {
 		return false
 	}
-	newly := s.ackOne(a.Largest, now, a)
+	newly := s.ackOne(a.Largest, now, a.Delay, true)
 	for i := uint64(0); i < 64 && i+1 < a.Largest; i++ {
 		if a.Bitmap&(1<<i) != 0 {
-			newly += s.ackOne(a.Largest-1-i, now, wire.Ack{})
+			newly += s.ackOne(a.Largest-1-i, now, 0, false)
 		}
 	}
 	if newly == 0 {
@@ -171,8 +183,9 @@ func (s *Sender) endRound() {
 	s.roundEnd, s.roundMinRTT, s.roundInflight = s.nextSeq, 0, s.inflight
 }
 
-// ackOne marks seq acknowledged; with a.EchoTime set it is also the RTT sample.
-func (s *Sender) ackOne(seq uint64, now int64, a wire.Ack) int {
+// ackOne marks seq acknowledged; the ack's largest is also the RTT sample (from the send
+// time the sender kept, minus the receiver's ack delay).
+func (s *Sender) ackOne(seq uint64, now, ackDelay int64, sample bool) int {
 	r := &s.ring[seq%ringSize]
 	if r.seq != seq || r.acked || seq < s.lowest {
 		return 0
@@ -180,8 +193,8 @@ func (s *Sender) ackOne(seq uint64, now int64, a wire.Ack) int {
 	r.acked = true
 	s.inflight -= r.size
 	s.AckedPackets++
-	if a.EchoTime != 0 {
-		s.sampleRTT(time.Duration(now-r.at)-time.Duration(a.Delay), r.probe)
+	if sample {
+		s.sampleRTT(time.Duration(now-r.at-ackDelay), r.probe)
 	}
 	s.grow(r.size)
 	return 1
@@ -352,11 +365,10 @@ func (s *Sender) Snapshot() State {
 // Receiver is the receiving side of a path: a replay window over path seqs (64 kpackets
 // wide, as paths deliver nearly in order) and the ack to send.
 type Receiver struct {
-	largest     uint64
-	window      [replayWords]uint64 // bit seq%replayBits: seq seen
-	largestAt   int64
-	largestSent int64 // the sender's send time of largest
-	unacked     int   // data datagrams received since the last ack
+	largest   uint64
+	window    [replayWords]uint64 // bit seq%replayBits: seq seen
+	largestAt int64
+	unacked   int // data datagrams received since the last ack
 }
 
 const (
@@ -365,7 +377,7 @@ const (
 )
 
 // Accept records seq; false for a replay (seen, or older than the window).
-func (r *Receiver) Accept(seq uint64, sentAt, now int64) bool {
+func (r *Receiver) Accept(seq uint64, now int64) bool {
 	if seq == 0 || seq+replayBits <= r.largest {
 		return false
 	}
@@ -373,7 +385,7 @@ func (r *Receiver) Accept(seq uint64, sentAt, now int64) bool {
 		for s := r.largest + 1; s < seq && s-r.largest <= replayBits; s++ { // clear skipped bits
 			r.window[(s%replayBits)/64] &^= 1 << (s % 64)
 		}
-		r.largest, r.largestAt, r.largestSent = seq, now, sentAt
+		r.largest, r.largestAt = seq, now
 	} else if r.seen(seq) {
 		return false
 	}
@@ -392,10 +404,7 @@ func (r *Receiver) Pending() int { return r.unacked }
 
 // Ack builds the ack of what was received and clears Pending.
 func (r *Receiver) Ack(now int64) wire.Ack {
-	a := wire.Ack{Largest: r.largest, EchoTime: r.largestSent, Delay: now - r.largestAt}
-	if a.EchoTime == 0 {
-		a.EchoTime = 1
-	}
+	a := wire.Ack{Largest: r.largest, Delay: now - r.largestAt}
 	for i := uint64(0); i < 64 && i+1 < r.largest; i++ {
 		if r.seen(r.largest - 1 - i) {
 			a.Bitmap |= 1 << i

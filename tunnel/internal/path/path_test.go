@@ -12,20 +12,20 @@ const ms = int64(time.Millisecond)
 func TestReplayWindow(t *testing.T) {
 	var r Receiver
 	for _, seq := range []uint64{1, 3, 2, 100} {
-		if !r.Accept(seq, 1, 0) {
+		if !r.Accept(seq, 0) {
 			t.Fatalf("fresh %d refused", seq)
 		}
 	}
 	for _, seq := range []uint64{0, 1, 2, 3, 100} {
-		if r.Accept(seq, 1, 0) {
+		if r.Accept(seq, 0) {
 			t.Fatalf("replayed %d accepted", seq)
 		}
 	}
-	if !r.Accept(50, 1, 0) {
+	if !r.Accept(50, 0) {
 		t.Fatal("a late first copy inside the window was refused")
 	}
-	r.Accept(100+replayBits, 1, 0)
-	if r.Accept(100, 1, 0) || r.Accept(50, 1, 0) {
+	r.Accept(100+replayBits, 0)
+	if r.Accept(100, 0) || r.Accept(50, 0) {
 		t.Fatal("a seq older than the window was accepted")
 	}
 	a := r.Ack(0)
@@ -43,7 +43,7 @@ func TestAckRTTAndLoss(t *testing.T) {
 		t.Fatal("room beyond the static window")
 	}
 	// acks for 5..10 arrive (1..4 are missing): 1..4 are lost by the reorder threshold
-	s.OnAck(wire.Ack{Largest: 10, Bitmap: 0b11111, EchoTime: 1}, 30*ms)
+	s.OnAck(wire.Ack{Largest: 10, Bitmap: 0b11111}, 30*ms)
 	st := s.Snapshot()
 	if st.AckedPackets != 6 || st.LostPackets != 4 || st.InflightB != 0 || st.LossEvents != 1 {
 		t.Fatalf("%+v", st)
@@ -58,6 +58,7 @@ func TestAckRTTAndLoss(t *testing.T) {
 
 func TestATimeoutTakesThePathDownAndAnAckBringsItBack(t *testing.T) {
 	s := NewSender(Config{ID: 1, MSS: 1456, CwndMode: CwndAdaptive, CwndBytes: 20 * 1456}, 0)
+	s.Up = true // as after an acked probe
 	s.OnSend(1456, 0, false)
 	now := int64(s.RTO()) - ms
 	if s.Tick(now) {
@@ -70,8 +71,8 @@ func TestATimeoutTakesThePathDownAndAnAckBringsItBack(t *testing.T) {
 	if s.Snapshot().CwndBytes != minAdaptiveCwnd*1456 {
 		t.Fatal("the adaptive window did not collapse on timeout")
 	}
-	seq := s.OnSend(wire.Overhead, now, true)
-	if !s.OnAck(wire.Ack{Largest: seq, EchoTime: 1}, now+ms) || !s.Up {
+	seq := s.OnSend(wire.ProbeLen, now, true)
+	if !s.OnAck(wire.Ack{Largest: seq}, now+ms) || !s.Up {
 		t.Fatal("an acked probe did not bring the path up")
 	}
 }
@@ -80,7 +81,7 @@ func TestAdaptiveWindowGrowsAndHalves(t *testing.T) {
 	s := NewSender(Config{ID: 1, MSS: 1000, CwndMode: CwndAdaptive, CwndBytes: 10_000}, 0)
 	for i := uint64(1); i <= 10; i++ {
 		s.OnSend(1000, 0, false)
-		s.OnAck(wire.Ack{Largest: i, EchoTime: 1}, ms)
+		s.OnAck(wire.Ack{Largest: i}, ms)
 	}
 	if c := s.Snapshot().CwndBytes; c != 20_000 {
 		t.Fatalf("slow start: cwnd %d, want 20000", c)
@@ -88,7 +89,7 @@ func TestAdaptiveWindowGrowsAndHalves(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		s.OnSend(1000, ms, false)
 	}
-	s.OnAck(wire.Ack{Largest: 15, Bitmap: 0b111, EchoTime: 1}, 2*ms) // 11 lost
+	s.OnAck(wire.Ack{Largest: 15, Bitmap: 0b111}, 2*ms) // 11 lost
 	if c := s.Snapshot().CwndBytes; c != 16_800 {
 		t.Fatalf("after a loss: cwnd %d, want 0.7 x (20000 + the 4 acks before it)", c)
 	}
@@ -100,7 +101,7 @@ func ackRound(s *Sender, n int, t int64, rtt time.Duration) int64 {
 	for i := 0; i < n; i++ {
 		last = s.OnSend(1000, t, false)
 	}
-	s.OnAck(wire.Ack{Largest: last, Bitmap: ^uint64(0), EchoTime: 1}, t+int64(rtt))
+	s.OnAck(wire.Ack{Largest: last, Bitmap: ^uint64(0)}, t+int64(rtt))
 	return t + int64(rtt)
 }
 

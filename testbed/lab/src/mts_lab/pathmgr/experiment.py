@@ -224,7 +224,7 @@ class Transfer:
 
 
 UDP_PORT = 5300
-UDP_RECORD = 1372  # a 1400-byte inner packet: the tunnel's MTU
+UDP_RECORD = 1372  # a 1400-byte inner packet (the tunnel's MTU is 1440)
 
 
 class UdpTransfer:

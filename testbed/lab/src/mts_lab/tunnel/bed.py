@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[5]
 BINARY = REPO / "build/bin/tunnel"
 UE_ADDR, MEC_ADDR = "10.92.0.1", "10.92.0.2"
 API_PORT = 8105
+# The TUN's MTU: the tunnel's default TUNNEL_MTU, a 1,500 B underlay less 28 B of UDP/IP and
+# the tunnel's 32 B (short header, data seq, tag).
+TUN_MTU = 1440
 
 
 def path_addr(path: int, side: str) -> str:
@@ -87,7 +90,7 @@ class TunnelBed:
         self.make_links()
         for side, addr in (("ue", UE_ADDR), ("mec", MEC_ADDR)):
             netns.ip("tuntap", "add", "mode", "tun", "name", "mptun0", ns=self.ns(side))
-            netns.ip("link", "set", "mptun0", "mtu", "1400", "up", ns=self.ns(side))
+            netns.ip("link", "set", "mptun0", "mtu", str(TUN_MTU), "up", ns=self.ns(side))
             netns.ip("addr", "add", f"{addr}/30", "dev", "mptun0", ns=self.ns(side))
         for side in self.sides:
             self.start(side)
@@ -218,13 +221,14 @@ def ping_rtts(output: str) -> list[float]:
 
 
 # The datagram format (tunnel/internal/wire): a test peer of the tunnel speaks it too.
-TYPE_DATA, TYPE_ACK = 1, 2
+TYPE_DATA, TYPE_ACK, TYPE_SHORT_DATA = 1, 2, 3
 ACK_SEQ_BIT = 1 << 63
+WIRE_VERSION = 2
 
 
 def derive_key(psk: bytes, role: str, epoch: int, peer: int) -> AESGCM:
     info = role.encode()[:1] + struct.pack(">QI", epoch, peer)
-    return AESGCM(hmac.new(psk, b"mts-tunnel v1" + info, hashlib.sha256).digest())
+    return AESGCM(hmac.new(psk, b"mts-tunnel v2" + info, hashlib.sha256).digest())
 
 
 def datagram(
@@ -238,10 +242,14 @@ def datagram(
     data_seq: int = 0,
     packet: bytes = b"",
 ) -> bytes:
-    """A sealed datagram (a probe when packet is empty)."""
-    header = struct.pack(">BBHIQQ", 0x10 | kind, path, 0, peer, epoch, seq)
+    """A sealed datagram (a probe when packet is empty); TYPE_SHORT_DATA has the short
+    header, without the epoch and peer id."""
+    if kind == TYPE_SHORT_DATA:
+        header = struct.pack(">BBHI", WIRE_VERSION << 4 | kind, path, seq >> 32, seq & 0xFFFFFFFF)
+    else:
+        header = struct.pack(">BBHIQQ", WIRE_VERSION << 4 | kind, path, 0, peer, epoch, seq)
     nonce = struct.pack(">IQ", path, seq)
-    body = struct.pack(">Qq", data_seq, time.monotonic_ns()) + packet
+    body = struct.pack(">Q", data_seq) + packet
     return header + key.encrypt(nonce, body, header)
 
 

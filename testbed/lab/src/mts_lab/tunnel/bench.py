@@ -12,7 +12,8 @@ on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--c
 - CPU per Gbit/s: the CPU time of both tunnel ends during the throughput run;
 - what the paths carried during the throughput run (tbf's sent bytes, frames as the rate
   cap counts them): the wire's use, and the inner goodput per wire byte, which gives the
-  tunnel's ceiling over the two paths (its 84 B per datagram of overhead);
+  tunnel's ceiling over the two paths (its 60 B per datagram of overhead: UDP/IP and the
+  tunnel's short header, data seq and tag);
 - during the latency run: the machine's idle share, both ends' CPU and the CBR load's loss
   at its receiver (whether the host, rather than the tunnel, is the bound).
 
