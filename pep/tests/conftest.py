@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from pep_support import (
     ThroughPep,
     connect_socks5,
     connect_tlv,
+    wait_for,
 )
 
 from mts_lab.line import Lab
@@ -107,3 +109,14 @@ def through_pep(lab: Lab, server: DataServer, server6: DataServer) -> ThroughPep
         return CONNECTORS[mode](lab, server.address)
 
     return connect
+
+
+@pytest.fixture(scope="module")
+def iperf_server(lab: Lab) -> Iterator[int]:
+    """An iperf3 server in the server namespace (both IP versions); its port."""
+    port = 5301
+    proc = lab.popen(lab.server_ns, ["iperf3", "-s", "-p", str(port)], stdout=subprocess.DEVNULL)
+    wait_for(lambda: f":{port}" in lab.sh(lab.server_ns, "ss -ltn"), what="iperf3 server")
+    yield port
+    proc.terminate()
+    proc.wait()

@@ -323,6 +323,13 @@ class PepProcess:
     def get(self, path: str, **kw: Any) -> httpx.Response:
         return self.request("GET", path, **kw)
 
+    def stats(self) -> dict[str, Any]:
+        """``GET /pep/v1/stats``, which must answer."""
+        response = self.get("/pep/v1/stats")
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):

@@ -1,4 +1,6 @@
-"""IPv6 in transparent mode with the UE's source kept, and deny by default for IPv6 clients.
+"""IPv6 in transparent mode: the UE's source kept, each leg its own congestion control, the ip6
+rules removed at exit, deny by default for IPv6 clients (test_transparent's tests over IPv6; its
+crash clean-up test runs over both IP versions).
 
 Apart from test_dual_stack.py: each test runs its own PEP (with other settings), which must not
 share the lab's ports and nftables table with that module's PEP.
@@ -19,7 +21,12 @@ pytestmark = pytest.mark.netns
 def test_wan_leg_keeps_the_ue_ipv6_address(
     lab: Lab, start_pep: Callable[..., PepProcess], server6: DataServer
 ) -> None:
-    pep = start_pep(keep_ue_source="true", **DUAL_STACK)
+    pep = start_pep(
+        keep_ue_source="true",
+        ran_congestion_control="reno",
+        wan_congestion_control="cubic",
+        **DUAL_STACK,
+    )
     try:
         tables = lab.sh(lab.pep_ns, "nft list tables")
         assert "table ip6 mts_pep" in tables
@@ -27,6 +34,9 @@ def test_wan_leg_keeps_the_ue_ipv6_address(
             sock.sendall(request(b"E") + b"src")
             assert sock.recv(3) == b"src"
             assert server6.peers[-1] != sock.getsockname()[:2]  # its own connection
+            (flow,) = pep.get("/pep/v1/flows").json()["flows"]  # each leg its own algorithm
+            assert flow["ran"]["tcp"]["congestion_control"] == "reno"
+            assert flow["wan"]["tcp"]["congestion_control"] == "cubic"
         assert server6.peers[-1][0] == lab.client_ip6  # not the PEP's address
     finally:
         assert pep.stop() == 0

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from pep_support import (
     receive_digest,
     request,
     send_stream,
-    wait_for,
 )
 
 from mts_lab.line import Lab, in_netns
@@ -60,16 +58,6 @@ def test_1gb_checksummed_both_ways(
     assert after["bytes_from_ue"] - before["bytes_from_ue"] >= GB
     assert after["bytes_to_ue"] - before["bytes_to_ue"] >= GB
     assert after["established"] - before["established"] == 2
-
-
-@pytest.fixture(scope="module")
-def iperf_server(lab: Lab) -> Iterator[int]:
-    port = 5301
-    proc = lab.popen(lab.server_ns, ["iperf3", "-s", "-p", str(port)], stdout=subprocess.DEVNULL)
-    wait_for(lambda: f":{port}" in lab.sh(lab.server_ns, "ss -ltn"), what="iperf3 server")
-    yield port
-    proc.terminate()
-    proc.wait()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -1,4 +1,5 @@
-"""Transparent mode: the UE's source address on the WAN leg, and TPROXY rule hygiene."""
+"""Transparent mode: the UE's source address on the WAN leg, and TPROXY rule hygiene (over IPv4
+and IPv6: the ip6 table and ``ip -6`` policy routing are removed likewise)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import signal
 from collections.abc import Callable
 
 import pytest
-from pep_support import DataServer, PepProcess, connect_direct, request
+from pep_support import DUAL_STACK, DataServer, PepProcess, connect_direct, request
 
 from mts_lab.line import Lab
 
@@ -20,11 +21,12 @@ def _echo_once(lab: Lab, server: DataServer) -> tuple[str, int]:
         return sock.getsockname()
 
 
-def _rules(lab: Lab) -> tuple[str, str, str]:
+def _rules(lab: Lab, ip: str = "ip") -> tuple[str, str, str]:
+    """nft tables, policy rules and local default routes; ``ip``: "ip" or "ip -6"."""
     return (
         lab.sh(lab.pep_ns, "nft list tables"),
-        lab.sh(lab.pep_ns, "ip rule show"),
-        lab.sh(lab.pep_ns, "ip route show table all | grep -E '^local default' || true"),
+        lab.sh(lab.pep_ns, f"{ip} rule show"),
+        lab.sh(lab.pep_ns, f"{ip} route show table all | grep -E '^local default' || true"),
     )
 
 
@@ -50,27 +52,38 @@ def test_wan_leg_keeps_the_ue_address(
         assert pep.stop() == 0
 
 
+# family: (PEP settings, `ip` command, the nft table the PEP owns for it)
+FAMILIES = {
+    "ipv4": ({}, "ip", "table ip mts_pep"),
+    "ipv6": (DUAL_STACK, "ip -6", "table ip6 mts_pep"),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_rules_are_removed_at_exit_and_after_a_crash(
-    lab: Lab, start_pep: Callable[..., PepProcess], server: DataServer, tmp_path_factory
+    lab: Lab, server: DataServer, server6: DataServer, tmp_path_factory, family: str
 ) -> None:
+    settings, ip, table = FAMILIES[family]
+    target = server6 if family == "ipv6" else server
     state = tmp_path_factory.mktemp("crash")
-    crashed = PepProcess(lab, state, tproxy_mark=0x77, tproxy_table=177)
-    _echo_once(lab, server)
+    crashed = PepProcess(lab, state, tproxy_mark=0x77, tproxy_table=177, **settings)
+    _echo_once(lab, target)
     crashed.proc.send_signal(signal.SIGKILL)
     crashed.proc.wait()
-    tables, rules, routes = _rules(lab)
-    assert "mts_pep" in tables and "0x77 lookup 177" in rules  # left behind
+    tables, rules, routes = _rules(lab, ip)
+    assert table in tables and "0x77 lookup 177" in rules  # left behind
+    assert "table 177" in routes
 
     # The next run (other mark and table) removes the leftovers before installing its own.
-    pep = PepProcess(lab, state, tproxy_mark=0x78, tproxy_table=178)
+    pep = PepProcess(lab, state, tproxy_mark=0x78, tproxy_table=178, **settings)
     try:
-        tables, rules, _ = _rules(lab)
+        tables, rules, _ = _rules(lab, ip)
         assert "0x77" not in rules and rules.count("0x78 lookup 178") == 1
-        assert tables.count("mts_pep") == 1
-        _echo_once(lab, server)
+        assert tables.count(table) == 1
+        _echo_once(lab, target)
     finally:
         assert pep.stop() == 0
-    tables, rules, routes = _rules(lab)
+    tables, rules, routes = _rules(lab, ip)
     assert "mts_pep" not in tables
     assert "0x78" not in rules
     assert "table 178" not in routes

@@ -303,7 +303,7 @@ class Bench:
         lab = self.lab
         if system == "haproxy":
             return lab.pep_client_side_ip, HAPROXY_IPERF
-        if system == "pep":
+        if system in ("pep", "floor"):  # both behind the TPROXY rules
             return lab.server_ip, IPERF_PEP
         return lab.server_ip, IPERF_DIRECT
 
@@ -402,6 +402,30 @@ def machine_busy_s() -> float:
     return (sum(fields) - fields[3] - fields[4]) / CLK_TCK
 
 
+CPU_STATES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def per_cpu_seconds() -> list[dict[str, float]]:
+    """Each CPU's seconds since boot per state (/proc/stat ``cpuN`` lines; ``softirq`` is
+    the time in softirq context, the kernel's receive path among it, whichever task it
+    interrupted)."""
+    cpus = []
+    for line in Path("/proc/stat").read_text().splitlines()[1:]:
+        if not line.startswith("cpu"):
+            break
+        ticks = [int(x) for x in line.split()[1:9]]
+        cpus.append({k: t / CLK_TCK for k, t in zip(CPU_STATES, ticks, strict=True)})
+    return cpus
+
+
+def per_cpu_since(before: list[dict[str, float]], wall: float) -> list[dict[str, float]]:
+    """Per CPU, the share of ``wall`` in each state since ``before`` (0-100 %)."""
+    return [
+        {k: round(100 * (a[k] - b[k]) / wall, 1) for k in CPU_STATES}
+        for a, b in zip(per_cpu_seconds(), before, strict=True)
+    ]
+
+
 def _reaped_children_s() -> float:
     """User + system CPU seconds of this process's waited-for children (the clients)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -457,19 +481,32 @@ def iperf3(
     if download:
         cmd.append("-R")
     procs = bench.processes(system)
-    cpu_before = cpu_seconds(procs)
+    cpu_before, kthreads_before = cpu_seconds(procs), kernel_threads_ticks()
+    cpus_before, busy_before, started = per_cpu_seconds(), machine_busy_s(), time.monotonic()
     out = bench.lab.sh(bench.lab.client_ns, " ".join(cmd))
+    wall = time.monotonic() - started
+    cpus = per_cpu_since(cpus_before, wall)
+    busy = machine_busy_s() - busy_before
     cpu = cpu_seconds(procs) - cpu_before
+    kthreads = kernel_threads_s_since(kthreads_before)
     report = json.loads(out)
     if "error" in report:
         raise RuntimeError(f"iperf3 through {system}: {report['error']}")
     received = report["end"]["sum_received"]
     gbit = received["bytes"] * 8 / 1e9
+    # The whole machine's CPU per Gbit (iperf3's two ends, the proxy, softirq work, the
+    # kernel's threads; other work on the machine too): on a saturated machine the
+    # throughput of each system is the inverse of it, so the difference to direct
+    # routing is what a proxy costs per byte wherever the kernel charged it.
     return {
         "load": os.getloadavg()[0],
         "gbps": received["bits_per_second"] / 1e9,
         "cpu_s": cpu,
         "cpu_s_per_gbit": cpu / gbit if procs and gbit else None,
+        "machine_cpu_s_per_gbit": busy / gbit if gbit else None,
+        "softirq_s_per_gbit": sum(c["softirq"] for c in cpus) * wall / 100 / gbit if gbit else None,
+        "kthreads_s_per_gbit": kthreads / gbit if gbit else None,
+        "per_cpu_pct": cpus,
     }
 
 
@@ -699,15 +736,7 @@ def _flow_summary(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[s
 def _summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for case, by_system in samples.items():
-        summary[case] = {}
-        for system, runs in by_system.items():
-            per_gbit = [s["cpu_s_per_gbit"] for s in runs if s["cpu_s_per_gbit"] is not None]
-            summary[case][system] = {
-                "gbps_median": statistics.median(s["gbps"] for s in runs),
-                "gbps_samples": [round(s["gbps"], 3) for s in runs],
-                "cpu_s_per_gbit_median": statistics.median(per_gbit) if per_gbit else None,
-                "load": [round(s["load"], 1) for s in runs],
-            }
+        summary[case] = {system: _medians(runs) for system, runs in by_system.items()}
         direct = summary[case]["direct"]["gbps_median"]
         haproxy = summary[case]["haproxy"]["gbps_median"]
         pep = summary[case]["pep"]["gbps_median"]
@@ -816,24 +845,37 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
-            seconds: float, out: Path) -> dict[str, Any]:  # fmt: skip
-    """A/B: PEP settings variants (and HAProxy) on the same topology, interleaved."""
+            seconds: float, out: Path, *,
+            floors: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A/B: PEP settings variants, HAProxy, direct routing and ``relay-floor`` variants
+    (name -> options) on the same topology, interleaved round by round."""
+    floors = floors or {}
     lab = Lab.create("pa")
     bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-ab-")))
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    names = [*variants, "haproxy", "direct", *floors]
     try:
         bench.start()
         for r in range(rounds):
-            for name, overrides in [*variants.items(), ("haproxy", {})]:
-                if name != "haproxy":
-                    bench.restart_pep(overrides)
+            for name in names:
+                system = name if name in ("haproxy", "direct") else (
+                    "floor" if name in floors else "pep")  # fmt: skip
+                if name in floors:
+                    bench.start_floor(floors[name])
+                elif system == "pep":
+                    bench.restart_pep(variants[name])
                 for case in cases:
                     direction, streams = case.split("_")
-                    system = "haproxy" if name == "haproxy" else "pep"
                     sample = iperf3(bench, system, int(streams), direction == "download", seconds)
                     samples.setdefault(case, {}).setdefault(name, []).append(sample)
                     print(f"round {r + 1}/{rounds} {case:<11} {name:<12} "
-                          f"{sample['gbps']:6.2f} Gbit/s", flush=True)  # fmt: skip
+                          f"{sample['gbps']:6.2f} Gbit/s machine "
+                          f"{sample['machine_cpu_s_per_gbit']:.3f} CPU-s/Gbit, softirq "
+                          f"{sample['softirq_s_per_gbit']:.3f}, load {sample['load']:.1f}",
+                          flush=True)  # fmt: skip
+                if name in floors:
+                    bench.stop_floor()
+                    bench.restart_pep(next(iter(variants.values()), {}))
     finally:
         bench.stop()
         lab.down()
@@ -841,10 +883,11 @@ def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
         case: {name: _medians(runs) for name, runs in by_name.items()}
         for case, by_name in samples.items()
     }
-    results = _save_ab(out / "compare.json", variants, summary, seconds, rounds)
+    results = _save_ab(out / "compare.json", variants, summary, seconds, rounds,
+                       floors=floors, samples=samples)  # fmt: skip
     for case, by_name in summary.items():
-        print(case, ", ".join(f"{n} {v['gbps_median']:.2f} Gbit/s "
-                              f"({v['cpu_s_per_gbit_median']:.3f} CPU-s/Gbit)"
+        print(case, ", ".join(f"{n} {v['gbps_median']:.2f} Gbit/s (machine "
+                              f"{v['machine_cpu_s_per_gbit_median']:.3f} CPU-s/Gbit)"
                               for n, v in by_name.items()))  # fmt: skip
     return results
 
@@ -936,10 +979,16 @@ def _save_ab(
 
 
 def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    proxy = [x["cpu_s_per_gbit"] for x in runs if x["cpu_s_per_gbit"] is not None]
     return {
         "gbps_median": statistics.median(x["gbps"] for x in runs),
         "gbps_samples": [round(x["gbps"], 3) for x in runs],
-        "cpu_s_per_gbit_median": statistics.median(x["cpu_s_per_gbit"] for x in runs),
+        "cpu_s_per_gbit_median": statistics.median(proxy) if proxy else None,
+        **{
+            f"{k}_median": statistics.median(x[k] for x in runs)
+            for k in ("machine_cpu_s_per_gbit", "softirq_s_per_gbit", "kthreads_s_per_gbit")
+        },
+        "load": [round(x["load"], 1) for x in runs],
     }
 
 
@@ -948,6 +997,15 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     name, _, assignments = text.partition(":")
     pairs = [a.split("=", 1) for a in assignments.split(",") if a]
     return name, {k: v for k, v in pairs}
+
+
+def _floors(specs: list[str]) -> dict[str, tuple[str, ...]]:
+    """--floor NAME[:OPTION,...] arguments -> name: relay-floor options."""
+    return {name: tuple(o for o in opts.split(",") if o)
+            for name, _, opts in (f.partition(":") for f in specs)}  # fmt: skip
+
+
+FLOOR_HELP = "also build/bin/relay-floor with these options (uring: relay-floor-uring); repeat"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -965,16 +1023,16 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--rounds", type=int, default=4)
     ab.add_argument("--seconds", type=float, default=3.0)
     ab.add_argument("--out", type=Path, default=Path("docs/results/pep"))
+    ab.add_argument("--floor", action="append", default=[], metavar="NAME[:OPTION,...]",
+                    help=FLOOR_HELP)  # fmt: skip
     flows = sub.add_parser(
         "compare-flows", help="A/B of per-connection cost (conn/s, short flows, CPU per flow)"
     )
     flows.add_argument("variants", nargs="*", help="NAME[:PEP_SETTING=VALUE,...]")
     flows.add_argument("--rounds", type=int, default=3)
     flows.add_argument("--seconds", type=float, default=3.0)
-    flows.add_argument(
-        "--floor", action="append", default=[], metavar="NAME[:OPTION,...]",
-        help="also build/bin/relay-floor with these options (uring: relay-floor-uring); repeat",
-    )  # fmt: skip
+    flows.add_argument("--floor", action="append", default=[], metavar="NAME[:OPTION,...]",
+                       help=FLOOR_HELP)  # fmt: skip
     flows.add_argument("--haproxy-pinned", action="store_true",
                        help="also HAProxy with one thread per CPU, pinned (cpu-map)")  # fmt: skip
     flows.add_argument("--out", type=Path, default=Path("docs/results/pep"))
@@ -989,13 +1047,18 @@ def main(argv: list[str] | None = None) -> int:
         echo_server(args.host, args.port)
     elif args.command == "compare-flows":
         variants = dict(_variant(v) for v in args.variants)
-        floors = {name: tuple(o for o in opts.split(",") if o)
-                  for name, _, opts in (f.partition(":") for f in args.floor)}  # fmt: skip
-        compare_flows(variants, args.rounds, args.seconds, args.out, floors=floors,
+        compare_flows(variants, args.rounds, args.seconds, args.out, floors=_floors(args.floor),
                       haproxy_pinned=args.haproxy_pinned)  # fmt: skip
     elif args.command == "compare":
         variants = dict(_variant(v) for v in args.variants)
-        compare(variants, args.cases.split(","), args.rounds, args.seconds, args.out)
+        compare(
+            variants,
+            args.cases.split(","),
+            args.rounds,
+            args.seconds,
+            args.out,
+            floors=_floors(args.floor),
+        )
     else:
         run(args.out, args.seconds, args.rounds, args.idle, args.conn_seconds)
     return 0
