@@ -16,9 +16,17 @@
  *           a 25 ms flow; above 25 ms nothing changes;
  *   pacing  sk_pacing_status = SK_PACING_NEEDED: the kernel paces from cwnd/srtt
  *           (sk_pacing_rate; no fq qdisc needed);
- *   ECN use flags TCP_CONG_NEEDS_ECN: ECN on every connection the peer accepts. The
- *           kernel puts ECT(0) on the data (6.18 offers a CCA no ECT(1) and no AccECN);
- *           the endpoint's efm_out turns it into ECT(1) (Marker.configure(ect1=True)).
+ *   ECN use flags TCP_CONG_NEEDS_ECN | TCP_CONG_NEEDS_ACCECN | TCP_CONG_ECT_1_NEGOTIATION:
+ *           the connection asks for (and, as a listener, accepts) Accurate ECN whatever
+ *           net.ipv4.tcp_ecn says (6.18's sysctl refuses AccECN, the CCA flag does not), so
+ *           the kernel counts tp->delivered_ce exactly from the ACE field; a peer without
+ *           AccECN gets classic ECN (one ECE'd round per CWR: F ~ 1 whenever a round had a
+ *           mark, which starves Prague beside CUBIC under DualPI2's coupled marking,
+ *           docs/l4s.md). The kernel puts ECT(0) on the data after the handshake (a BPF CCA
+ *           cannot set ECT(1)); the endpoint's efm_out turns it into ECT(1)
+ *           (Marker.configure(ect1=True)).
+ *   trace   prague_trace (socket storage, read with the socket's fd): alpha, rounds,
+ *           reductions, rounds with a CE mark, for the lab's diagnosis.
  *
  * alpha is a fixed-point fraction scaled by 2^ALPHA_SHIFT (1.0 = ALPHA_MAX), as DCTCP.
  */
@@ -35,6 +43,9 @@ char _license[] SEC("license") = "GPL";
 #define G_SHIFT 4			/* g = 1/16 */
 #define RTT_INDEPENDENCE_ROUNDS 500	/* D: the first rounds are Reno-like */
 #define RTT_VIRT_US 25000		/* 25 ms */
+/* include/net/tcp.h (6.18): not in vmlinux.h (defines) */
+#define TCP_CONG_NEEDS_ACCECN 0x4	/* ask for / accept Accurate ECN */
+#define TCP_CONG_ECT_1_NEGOTIATION 0x8	/* ECT(1) on SYN / SYN-ACK */
 
 /* Per-connection state in icsk_ca_priv (at most 104 bytes). */
 struct prague {
@@ -45,6 +56,21 @@ struct prague {
 	__u32 rounds;		/* round trips since the start */
 	__u32 loss_cwnd;	/* cwnd before the last reduction (undo) */
 };
+
+/* What a socket's Prague did so far, for the lab (mec_l4s.prague.PragueTrace). */
+struct prague_trace {
+	__u32 alpha;		/* after the last round, 2^20 = 1.0 */
+	__u32 rounds;		/* round trips */
+	__u32 marked_rounds;	/* rounds with at least one CE-marked delivered segment */
+	__u32 reductions;	/* ssthresh() calls: ECN reductions (CWR) and losses */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct prague_trace);
+} prague_trace SEC(".maps");
 
 /* Input and output of the `prague_alpha` test program (BPF_PROG_TEST_RUN). */
 struct alpha_args {
@@ -102,11 +128,19 @@ void BPF_PROG(prague_in_ack_event, struct sock *sk, __u32 flags)
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct prague *ca = ca_of(sk);
 
+	struct prague_trace *t;
+
 	if (before(tp->snd_una, ca->round_end))
 		return;
 	ca->alpha = alpha_step(ca->alpha, tp->delivered - ca->delivered,
 			       tp->delivered_ce - ca->delivered_ce);
 	ca->rounds++;
+	t = bpf_sk_storage_get(&prague_trace, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (t) {
+		t->alpha = ca->alpha;
+		t->rounds = ca->rounds;
+		t->marked_rounds += tp->delivered_ce != ca->delivered_ce;
+	}
 	new_round(ca, tp);
 }
 
@@ -118,7 +152,11 @@ __u32 BPF_PROG(prague_ssthresh, struct sock *sk)
 	struct prague *ca = ca_of(sk);
 	__u32 cwnd = tp->snd_cwnd;
 	__u32 reduced = cwnd - (__u32)(((__u64)cwnd * ca->alpha) >> (ALPHA_SHIFT + 1));
+	struct prague_trace *t;
 
+	t = bpf_sk_storage_get(&prague_trace, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (t)
+		t->reductions++;
 	ca->loss_cwnd = cwnd;
 	return reduced > 2 ? reduced : 2;
 }
@@ -183,7 +221,7 @@ struct tcp_congestion_ops prague = {
 	.cong_avoid	= (void *)prague_cong_avoid,
 	.undo_cwnd	= (void *)prague_undo_cwnd,
 	.cwnd_event	= (void *)prague_cwnd_event,
-	.flags		= TCP_CONG_NEEDS_ECN,
+	.flags		= TCP_CONG_NEEDS_ECN | TCP_CONG_NEEDS_ACCECN | TCP_CONG_ECT_1_NEGOTIATION,
 	.name		= "prague",
 };
 

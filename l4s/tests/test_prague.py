@@ -17,6 +17,7 @@ from l4s_support import NEEDS_ROOT, REPO
 from mec_l4s.efm import Technique
 from mec_l4s.prague import ALPHA_MAX, Prague
 from mts_lab.l4s.bed import WanLine, connect, marking, serve_once, tcp_info_rtt_ms
+from mts_lab.l4s.diagnose import CeCounters, Flow
 
 PRAGUE_OBJ = REPO / "build/bpf/prague.bpf.o"
 LOADER = REPO / "build/bin/meld-loader"
@@ -101,3 +102,39 @@ def test_a_prague_flow_keeps_the_l4s_queue_short(line: WanLine, prague: Prague) 
     # L queue near the 1 ms step
     assert statistics.median(late) < 20 + 10, statistics.median(late)
     assert retrans <= 2, retrans
+
+
+def test_accurate_ecn_counts_each_mark_the_bottleneck_made(line: WanLine, prague: Prague) -> None:
+    """Prague asks for Accurate ECN (its CCA flags; the sysctl here refuses it), so its
+    count of CE-marked segments is the bottleneck's: every CE that reached the client,
+    counted there by nft, and no more. Classic ECN feedback (ECE held until CWR) counted
+    10-40 times the marks on this bed (mts_lab.l4s.diagnose) and starved Prague beside
+    CUBIC; the test fails without the AccECN flags."""
+    info: list[bytes] = []
+    flow = Flow("prague", prague.name)
+
+    def send(conn: socket.socket) -> None:
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            conn.sendall(b"p" * 65536)
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(15)
+        conn.recv(1)  # the client's close: every ACK has been processed
+        info.append(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 280))
+
+    with marking(line, Technique.OFF, ect1=True):
+        flow.port = serve_once(line.server_ns, line.server_ip, send, cca=prague.name)
+        ce = CeCounters(line, [flow])
+        with connect(line.client_ns, line.server_ip, flow.port, prague.name, 15) as sock:
+            while sock.recv(1 << 16):
+                pass
+        for _ in range(100):
+            if info:
+                break
+            time.sleep(0.1)
+        arrived = ce.read()
+    delivered_ce = struct.unpack_from("I", info[0], 196)[0]
+    delivered_e1_bytes = struct.unpack_from("I", info[0], 252)[0]  # AccECN option counters
+    assert delivered_e1_bytes > 1_000_000, "no Accurate ECN feedback: not negotiated?"
+    assert arrived["prague_ce"] > 0, "the bottleneck marked nothing: nothing was tested"
+    assert delivered_ce == arrived["prague_ce"], (delivered_ce, arrived)

@@ -8,10 +8,11 @@ from __future__ import annotations
 import ctypes
 import json
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
-from mec_common.bpf import BpfProgram
+from mec_common.bpf import BpfMap, BpfProgram
 
 ALPHA_SHIFT = 20
 ALPHA_MAX = 1 << ALPHA_SHIFT
@@ -26,12 +27,24 @@ class AlphaArgs(ctypes.Structure):
     )
 
 
+class PragueTrace(ctypes.Structure):
+    """``struct prague_trace``: what one socket's Prague did so far."""
+
+    _fields_ = (
+        ("alpha", ctypes.c_uint32),  # after the last round, 2^20 = 1.0
+        ("rounds", ctypes.c_uint32),
+        ("marked_rounds", ctypes.c_uint32),  # rounds with a CE-marked delivered segment
+        ("reductions", ctypes.c_uint32),  # ssthresh() calls: ECN reductions and losses
+    )
+
+
 class Prague:
     """A registered Prague: sockets select it with TCP_CONGESTION = ``name``."""
 
     def __init__(self, pin_dir: Path, name: str) -> None:
         self.pin_dir, self.name = pin_dir, name
         self._alpha = BpfProgram(str(pin_dir / "prog_prague_alpha"))
+        self._trace = BpfMap(str(pin_dir / "prague_trace"))
 
     @classmethod
     def load(cls, loader: Path, obj: Path, pin_dir: Path, name: str) -> Prague:
@@ -53,7 +66,12 @@ class Prague:
         self._alpha.run(args)
         return int(args.alpha)
 
+    def trace(self, sock: socket.socket) -> PragueTrace | None:
+        """The socket's trace (None before its first round or reduction)."""
+        return self._trace.lookup(ctypes.c_int(sock.fileno()), PragueTrace)
+
     def close(self) -> None:
         """Unregister (sockets using it keep it until they close) and remove the pins."""
         self._alpha.close()
+        self._trace.close()
         shutil.rmtree(self.pin_dir, ignore_errors=True)

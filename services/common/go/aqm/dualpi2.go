@@ -55,10 +55,14 @@ type DualPI2Params struct {
 
 // DualPI2Stats counts what the queue did, in packets.
 type DualPI2Stats struct {
-	LPackets, CPackets    uint64 // dequeued (sent) from each queue
-	LMarks, CMarks        uint64 // CE marks
-	LDrops, CDrops        uint64 // AQM drops (L: only on overload)
-	StepMarks, LimitDrops uint64
+	LPackets   uint64 `json:"l_packets"` // dequeued (sent) from each queue
+	CPackets   uint64 `json:"c_packets"`
+	LMarks     uint64 `json:"l_marks"` // CE marks (L: step and coupled)
+	CMarks     uint64 `json:"c_marks"`
+	LDrops     uint64 `json:"l_drops"` // AQM drops (L: only on overload)
+	CDrops     uint64 `json:"c_drops"`
+	StepMarks  uint64 `json:"step_marks"` // L marks by the step (own sojourn > StepThresh)
+	LimitDrops uint64 `json:"limit_drops"`
 }
 
 // DualPI2Defaults are the Linux sch_dualpi2 defaults (limit 10000 packets).
@@ -153,6 +157,9 @@ func StepPI(prob, qdelay, prevQ float64, p DualPI2Params) float64 {
 func Probabilities(prob float64, p DualPI2Params) (pC, pCL float64) {
 	return prob * prob, p.Coupling * prob
 }
+
+// Params are the queue's settings.
+func (q *DualPI2) Params() DualPI2Params { return q.p }
 
 // Prob is the current p′ (for reports and tests).
 func (q *DualPI2) Prob() float64 { return q.prob }

@@ -336,9 +336,13 @@ func (s *Server) resetTiming(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getWAN(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
 	for _, d := range s.emu.WAN() {
-		out = append(out, map[string]any{"direction": d.Name, "arrived_pkts": d.Pkts.Load(),
+		dir := map[string]any{"direction": d.Name, "arrived_pkts": d.Pkts.Load(),
 			"arrived_bytes": d.Bytes.Load(), "drop_pkts": d.Drops.Load(), "delivered_pkts": d.DelivPkts.Load(),
-			"reordered_pkts": d.Reordered.Load()})
+			"reordered_pkts": d.Reordered.Load()}
+		if a := d.AQMStats(); a != nil {
+			dir["dualpi2"] = a
+		}
+		out = append(out, dir)
 	}
 	writeJSON(w, out)
 }

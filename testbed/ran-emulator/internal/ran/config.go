@@ -115,6 +115,11 @@ type WANConfig struct {
 	// order (a packet is never due before the one ahead of it), as netem's `rate ...
 	// delay d J` (research 001's Table 8.4). 0: none. At most delay_ms.
 	JitterMS float64 `json:"jitter_ms,omitempty"`
+	// DualPI2Coupling (k) and DualPI2StepUS (the L queue's step threshold, µs) replace
+	// the Linux defaults (2 and 1000) of queue "dualpi2", for experiments (k = 0: no
+	// coupled marking of L packets).
+	DualPI2Coupling *float64 `json:"dualpi2_coupling,omitempty"`
+	DualPI2StepUS   *float64 `json:"dualpi2_step_us,omitempty"`
 }
 
 // LoadConfig reads and validates a configuration file.
@@ -237,6 +242,12 @@ func (c *Config) validate() error {
 	}
 	if c.WAN != nil && !(c.WAN.JitterMS >= 0 && c.WAN.JitterMS <= c.WAN.DelayMS) {
 		return fmt.Errorf("wan.jitter_ms %v: want 0..delay_ms", c.WAN.JitterMS)
+	}
+	if c.WAN != nil && c.WAN.DualPI2Coupling != nil && !(*c.WAN.DualPI2Coupling >= 0) {
+		return fmt.Errorf("wan.dualpi2_coupling %v: want >= 0", *c.WAN.DualPI2Coupling)
+	}
+	if c.WAN != nil && c.WAN.DualPI2StepUS != nil && !(*c.WAN.DualPI2StepUS > 0) {
+		return fmt.Errorf("wan.dualpi2_step_us %v: want > 0", *c.WAN.DualPI2StepUS)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package ran
 
 import (
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"mts.invalid/suite/services/common/go/aqm"
 	"mts.invalid/suite/services/common/go/pkt"
@@ -10,9 +12,21 @@ import (
 // wanAQM is the AQM of one WAN direction and the time of the tick it is serving (for the
 // drop records).
 type wanAQM struct {
-	q   *aqm.DualPI2
-	now int64
+	q           *aqm.DualPI2
+	now         int64
+	published   atomic.Pointer[WANAQMState] // a copy for readers on other threads
+	nextPublish int64
 }
+
+// WANAQMState is what a WAN direction's DualPI2 did so far, for the API: its counters and
+// its base probability p′ (p_C = p′², p_CL = k·p′).
+type WANAQMState struct {
+	aqm.DualPI2Stats
+	Prob float64 `json:"p_prime"`
+}
+
+// publishEvery: how often the TTI thread copies the AQM's state for readers.
+const publishEvery = int64(100 * time.Millisecond)
 
 // setQueue builds the WAN direction's AQM when the configuration asks for one (issue 14:
 // DualPI2 at the WAN bottleneck). The FIFO stays the default and its own code path.
@@ -23,6 +37,12 @@ func (w *WANDir) setQueue() error {
 	case "dualpi2":
 		p := aqm.DualPI2Defaults()
 		p.LimitBytes = w.cfg.Limit
+		if k := w.cfg.DualPI2Coupling; k != nil {
+			p.Coupling = *k
+		}
+		if us := w.cfg.DualPI2StepUS; us != nil {
+			p.StepThresh = time.Duration(*us * float64(time.Microsecond))
+		}
 		a := &wanAQM{}
 		a.q = aqm.NewDualPI2(p, func(pk *pkt.Packet, _ bool) {
 			w.Drops.Add(1)
@@ -61,13 +81,17 @@ func (w *WANDir) serveAQM(now, tick int64, perTick float64, delay int64) {
 		w.DelivPkts.Add(uint64(n))
 		w.out.kick()
 	}
+	if now >= w.aqm.nextPublish {
+		w.aqm.published.Store(&WANAQMState{DualPI2Stats: q.Stats, Prob: q.Prob()})
+		w.aqm.nextPublish = now + publishEvery
+	}
 }
 
-// AQMStats reports the WAN direction's DualPI2 counters (nil without one).
-func (w *WANDir) AQMStats() *aqm.DualPI2Stats {
+// AQMStats reports the WAN direction's DualPI2 counters and p′ as of at most
+// publishEvery ago (nil without a DualPI2, or before its first tick).
+func (w *WANDir) AQMStats() *WANAQMState {
 	if w.aqm == nil {
 		return nil
 	}
-	s := w.aqm.q.Stats
-	return &s
+	return w.aqm.published.Load()
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"mts.invalid/suite/services/common/go/pkt"
 )
@@ -84,6 +85,35 @@ func TestWANReorder(t *testing.T) {
 					t.Fatalf("reordered packets overtook at most %d others, want ~30", maxAhead)
 				}
 			})
+		}
+	}
+}
+
+// TestWANDualPI2Settings: dualpi2_coupling and dualpi2_step_us reach the queue (the
+// defaults otherwise), bad values are refused, and the queue's counters are published.
+func TestWANDualPI2Settings(t *testing.T) {
+	w := testWAN(t, "dualpi2", 0)
+	if p := w.aqm.q.Params(); p.Coupling != 2 || p.StepThresh != time.Millisecond {
+		t.Fatalf("defaults: k %v, step %v", p.Coupling, p.StepThresh)
+	}
+	k, step := 0.0, 250.0
+	w.cfg.DualPI2Coupling, w.cfg.DualPI2StepUS = &k, &step
+	if err := w.setQueue(); err != nil {
+		t.Fatal(err)
+	}
+	if p := w.aqm.q.Params(); p.Coupling != 0 || p.StepThresh != 250*time.Microsecond {
+		t.Fatalf("k %v, step %v: want 0, 250µs", p.Coupling, p.StepThresh)
+	}
+	if len(delivered(w, 10)) != 10 {
+		t.Fatal("not all delivered")
+	}
+	if s := w.AQMStats(); s == nil || s.CPackets != 10 || s.LPackets != 0 {
+		t.Fatalf("published %+v, want 10 classic packets", s)
+	}
+	for _, bad := range []string{`"dualpi2_coupling":-1`, `"dualpi2_step_us":0`} {
+		cfg := `{"dl_tun":{"name":"x"},"cells":[{"bs_id":10000}],"ues":[],"wan":{` + bad + `}}`
+		if _, err := ParseConfig([]byte(cfg)); err == nil {
+			t.Fatalf("%s accepted", bad)
 		}
 	}
 }

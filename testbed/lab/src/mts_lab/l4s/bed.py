@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from mec_common.netns import in_netns
 from mec_l4s.efm import Marker, Technique
 from mts_lab.line import run
@@ -48,11 +50,15 @@ class WanLine:
     queue: str = "fifo"  # the WAN bottleneck: fifo or dualpi2
     reorder_pct: float = 0.0  # the WAN's packets (%) that skip its delay (netem's reorder)
     jitter_ms: float = 0.0  # uniform ± on each packet's delay, kept in order
+    # DualPI2 settings other than the Linux defaults (the emulator's wan.dualpi2_coupling,
+    # wan.dualpi2_step_us)
+    dualpi2: dict[str, float] = field(default_factory=dict)
     client_ip: str = "10.203.1.2"
     mec_client_side_ip: str = "10.203.1.1"
     mec_wan_ip: str = "10.203.2.1"
     server_ip: str = "10.203.2.2"
     emulator: subprocess.Popen[bytes] | None = None
+    _api: tuple[str, str] = ("", "")  # the emulator's base URL and token
     _tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mts-l4s-")))
 
     @property
@@ -76,10 +82,12 @@ class WanLine:
         prefix: str = "l4s",
         reorder_pct: float = 0.0,
         jitter_ms: float = 0.0,
+        dualpi2: dict[str, float] | None = None,
     ) -> WanLine:
         line = cls(
-            f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps, queue, reorder_pct, jitter_ms
-        )
+            f"{prefix}{secrets.token_hex(3)}", delay_ms, rate_mbps, queue, reorder_pct,
+            jitter_ms, dualpi2 or {},
+        )  # fmt: skip
         try:
             line._build()
             line._start_emulator()
@@ -131,7 +139,8 @@ class WanLine:
                 "queue": self.queue,
             }
             | ({"reorder_pct": self.reorder_pct} if self.reorder_pct else {})
-            | ({"jitter_ms": self.jitter_ms} if self.jitter_ms else {}),
+            | ({"jitter_ms": self.jitter_ms} if self.jitter_ms else {})
+            | {f"dualpi2_{k}": v for k, v in self.dualpi2.items()},
         }
 
     def _start_emulator(self) -> None:
@@ -156,10 +165,22 @@ class WanLine:
                 )
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
+                self._api = (f"http://127.0.0.1:{port}", token)
                 return
             except OSError:
                 time.sleep(0.2)
         raise TimeoutError("ran-emulator did not answer /healthz in 30 s")
+
+    def wan_stats(self) -> list[dict[str, Any]]:
+        """The emulator's WAN directions: packet counters and, with DualPI2, its marks
+        (step and coupled) and p′ (``GET /emulator/v1/wan``)."""
+        url, token = self._api
+        response = httpx.get(
+            f"{url}/emulator/v1/wan", headers={"Authorization": f"Bearer {token}"}, timeout=5
+        )
+        response.raise_for_status()
+        stats: list[dict[str, Any]] = response.json()
+        return stats
 
     def down(self) -> None:
         if self.emulator is not None and self.emulator.poll() is None:
@@ -174,11 +195,14 @@ class WanLine:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def serve_once(netns: str, ip: str, handler: Callable[[socket.socket], None]) -> int:
-    """A one-connection TCP server on ``ip`` in ``netns``, in a thread; returns its port."""
+def serve_once(netns: str, ip: str, handler: Callable[[socket.socket], None], cca: str = "") -> int:
+    """A one-connection TCP server on ``ip`` in ``netns``, in a thread; returns its port.
+    ``cca``: the listener's congestion control (it decides the handshake's ECN offer)."""
 
     def listen() -> socket.socket:
         s = socket.socket()
+        if cca:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca.encode())
         s.bind((ip, 0))
         s.listen(1)
         return s
@@ -195,9 +219,19 @@ def serve_once(netns: str, ip: str, handler: Callable[[socket.socket], None]) ->
     return int(ls.getsockname()[1])
 
 
-def connect(netns: str, ip: str, port: int) -> socket.socket:
-    """A TCP connection made from ``netns`` (the socket stays there)."""
-    return in_netns(netns, lambda: socket.create_connection((ip, port), 10))
+def connect(netns: str, ip: str, port: int, cca: str = "", timeout: float = 10) -> socket.socket:
+    """A TCP connection made from ``netns`` (the socket stays there); ``cca``: its
+    congestion control, chosen before the handshake (Prague's asks for Accurate ECN)."""
+
+    def make() -> socket.socket:
+        s = socket.socket()
+        if cca:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca.encode())
+        s.settimeout(timeout)
+        s.connect((ip, port))
+        return s
+
+    return in_netns(netns, make)
 
 
 @contextmanager

@@ -40,7 +40,14 @@ from typing import Any
 from mec_l4s.efm import Marker, Technique
 from mec_l4s.observer import Observer, Rules, Sample
 from mec_l4s.prague import Prague
-from mts_lab.l4s.bed import MARKER_OBJ, OBSERVER_OBJ, REPO, WanLine, tcp_info_rtt_ms
+from mts_lab.l4s.bed import (
+    MARKER_OBJ,
+    OBSERVER_OBJ,
+    REPO,
+    WanLine,
+    connect,
+    tcp_info_rtt_ms,
+)
 from mts_lab.l4s.truth import (
     EXCESS_MS,
     SenderRtt,
@@ -111,6 +118,8 @@ def _sender(
         s = socket.socket()
         if mss:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
+        # on the listener: its CCA decides the handshake (Prague accepts Accurate ECN)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca.encode())
         s.bind((line.server_ip, 0))
         s.listen(1)
         return s
@@ -121,7 +130,6 @@ def _sender(
     conn, _ = ls.accept()
     ls.close()
     with conn:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca.encode())
         end = time.monotonic() + seconds
         next_tick = time.monotonic()
         block = b"x" * 65536
@@ -134,17 +142,8 @@ def _sender(
 
 
 def _receiver(line: WanLine, flow: FlowRun, cca: str) -> None:
-    def make() -> socket.socket:
-        s = socket.socket()
-        # a Prague receiver asks for ECN (a CCA with NEEDS_ECN does); CUBIC's does not
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cca.encode())
-        s.settimeout(30)
-        s.connect((line.server_ip, flow.port))
-        return s
-
-    from mec_common.netns import in_netns
-
-    sock = in_netns(line.client_ns, make)
+    # a Prague receiver asks for Accurate ECN (its CCA's flags); CUBIC's for no ECN
+    sock = connect(line.client_ns, line.server_ip, flow.port, cca, timeout=30)
     with sock:
         while n := len(sock.recv(1 << 16)):
             flow.received += n
