@@ -22,7 +22,9 @@ round-robin over the scenarios, so load drifts spread over all of them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -84,12 +86,15 @@ def run_all(
     args: argparse.Namespace,
     scenarios: list[Scenario],
     after_round: Callable[[list[dict[str, Any]]], None],
+    earlier: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Round-robin over the scenarios; ``after_round`` gets the runs so far after each
-    round (the results are written then: a run stopped early keeps its complete rounds)."""
-    runs: list[dict[str, Any]] = []
+    """Round-robin over the scenarios; ``after_round`` gets the runs so far (``earlier``
+    ones first) after each round (the results are written then: a run stopped early keeps
+    its complete rounds)."""
+    runs: list[dict[str, Any]] = list(earlier or [])
+    first = 1 + max((r["run"] for r in runs), default=-1)
     with loaded_prague() as prague:
-        for run in range(args.runs):
+        for run in range(first, first + args.runs):
             for s in scenarios:
                 line = WanLine.create(
                     s.delay_ms, rate_mbps=args.rate_mbps, queue="dualpi2", prefix="l4t",
@@ -100,12 +105,17 @@ def run_all(
                 finally:
                     line.down()
                 row = {cca: _flow(result[cca], args.seconds) for cca in CCAS}
-                runs.append({"scenario": key(s), "run": run, "load": os.getloadavg()[0]} | row)
+                when = {"load": os.getloadavg()[0], "utc": utc_now()}
+                runs.append({"scenario": key(s), "run": run} | when | row)
                 print(f"run {run} {key(s)}: " + ", ".join(
                     f"{c} {row[c]['mbit_s']:.1f} Mbit/s {row[c]['retrans']} retx" for c in CCAS
                 ), flush=True)  # fmt: skip
             after_round(runs)
     return runs
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _flow(r: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -213,27 +223,62 @@ def main() -> None:
     parser.add_argument(
         "--only", help="comma-separated tables (e.g. 8.1,8.3); default all", default=""
     )
+    parser.add_argument(
+        "--no-base", action="store_true", help="without the base scenario (unless in --only)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="add to the runs in --out's tables-8.json (same run length and rate), so a "
+        "sweep can be split across measurement-lock holds",
+    )  # fmt: skip
     args = parser.parse_args()
     wanted = {t for t in args.only.split(",") if t}
     # the base scenario is every table's first row
-    scenarios = [s for s in SCENARIOS if not wanted or s.table in wanted or s is BASE]
-    load_before = os.getloadavg()
+    with_base = not args.no_base or "8.1" in wanted
+    scenarios = [
+        s for s in SCENARIOS if (not wanted or s.table in wanted or s is BASE) and
+        (s is not BASE or with_base)
+    ]  # fmt: skip
+    earlier, holds = earlier_runs(args) if args.resume else ([], [])
+    hold = {"load_before": [round(x, 1) for x in os.getloadavg()],
+            "utc_start": utc_now()}  # fmt: skip
 
     def save(runs: list[dict[str, Any]]) -> None:
+        hold["load_after"] = [round(x, 1) for x in os.getloadavg()]
+        all_holds = [*holds, hold]
+        done = {r["scenario"] for r in runs}
         results: Results = {
-            "runs": len({r["run"] for r in runs}),
+            "runs": max(sum(r["scenario"] == n for r in runs) for n in done),
             "seconds": args.seconds,
             "rate_mbps": args.rate_mbps,
             "queue": "dualpi2",
             "technique": "delay",
-            "load_before": [round(x, 1) for x in load_before],
-            "load_after": [round(x, 1) for x in os.getloadavg()],
+            "load_before": all_holds[0]["load_before"],
+            "load_after": hold["load_after"],
+            "holds": all_holds,
             "per_run": runs,
-            "tables": aggregate(runs, scenarios),
+            "tables": aggregate(runs, [s for s in SCENARIOS if key(s) in done]),
         }
         save_results(results, args.out, "tables-8", plot, table)
 
-    run_all(args, scenarios, save)
+    run_all(args, scenarios, save, earlier)
+
+
+def earlier_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runs and lock holds already in ``--out``'s tables-8.json (none if absent); a file
+    of another run length or rate is refused rather than mixed in."""
+    path = args.out / "tables-8.json"
+    if not path.exists():
+        return [], []
+    old = json.loads(path.read_text())
+    if old["seconds"] != args.seconds or old["rate_mbps"] != args.rate_mbps:
+        raise SystemExit(
+            f"{path}: {old['seconds']} s at {old['rate_mbps']} Mbit/s, not "
+            f"{args.seconds} s at {args.rate_mbps}: use another --out"
+        )
+    holds = old.get("holds") or [{"load_before": old["load_before"],
+                                  "load_after": old["load_after"]}]  # fmt: skip
+    return old["per_run"], holds
 
 
 if __name__ == "__main__":
