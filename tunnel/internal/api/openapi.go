@@ -54,7 +54,7 @@ func OpenAPI(publicURL string) []byte {
 				"Stats": obj(map[string]any{"drops": map[string]any{"type": "object", "additionalProperties": integer},
 					"rxPackets": integer, "rxBytes": integer, "txDatagrams": integer, "tunWriteFailures": integer,
 					"peerAuthenticated": boolean, "reorder": obj(map[string]any{"held": integer, "inOrder": integer,
-						"reordered": integer, "late": integer, "skipped": integer, "duplicates": integer, "unordered": integer})}),
+						"reordered": integer, "late": integer, "skipped": integer, "lost": integer, "duplicates": integer, "unordered": integer})}),
 			},
 		},
 		"paths": map[string]any{

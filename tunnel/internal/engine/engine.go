@@ -86,6 +86,7 @@ type radio struct {
 
 type pathIO struct {
 	cfg   PathConfig
+	index int // in the configuration's order: the reorder buffer's path index
 	conn  *net.UDPConn
 	tx    *path.Sender // under Engine.mu
 	radio radio        // under Engine.mu
@@ -140,7 +141,7 @@ type Engine struct {
 // New opens the TUN and the path sockets.
 func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	e := &Engine{cfg: cfg, log: log, start: time.Now(), epoch: uint64(time.Now().UnixNano()),
-		flowDrops: map[int]uint64{}, out: make([]outgoing, 0, batch), cands: make([]sched.Path, 0, 8), reorder: reorder.New(cfg.ReorderTimeout),
+		flowDrops: map[int]uint64{}, out: make([]outgoing, 0, batch), cands: make([]sched.Path, 0, 8), reorder: reorder.New(cfg.ReorderTimeout, len(cfg.Paths)),
 		drops: map[string]*atomic.Uint64{}, trace: log.Enabled(context.Background(), slog.LevelDebug)}
 	for _, r := range DropReasons {
 		e.drops[r] = new(atomic.Uint64)
@@ -190,7 +191,7 @@ func (e *Engine) addPath(pc PathConfig) error {
 		pc.CwndBytes = e.cfg.CwndBytes
 	}
 	enableGRO(conn) // without it, one datagram per read
-	p := &pathIO{cfg: pc, conn: conn, tx: path.NewSender(path.Config{ID: pc.ID, MSS: e.cfg.MTU + wire.Overhead,
+	p := &pathIO{cfg: pc, index: len(e.paths), conn: conn, tx: path.NewSender(path.Config{ID: pc.ID, MSS: e.cfg.MTU + wire.Overhead,
 		CwndMode: e.cfg.CwndMode, CwndBytes: pc.CwndBytes, CwndTarget: e.cfg.CwndTarget}, e.now()), batch: newGSOBatch(), gso: true}
 	e.paths = append(e.paths, p)
 	e.byID[pc.ID] = p
@@ -561,7 +562,7 @@ func (e *Engine) handle(p *pathIO, b []byte, from netip.AddrPort) (ackNow bool) 
 	if len(packet) > 0 {
 		e.rxPackets.Add(1)
 		e.rxBytes.Add(uint64(len(packet)))
-		e.reorder.Push(seq, packet, now, e.toTUN.Add)
+		e.reorder.Push(seq, p.index, packet, now, e.toTUN.Add)
 	}
 	return len(packet) == 0 || p.rxData.Pending() >= ackEvery // probes at once
 }

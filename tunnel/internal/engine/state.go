@@ -185,6 +185,7 @@ type ReorderStats struct {
 	Reordered  uint64 `json:"reordered"`
 	Late       uint64 `json:"late"`
 	Skipped    uint64 `json:"skipped"`
+	Lost       uint64 `json:"lost"` // skipped gaps every path had passed (lost, not late)
 	Duplicates uint64 `json:"duplicates"`
 	Unordered  uint64 `json:"unordered"` // delivered as they came: ordering off (timeout 0)
 }
@@ -200,7 +201,7 @@ func (e *Engine) Stats() Stats {
 	s.TUNFailures = e.toTUN.Failed
 	b := e.reorder
 	s.Reorder = ReorderStats{Held: b.Held(), InOrder: b.InOrder, Reordered: b.Reordered, Late: b.Late,
-		Skipped: b.Skipped, Duplicates: b.Duplicates, Unordered: b.Unordered}
+		Skipped: b.Skipped, Lost: b.Lost, Duplicates: b.Duplicates, Unordered: b.Unordered}
 	e.rxMu.Unlock()
 	return s
 }

@@ -1,6 +1,9 @@
 // Package reorder puts the packets of all paths back into the sender's order (data seq)
-// at the tunnel's egress. A gap is waited for at most Timeout, then skipped (the tunnel
-// does not retransmit: the inner transport recovers what a path lost). A Timeout of 0 turns
+// at the tunnel's egress. A gap is skipped as soon as every path has delivered a later
+// packet: each path delivers in the order it was sent, so the missing packet is no longer
+// on any path (it was lost); otherwise it is waited for at most Timeout (a path that
+// carries nothing, or one that lost its last packets, gives no such proof). The tunnel
+// does not retransmit: the inner transport recovers what a path lost. A Timeout of 0 turns
 // ordering off: every packet is delivered as it comes, as research 003's VPN did (its QUIC
 // datagram frames are unordered), so that a packet on a fast path does not wait for the
 // packets of other flows still on a slower one.
@@ -26,27 +29,37 @@ type Buffer struct {
 	slots    [capacity]slot
 	held     int
 	gapSince int64 // when the head-of-line gap started (ns), 0 when none
+	// passed[i]: the largest data seq path i delivered; a gap below all of them is lost
+	passed []uint64
 
 	InOrder, Reordered, Late, Skipped, Duplicates uint64
-	Unordered                                     uint64 // delivered as they came (ordering off)
+	// Lost: gaps skipped because every path had passed them (also counted in Skipped)
+	Lost      uint64
+	Unordered uint64 // delivered as they came (ordering off)
 }
 
-// New returns a buffer that waits timeout for a gap.
-func New(timeout time.Duration) *Buffer { return &Buffer{Timeout: timeout} }
+// New returns a buffer over paths paths (indexes 0..paths-1) that waits timeout for a gap
+// no path has passed.
+func New(timeout time.Duration, paths int) *Buffer {
+	return &Buffer{Timeout: timeout, passed: make([]uint64, paths)}
+}
 
 // Reset forgets the order (the peer restarted).
 func (b *Buffer) Reset() {
 	for i := range b.slots {
 		b.slots[i].full = false
 	}
+	clear(b.passed)
 	b.next, b.held, b.gapSince = 0, 0, 0
 }
 
 // Held is the number of packets waiting for a gap.
 func (b *Buffer) Held() int { return b.held }
 
-// Push takes packet p with data seq at time now; buf is a copy the buffer may keep.
-func (b *Buffer) Push(seq uint64, p []byte, now int64, deliver Deliver) {
+// Push takes packet p with data seq, arrived on path index path at time now; p is a copy
+// the buffer may keep.
+func (b *Buffer) Push(seq uint64, path int, p []byte, now int64, deliver Deliver) {
+	b.passed[path] = max(b.passed[path], seq)
 	if b.Timeout <= 0 {
 		b.Unordered++
 		deliver(p)
@@ -79,6 +92,24 @@ func (b *Buffer) Push(seq uint64, p []byte, now int64, deliver Deliver) {
 	b.Reordered++
 	if b.gapSince == 0 {
 		b.gapSince = now
+	}
+	b.skipPassed(now, deliver)
+}
+
+// skipPassed gives up on the gaps every path has passed: lost, not late.
+func (b *Buffer) skipPassed(now int64, deliver Deliver) {
+	lowest := b.passed[0]
+	for _, s := range b.passed[1:] {
+		lowest = min(lowest, s)
+	}
+	if lowest <= b.next {
+		return
+	}
+	skipped := b.Skipped
+	b.skipTo(lowest, deliver)
+	b.Lost += b.Skipped - skipped
+	if b.held > 0 {
+		b.gapSince = now // the next gap starts waiting now
 	}
 }
 

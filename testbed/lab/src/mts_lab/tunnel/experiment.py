@@ -30,6 +30,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -156,6 +157,27 @@ def binned(samples: list[tuple[float, int]], end: float) -> list[float]:
     return [rate_mbit(samples, i * BIN_S, (i + 1) * BIN_S + 0.05) for i in range(bins)]
 
 
+def ping_paths(ue_log: str, mec_log: str, output: str) -> list[list[int | float | None]]:
+    """Per ping reply: [icmp seq, RTT ms, the echo request's path (the UE end's trace), the
+    reply's path (the MEC end's), how many paths had room when the reply was sent]. The
+    ends' ICMP trace (``TUNNEL_LOG_LEVEL=DEBUG``) logs each echo's path when it is
+    dequeued."""
+
+    def dequeued(log: str) -> dict[int, tuple[int, int]]:
+        found = re.findall(
+            r"trace: dequeued\"? icmp_seq=(\d+) .*?path=(\d+) paths_with_room=(\d+)", log
+        )
+        return {int(seq): (int(path), int(room)) for seq, path, room in found}
+
+    requests, replies = dequeued(ue_log), dequeued(mec_log)
+    rows: list[list[int | float | None]] = []
+    for seq, rtt in re.findall(r"icmp_seq=(\d+) ttl=\d+ time=([\d.]+)", output):
+        request, reply = requests.get(int(seq)), replies.get(int(seq))
+        rows.append([int(seq), float(rtt), request[0] if request else None,
+                     reply[0] if reply else None, reply[1] if reply else None])  # fmt: skip
+    return rows
+
+
 def ping_samples(output: str, t0: float) -> list[tuple[float, float]]:
     """(time since t0, RTT ms) of ``ping -D`` replies."""
     samples = []
@@ -200,24 +222,31 @@ def jain(rates: list[float]) -> float:
 
 
 def run_case(
-    topo: Topology, case: Case, seconds: float, cwnd: str = "static", reorder: str = "20ms"
+    topo: Topology,
+    case: Case,
+    seconds: float,
+    cwnd: str = "static",
+    reorder: str = "20ms",
+    ping_bytes: int = 56,
 ) -> Results:
     """One case; ``cwnd`` is the paths' window mode (static: the research's BDP windows;
     adaptive or delay start from the BDP); ``reorder`` the egress reorder timeout (0: packets
-    leave as they come, as in the research's VPN)."""
+    leave as they come, as in the research's VPN); ``ping_bytes`` the ping's payload (the
+    research sized its pings to the tunnel's MTU)."""
     links = NETWORKS[case.network][: case.paths]
     paths = [PathSpec(i + 1, cwnd_bytes=link.cwnd_bytes) for i, link in enumerate(links)]
     env = {"TUNNEL_QUEUE": case.queue, "TUNNEL_SCHEDULER": case.scheduler, "TUNNEL_CWND": cwnd,
-           "TUNNEL_REORDER_TIMEOUT": reorder}  # fmt: skip
+           "TUNNEL_REORDER_TIMEOUT": reorder,
+           "TUNNEL_LOG_LEVEL": "DEBUG"}  # the ICMP trace: each ping's paths  # fmt: skip
     with (
         EmulatedTunnel(topology=topo, paths=paths, env=env) as bed,
         content_server(bed, "mec", DOWN_PORT),
         content_server(bed, "ue", UP_PORT),
     ):
-        return measure(bed, case, seconds)
+        return measure(bed, case, seconds, ping_bytes)
 
 
-def measure(bed: EmulatedTunnel, case: Case, seconds: float) -> Results:
+def measure(bed: EmulatedTunnel, case: Case, seconds: float, ping_bytes: int = 56) -> Results:
     before = {side: bed.get(side, "/tunnel/v1/paths") for side in ("mec", "ue")}
     sampler = bed.popen(
         "mec", sys.executable, "-m", "mts_lab.tunnel.experiment", "sample", bed.token,
@@ -225,7 +254,19 @@ def measure(bed: EmulatedTunnel, case: Case, seconds: float) -> Results:
     )  # fmt: skip
     t0 = time.time()
     pinger = (
-        bed.popen("ue", "ping", "-n", "-D", "-i", "0.1", "-w", str(int(seconds)), MEC_ADDR)
+        bed.popen(
+            "ue",
+            "ping",
+            "-n",
+            "-D",
+            "-i",
+            "0.1",
+            "-s",
+            str(ping_bytes),
+            "-w",
+            str(int(seconds)),
+            MEC_ADDR,
+        )
         if case.ping
         else None
     )
@@ -262,6 +303,7 @@ def measure(bed: EmulatedTunnel, case: Case, seconds: float) -> Results:
     if pinger:
         out, _ = pinger.communicate(timeout=seconds + 15)
         results["ping"] = ping_samples(out, t0)
+        results["ping_paths"] = ping_paths(bed.log("ue"), bed.log("mec"), out)
     if udp:
         results["cbr"] = finish_cbr(udp, case, seconds)
     out, _ = sampler.communicate(timeout=30)
@@ -343,8 +385,26 @@ def summarize(r: Results) -> None:
         late = [rtt for t, rtt in r["ping"] if t >= r["seconds"] - 3]
         r["ping_early_ms"] = statistics.fmean(early) if early else None
         r["ping_late_ms"] = statistics.fmean(late) if late else None
+    if r.get("ping_paths"):
+        r["ping_by_paths"] = by_paths(r["ping_paths"])
     if r["test"] == "2":
         r.update(convergence(r))
+
+
+def by_paths(rows: list[list[int | float | None]]) -> dict[str, Results]:
+    """Pings grouped by (request path, reply path), e.g. "1-2": their share and mean RTT;
+    "reply_with_choice": the share of replies sent when more than one path had room (the
+    only time the scheduler chooses)."""
+    groups: dict[str, list[float]] = {}
+    for _, rtt, request, reply, _ in rows:
+        groups.setdefault(f"{request}-{reply}", []).append(float(rtt or 0.0))
+    out: Results = {
+        key: {"share": len(v) / len(rows), "mean_ms": statistics.fmean(v)}
+        for key, v in sorted(groups.items())
+    }
+    rooms = [room for *_, room in rows if room is not None]
+    out["reply_with_choice"] = sum(1 for r in rooms if int(r) > 1) / len(rooms) if rooms else None
+    return out
 
 
 def convergence(r: Results) -> Results:
@@ -384,6 +444,7 @@ def run(
     raw: Path | None = None,
     cwnd: str = "static",
     reorder: str = "20ms",
+    ping_bytes: int = 56,
 ) -> list[Results]:
     """Every case in every run, one testbed per network per run (so drift hits all); the
     cases measured so far are kept in ``raw`` (JSON) after each one."""
@@ -396,7 +457,7 @@ def run(
             with MultiCellTestbed(links) as topo:
                 for case in todo:
                     log(f"run {n}/{runs}: {case.label}")
-                    result = run_case(topo, case, seconds, cwnd, reorder)
+                    result = run_case(topo, case, seconds, cwnd, reorder, ping_bytes)
                     result["run"] = n
                     measured.append(result)
                     if raw:
@@ -419,6 +480,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reorder-timeout", default="20ms", help="TUNNEL_REORDER_TIMEOUT (0: no ordering)"
     )
+    parser.add_argument(
+        "--ping-bytes", type=int, default=56, help="ping payload (the research's filled the MTU)"
+    )
     args = parser.parse_args(argv)
     if args.cmd == "sample":
         sample_queue(args.token, 0.1, args.seconds)
@@ -432,11 +496,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     measured = run(
-        cases, args.runs, args.seconds, out / "cases.partial.json", args.cwnd, args.reorder_timeout
-    )
+        cases, args.runs, args.seconds, out / "cases.partial.json", args.cwnd,
+        args.reorder_timeout, args.ping_bytes,
+    )  # fmt: skip
     results: Results = {
         "runs": args.runs, "seconds": args.seconds, "cwnd": args.cwnd, "load_before": load_before,
-        "reorder_timeout": args.reorder_timeout,
+        "reorder_timeout": args.reorder_timeout, "ping_bytes": args.ping_bytes,
         "load_after": os.getloadavg(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "networks": {k: [vars(link) for link in v] for k, v in NETWORKS.items()},
         "cases": measured,
