@@ -62,6 +62,21 @@ def test_cost_profile_small(tmp_path: Path) -> None:
     assert results["summary"]["floor"]["us_per_connection_by_entry"]["events"] > 0  # epoll
 
 
+def test_cost_bulk_small(tmp_path: Path) -> None:
+    """``mts_lab.pep.cost bulk``: the machine's CPU per Gbit split by what the kernel did; the
+    bytes go through relay-floor itself (its splices and CPU), not past it (routed)."""
+    results = cost.run_bulk(["floor", "direct"], rounds=1, seconds=1.0, out=tmp_path)
+    assert json.loads((tmp_path / "cost-bulk.json").read_text())["measure"] == "bulk"
+    for streams in (1, 8):
+        floor, direct = (results["summary"][f"{s}/{streams}"] for s in ("floor", "direct"))
+        assert floor["gbps"] > 0.05 and direct["gbps"] > 0.05
+        assert floor["proxy_cpu_s_per_gbit"] > 0 and direct["proxy_cpu_s_per_gbit"] == 0
+        split = floor["cpu_s_per_gbit_by_entry"]
+        assert 0 < split["splice (the proxy's relaying)"] < floor["machine_cpu_s_per_gbit"]
+        assert direct["cpu_s_per_gbit_by_entry"]["splice (the proxy's relaying)"] == 0
+        assert direct["cpu_s_per_gbit_by_entry"]["softirq receive path"] > 0
+
+
 def test_haproxy_pinned(tmp_path: Path) -> None:
     """compare-flows' ``haproxy-pinned``: one HAProxy thread per CPU, each on its own CPU."""
     lab = Lab.create("ph")

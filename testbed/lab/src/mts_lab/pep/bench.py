@@ -489,7 +489,10 @@ def iperf3(
     busy = machine_busy_s() - busy_before
     cpu = cpu_seconds(procs) - cpu_before
     kthreads = kernel_threads_s_since(kthreads_before)
-    report = json.loads(out)
+    try:
+        report = json.loads(out)
+    except ValueError:
+        raise RuntimeError(f"iperf3 through {system} wrote no report: {out[:200]!r}") from None
     if "error" in report:
         raise RuntimeError(f"iperf3 through {system}: {report['error']}")
     received = report["end"]["sum_received"]
@@ -853,6 +856,7 @@ def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
     lab = Lab.create("pa")
     bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-ab-")))
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    failures: list[dict[str, Any]] = []
     names = [*variants, "haproxy", "direct", *floors]
     try:
         bench.start()
@@ -866,7 +870,14 @@ def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
                     bench.restart_pep(variants[name])
                 for case in cases:
                     direction, streams = case.split("_")
-                    sample = iperf3(bench, system, int(streams), direction == "download", seconds)
+                    try:
+                        sample = iperf3(bench, system, int(streams), direction == "download",
+                                        seconds)  # fmt: skip
+                    except RuntimeError as exc:  # counted, not hidden: the round goes on
+                        failures.append({"round": r + 1, "case": case, "name": name,
+                                         "error": str(exc)})  # fmt: skip
+                        print(f"round {r + 1}/{rounds} {case:<11} {name:<12} failed: {exc}")
+                        continue
                     samples.setdefault(case, {}).setdefault(name, []).append(sample)
                     print(f"round {r + 1}/{rounds} {case:<11} {name:<12} "
                           f"{sample['gbps']:6.2f} Gbit/s machine "
@@ -884,7 +895,7 @@ def compare(variants: dict[str, dict[str, str]], cases: list[str], rounds: int,
         for case, by_name in samples.items()
     }
     results = _save_ab(out / "compare.json", variants, summary, seconds, rounds,
-                       floors=floors, samples=samples)  # fmt: skip
+                       floors=floors, samples=samples, failures=failures)  # fmt: skip
     for case, by_name in summary.items():
         print(case, ", ".join(f"{n} {v['gbps_median']:.2f} Gbit/s (machine "
                               f"{v['machine_cpu_s_per_gbit_median']:.3f} CPU-s/Gbit)"

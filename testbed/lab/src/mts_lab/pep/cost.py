@@ -14,6 +14,10 @@ clients) through a transparent PEP on the bench's topology, per connection:
   the sender's context, times the proxy's CPU per connection). Variants here are systems:
   ``haproxy``, ``pep``, or ``floor`` with relay-floor's options (``floor:sockmap``,
   ``floor:uring,cpu-affinity``).
+- ``bulk``: where the whole machine's CPU per Gbit goes in iperf3 downloads with 1 and 8
+  streams (``perf record -a -g``: both CPUs, every process and the softirq work, by kernel
+  entry point), through the same systems and ``direct`` (routed, no proxy): what a proxy
+  adds per byte, and whether it is user-space work or the kernel's TCP work.
 
 ``NAME=SRC`` runs the PEP from the code tree ``SRC`` (a directory holding ``mec_pep``, put
 first on ``PYTHONPATH``; e.g. ``git archive <commit> pep/src``), so that code versions are
@@ -33,12 +37,21 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mts_lab.line import Lab
-from mts_lab.pep.bench import LOAD_PEP, TCPLOAD, Bench, cpu_split, cpu_split_all
+from mts_lab.pep.bench import (
+    LOAD_PEP,
+    TCPLOAD,
+    Bench,
+    cpu_split,
+    cpu_split_all,
+    iperf3,
+    machine_busy_s,
+)
 
-MEASURES = ("syscalls", "cpu", "profile")
+T = TypeVar("T")
+MEASURES = ("syscalls", "cpu", "profile", "bulk")
 CLIENTS = 16
 # Where a proxy's CPU goes, by what it does for a flow: the kernel's entry points for it
 # through system calls (epoll relays) and through io_uring's operations (relay-floor-uring).
@@ -85,6 +98,31 @@ ACROSS = {
 }
 
 
+# Where a Gbit's CPU goes on the whole machine (the bulk measure): kernel entry points and
+# functions (shares with children, they overlap), and the samples in user space.
+BULK = {
+    "splice (the proxy's relaying)": ("__x64_sys_splice",),
+    "send from user space (iperf3, HAProxy)": ("__x64_sys_sendto", "__x64_sys_write"),
+    "receive into user space (iperf3, HAProxy)": ("__x64_sys_recvfrom", "__x64_sys_read"),
+    "events (epoll)": (
+        "__x64_sys_epoll_wait",
+        "__x64_sys_epoll_pwait",
+        "__x64_sys_select",
+        "__x64_sys_pselect6",
+    ),
+    "futex (GIL)": ("__x64_sys_futex",),
+    "softirq receive path": ("net_rx_action",),
+    "TCP transmit (tcp_write_xmit)": ("tcp_write_xmit",),
+    "copies between user and kernel": (
+        "_copy_to_iter",
+        "_copy_from_iter",
+        "rep_movs_alternative",
+    ),
+    "task switches": ("__schedule",),
+}
+IDLE = ("do_idle",)
+
+
 class CostBench(Bench):
     """The bench's topology with the tcpload servers only, and the PEP from a code tree."""
 
@@ -110,22 +148,14 @@ def profile(bench: Bench, system: str, seconds: float, workdir: Path) -> dict[st
     """The connections case through ``system`` under ``perf record -g``: the proxy's CPU
     per connection, split by kernel entry point (shares of its samples, with children)."""
     procs = bench.processes(system)
-    data = workdir / f"perf-{time.monotonic_ns()}.data"
     pids = ",".join(str(p.pid) for p in procs)
-    recorder = subprocess.Popen(["perf", "record", "-g", "-F", "1999", "-p", pids, "-o", str(data)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    time.sleep(1.0)
-    (u0, s0) = cpu_split_all(procs)
-    x = _flows(bench, system, seconds)
-    (u1, s1) = cpu_split_all(procs)
-    recorder.send_signal(signal.SIGINT)
-    recorder.wait(120)
-    report = subprocess.run(
-        ["perf", "report", "-i", str(data), "--children", "--sort", "sym", "--stdio", "-g",
-         "none", "--percent-limit", "0.1"], capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    data.unlink()
-    data.with_suffix(".txt").write_text(report)  # kept in the work directory for reading
+
+    def work() -> tuple[dict[str, Any], tuple[float, float], tuple[float, float]]:
+        before = cpu_split_all(procs)
+        x = _flows(bench, system, seconds)
+        return x, before, cpu_split_all(procs)
+
+    (x, (u0, s0), (u1, s1)), report = _recorded(["-F", "1999", "-p", pids], workdir, work)
     shares = _children_shares(report)
     flows = max(x["flows"], 1)
     cpu_us = (u1 - u0 + s1 - s0) / flows * 1e6
@@ -136,6 +166,73 @@ def profile(bench: Bench, system: str, seconds: float, workdir: Path) -> dict[st
             "user_us_per_connection": (u1 - u0) / flows * 1e6,
             "user_samples_us_per_connection": user_share / 100 * cpu_us,
             "us_per_connection_by_entry": split}  # fmt: skip
+
+
+def bulk(bench: Bench, system: str, streams: int, seconds: float, workdir: Path) -> dict[str, Any]:
+    """An iperf3 download through ``system`` under ``perf record -a -g``: the machine's busy
+    CPU-seconds per Gbit, split by entry point (shares of the busy samples)."""
+
+    def work() -> tuple[dict[str, Any], float]:
+        busy_before = machine_busy_s()
+        x = iperf3(bench, system, streams, True, seconds)
+        return x, machine_busy_s() - busy_before
+
+    (x, busy), report = _recorded(["-a", "-F", "999"], workdir, work)
+    shares = _children_shares(report)
+    idle = sum(shares.get(sym, 0.0) for sym in IDLE)
+    busy_share = max(100.0 - idle, 1e-9)  # shares of the busy samples, not of idle time
+    gbit = x["gbps"] * seconds
+    per_gbit = busy / gbit
+    split = {name: sum(shares.get(sym, 0.0) for sym in syms) / busy_share * per_gbit
+             for name, syms in BULK.items()}  # fmt: skip
+    return {"gbps": x["gbps"], "machine_cpu_s_per_gbit": per_gbit,
+            "proxy_cpu_s_per_gbit": x["cpu_s_per_gbit"] or 0.0,
+            "user_cpu_s_per_gbit": shares["[user]"] / busy_share * per_gbit,
+            "cpu_s_per_gbit_by_entry": split, "per_cpu_pct": x["per_cpu_pct"]}  # fmt: skip
+
+
+def run_bulk(systems: list[str], rounds: int, seconds: float, out: Path) -> dict[str, Any]:
+    """``bulk`` for systems (``direct``, ``haproxy``, ``pep``, ``floor[:OPTION,...]``) with
+    1 and 8 streams, interleaved."""
+    lab = Lab.create("pk")
+    workdir = Path(tempfile.mkdtemp(prefix="pep-bulk-"))
+    bench = Bench(lab, workdir)
+    names = [f"{system}/{streams}" for system in systems for streams in (1, 8)]
+
+    def take(name: str) -> dict[str, Any]:
+        system, _, streams = name.rpartition("/")
+        kind, _, options = system.partition(":")
+        if kind == "floor":
+            bench.start_floor(tuple(o for o in options.split(",") if o))
+        x = bulk(bench, kind, int(streams), seconds, workdir)
+        if kind == "floor":
+            bench.stop_floor()
+            bench.restart_pep({})
+        return x
+
+    samples = _interleaved(lab, bench, bench.start, names, rounds, take)
+    summary = {name: {**_medians(runs), "cpu_s_per_gbit_by_entry": _split_medians(
+        runs, "cpu_s_per_gbit_by_entry")} for name, runs in samples.items()}  # fmt: skip
+    return _save("bulk", summary, samples, seconds, out)
+
+
+def _recorded(options: list[str], workdir: Path, work: Callable[[], T]) -> tuple[T, str]:
+    """``work()`` under ``perf record -g <options>``; its result and the report (symbols by
+    their share of the samples with children; also kept in ``workdir`` for reading)."""
+    data = workdir / f"perf-{time.monotonic_ns()}.data"
+    recorder = subprocess.Popen(["perf", "record", "-g", *options, "-o", str(data)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    time.sleep(1.0)  # attached
+    result = work()
+    recorder.send_signal(signal.SIGINT)
+    recorder.wait(120)
+    report = subprocess.run(
+        ["perf", "report", "-i", str(data), "--children", "--sort", "sym", "--stdio", "-g",
+         "none", "--percent-limit", "0.1"], capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    data.unlink()
+    data.with_suffix(".txt").write_text(report)
+    return result, report
 
 
 def _children_shares(report: str) -> dict[str, float]:
@@ -232,9 +329,10 @@ def _save(measure: str, summary: dict[str, Any], samples: dict[str, Any], second
     return results
 
 
-def _split_medians(runs: list[dict[str, Any]]) -> dict[str, float]:
-    keys = runs[0]["us_per_connection_by_entry"]
-    return {k: statistics.median(x["us_per_connection_by_entry"][k] for x in runs) for k in keys}
+def _split_medians(
+    runs: list[dict[str, Any]], field: str = "us_per_connection_by_entry"
+) -> dict[str, float]:
+    return {k: statistics.median(x[field][k] for x in runs) for k in runs[0][field]}
 
 
 def sample(bench: CostBench, measure: str, src: str | None, seconds: float,
@@ -312,8 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep"))
     args = parser.parse_args(argv)
-    if args.measure == "profile":
-        run_profiles(args.variants, args.rounds, args.seconds, args.out)
+    if args.measure in ("profile", "bulk"):
+        runner = run_profiles if args.measure == "profile" else run_bulk
+        runner(args.variants, args.rounds, args.seconds, args.out)
         return 0
     variants = {name: (src or None) for name, _, src in (v.partition("=") for v in args.variants)}
     run(args.measure, variants, args.rounds, args.seconds, args.out)
