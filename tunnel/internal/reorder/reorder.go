@@ -19,16 +19,16 @@ type Deliver func(p []byte)
 type slot struct {
 	seq  uint64
 	full bool
+	at   int64  // arrival (ns)
 	buf  []byte // kept across uses: no allocation per reordered packet
 }
 
 // Buffer is not safe for concurrent use; the engine serializes it.
 type Buffer struct {
-	Timeout  time.Duration
-	next     uint64 // the data seq expected next; 0 until the first packet
-	slots    [capacity]slot
-	held     int
-	gapSince int64 // when the head-of-line gap started (ns), 0 when none
+	Timeout time.Duration
+	next    uint64 // the data seq expected next; 0 until the first packet
+	slots   [capacity]slot
+	held    int
 	// passed[i]: the largest data seq path i delivered; a gap below all of them is lost
 	passed []uint64
 
@@ -50,7 +50,7 @@ func (b *Buffer) Reset() {
 		b.slots[i].full = false
 	}
 	clear(b.passed)
-	b.next, b.held, b.gapSince = 0, 0, 0
+	b.next, b.held = 0, 0
 }
 
 // Held is the number of packets waiting for a gap.
@@ -87,17 +87,14 @@ func (b *Buffer) Push(seq uint64, path int, p []byte, now int64, deliver Deliver
 		b.Duplicates++
 		return
 	}
-	s.seq, s.full, s.buf = seq, true, append(s.buf[:0], p...)
+	s.seq, s.full, s.at, s.buf = seq, true, now, append(s.buf[:0], p...)
 	b.held++
 	b.Reordered++
-	if b.gapSince == 0 {
-		b.gapSince = now
-	}
-	b.skipPassed(now, deliver)
+	b.skipPassed(deliver)
 }
 
 // skipPassed gives up on the gaps every path has passed: lost, not late.
-func (b *Buffer) skipPassed(now int64, deliver Deliver) {
+func (b *Buffer) skipPassed(deliver Deliver) {
 	lowest := b.passed[0]
 	for _, s := range b.passed[1:] {
 		lowest = min(lowest, s)
@@ -108,9 +105,6 @@ func (b *Buffer) skipPassed(now int64, deliver Deliver) {
 	skipped := b.Skipped
 	b.skipTo(lowest, deliver)
 	b.Lost += b.Skipped - skipped
-	if b.held > 0 {
-		b.gapSince = now // the next gap starts waiting now
-	}
 }
 
 // release delivers what became in order.
@@ -124,9 +118,6 @@ func (b *Buffer) release(deliver Deliver) {
 		s.full = false
 		b.held--
 		b.next++
-	}
-	if b.held == 0 {
-		b.gapSince = 0
 	}
 }
 
@@ -150,14 +141,19 @@ func (b *Buffer) skipTo(seq uint64, deliver Deliver) {
 	b.release(deliver)
 }
 
-// Expire skips the head-of-line gap once it waited Timeout.
+// Expire skips the head-of-line gap once the first packet behind it waited Timeout (a
+// gap that opened later waits its own Timeout, however long packets have been held).
 func (b *Buffer) Expire(now int64, deliver Deliver) {
-	for b.held > 0 && now-b.gapSince >= int64(b.Timeout) {
-		for s := &b.slots[b.next%capacity]; !s.full || s.seq != b.next; s = &b.slots[b.next%capacity] {
-			b.Skipped++
-			b.next++
+	for b.held > 0 {
+		first := b.next
+		for s := &b.slots[first%capacity]; !s.full || s.seq != first; s = &b.slots[first%capacity] {
+			first++
 		}
-		b.gapSince = now // the next gap, if any, starts waiting now
+		if now-b.slots[first%capacity].at < int64(b.Timeout) {
+			return
+		}
+		b.Skipped += first - b.next
+		b.next = first
 		b.release(deliver)
 	}
 }

@@ -81,3 +81,25 @@ func TestAGapEveryPathPassedIsLostAtOnce(t *testing.T) {
 		t.Fatalf("delivered %v, held %d, skipped %d", got[4:], b.Held(), b.Skipped)
 	}
 }
+
+func TestEachGapWaitsItsOwnTimeout(t *testing.T) {
+	b := New(10*time.Millisecond, 2)
+	var got []byte
+	push := func(seq uint64, path int, at time.Duration) {
+		b.Push(seq, path, []byte{byte(seq)}, int64(at), func(p []byte) { got = append(got, p[0]) })
+	}
+	push(1, 0, 0)
+	push(3, 0, 0)                  // 2 is on path 1
+	push(2, 1, 8*time.Millisecond) // 3 goes with it; nothing held for a moment
+	push(5, 0, 9*time.Millisecond) // a new gap: 4 on path 1
+	push(7, 0, 12*time.Millisecond)
+	push(4, 1, 15*time.Millisecond) // 5 goes; 6 is the next gap, waited for since 7 came at 12
+	b.Expire(int64(20*time.Millisecond), func(p []byte) { got = append(got, p[0]) })
+	if string(got) != "\x01\x02\x03\x04\x05" || b.Held() != 1 || b.Skipped != 0 {
+		t.Fatalf("delivered %v, held %d, skipped %d: a gap 8 ms old was given up", got, b.Held(), b.Skipped)
+	}
+	b.Expire(int64(22*time.Millisecond), func(p []byte) { got = append(got, p[0]) })
+	if string(got[5:]) != "\x07" || b.Skipped != 1 {
+		t.Fatalf("delivered %v, skipped %d", got[5:], b.Skipped)
+	}
+}
