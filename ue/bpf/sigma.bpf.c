@@ -25,7 +25,9 @@
  * stale_ns: the modem driver stopped) or one out of range; then the growth function
  * of the kernel's Reno/CUBIC runs on that ACK and the reason is counted per UE. A
  * grant that becomes fresh again hands the connection back to SIGMA (Proportional
- * Adjustment / Safe Increase; Max Start only ever runs at the handshake).
+ * Adjustment / Safe Increase). Max Start runs at the handshake and again whenever the
+ * connection starts sending with nothing in flight (after idle, where the kernel would
+ * restart slow start from its initial window: SIGMA replaces slow start there too).
  *
  * Departures, for the reasons in docs/sigma.md: N counts this UE when the grant has
  * none of its PRBs (a UE about to send is a user of the cell); Max Start's pacing rate
@@ -262,6 +264,22 @@ static __always_inline void sigma_init(struct sock *sk)
 		__sync_fetch_and_add(&cnt->max_starts, 1);
 }
 
+/*
+ * Sending new data with nothing outstanding (CA_EVENT_TX_START with packets_out 0; the
+ * kernel has just restarted an idle connection at its initial window, RFC 5681 §4.1):
+ * a new Max Start from the current grant. Not for a retransmission after a timeout
+ * (packets_out > 0 then), nor on the first send of a connection whose Max Start from the
+ * handshake has had no ACK yet (that window is still the one to send).
+ */
+static __always_inline void sigma_restart(struct sock *sk)
+{
+	struct sigma_flow *f = bpf_sk_storage_get(&sigma_flow, sk, NULL, 0);
+
+	if (!f || tcp_sk(sk)->packets_out || (f->phase == PHASE_MAX_START && f->acked_segs == 0))
+		return;
+	sigma_init(sk);
+}
+
 /* Proportional Adjustment (3.10), always from W_max (not from the current cwnd). */
 static __always_inline void proportional(struct tcp_sock *tp, struct sigma_flow *f,
 					 struct sigma_counters *cnt)
@@ -390,6 +408,8 @@ static __always_inline bool cca_cong_avoid(struct sock *sk, __u32 acked)
 
 static __always_inline void cca_cwnd_event(struct sock *sk, enum tcp_ca_event event)
 {
+	if (event == CA_EVENT_TX_START)
+		sigma_restart(sk);
 }
 
 static __always_inline void cca_pkts_acked(struct sock *sk, const struct ack_sample *sample)

@@ -137,6 +137,39 @@ def test_max_start_sets_the_first_window_to_w_max(sigma: Sigma, bed: UplinkBed) 
         flow.close()
 
 
+def test_max_start_again_when_an_idle_connection_sends(sigma: Sigma, bed: UplinkBed) -> None:
+    """After idle the kernel restarts a connection's window at its initial window (RFC
+    5681 §4.1); SIGMA replaces that slow start with a new Max Start from the grant."""
+    bed.wait_drained()
+    flow = bed.flow(0, sigma.reno)
+    try:
+        mss = tcp_info(flow.sock)["snd_mss"]
+        state = sigma.flow(flow.sock)
+        assert state is not None
+        flow.send_more(3 * state.iw_segs * mss)  # the handshake's Max Start runs out
+        deadline = time.monotonic() + 10
+        while tcp_info(flow.sock)["unacked"] or (
+            (state := sigma.flow(flow.sock)) is not None and state.phase == Phase.MAX_START
+        ):
+            assert time.monotonic() < deadline, "the first upload never finished"
+            time.sleep(0.01)
+        counters = sigma.counters(bed.ue_ip(0))
+        assert counters is not None
+        starts = counters.max_starts
+        time.sleep(0.5)  # idle for longer than the RTO (200 ms + RTT)
+        flow.send_more(mss)  # one segment: Max Start lasts until IW segments are ACKed
+        time.sleep(0.1)
+        info, state = tcp_info(flow.sock), sigma.flow(flow.sock)
+        counters = sigma.counters(bed.ue_ip(0))
+        assert state is not None and counters is not None
+        assert counters.max_starts == starts + 1
+        assert Phase(state.phase) == Phase.MAX_START
+        assert state.iw_segs == w_max_segs(TBS, state.rtt_min_us, mss) > 10
+        assert info["snd_cwnd"] == state.iw_segs  # not the kernel's restart window
+    finally:
+        flow.close()
+
+
 def test_proportional_adjustment_when_rtt_doubles(sigma: Sigma, bed: UplinkBed) -> None:
     """The uplink CQI falls from 15 to 5 (MCS 28 -> 7) under a running upload: the UE's
     buffer grows, RTT_last reaches 2 RTT_min and SIGMA sets cwnd = W_max RTT_min /

@@ -25,6 +25,7 @@ import yaml
 
 from mec_common.netns import in_netns
 from mec_common.tables import cqi_to_mcs, nr_tbs_bits
+from mec_pep.sockets import tcp_info
 from mts_testbed import builder
 from mts_testbed.topology import Topology
 from mts_ue.sigma import Sigma
@@ -120,10 +121,25 @@ class Flow:
                 self.received += len(data)
             self.end = time.monotonic()
 
-    def send(self, n: int) -> None:
-        """Send n bytes and the FIN (the sink's EOF ends the flow)."""
+    def warm_up(self) -> None:
+        """Make this a persistent connection: one byte sent and ACKed. After it the
+        sender knows the sink's scaled window, which a fresh connection's first round
+        trip lacks (a SYN-ACK's window is never scaled, RFC 7323 §2.2; docs/sigma.md)."""
+        self.send_more(1)
+        deadline = time.monotonic() + 10
+        while tcp_info(self.sock)["unacked"]:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the warm-up byte was never ACKed")
+            time.sleep(0.001)
+
+    def send_more(self, n: int) -> None:
+        """Send n bytes, keeping the connection open."""
         self.sock.sendall(bytes(n))
         self.sent += n
+
+    def send(self, n: int) -> None:
+        """Send n bytes and the FIN (the sink's EOF ends the flow)."""
+        self.send_more(n)
         self.sock.shutdown(socket.SHUT_WR)
 
     def run(self) -> None:
