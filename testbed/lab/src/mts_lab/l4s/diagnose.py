@@ -40,6 +40,7 @@ from mts_lab.results import Results, pyplot, save_figure, save_results
 
 # struct tcp_info (include/uapi/linux/tcp.h, 6.18): byte offset, format
 TCP_INFO_FIELDS = {
+    "ca_state": (1, "B"),  # 0 open, 1 disorder, 2 CWR, 3 recovery, 4 loss
     "rtt_us": (68, "I"),
     "ssthresh": (76, "I"),
     "cwnd": (80, "I"),
@@ -50,6 +51,7 @@ TCP_INFO_FIELDS = {
     "delivered_ce": (196, "I"),
 }
 TCP_INFO_LEN = 200
+CA_CWR = 2
 SAMPLE_S = 0.1
 
 
@@ -220,6 +222,8 @@ def summarise(trace: list[dict[str, Any]], flows: list[Flow], seconds: float) ->
             "rtt_ms": statistics.fmean(r[f.name]["rtt_us"] for r in half) / 1000,
             "pacing_mbit_s": statistics.fmean(r[f.name]["pacing_rate_Bps"] for r in half) * 8e-6,
             "retrans": b["retrans"] - a["retrans"],
+            # in CWR the kernel reduces the window towards ssthresh and does not grow it
+            "cwr_share": statistics.fmean(r[f.name]["ca_state"] == CA_CWR for r in half),
             "ce_arrived_share": (b["ce_arrived"] - a["ce_arrived"])
             / max(1, b["pkts_arrived"] - a["pkts_arrived"]),
             "delivered_ce_share": (b["delivered_ce"] - a["delivered_ce"]) / max(1, delivered),
