@@ -189,9 +189,9 @@ def plot(results: Results, path: Path) -> None:
     fig, axes = plt.subplots(2, len(tables), figsize=(3.6 * len(tables), 7), sharey="row",
                              squeeze=False)  # fmt: skip
     for col, t in enumerate(tables):
-        names = ["8.1/base"] + [n for n in results["tables"] if n.startswith(f"{t}/")] * (
-            t != "8.1"
-        )
+        # the base first when it was run (not with --no-base)
+        base = [n for n in results["tables"] if n == "8.1/base"]
+        names = base + [n for n in results["tables"] if n.startswith(f"{t}/")] * (t != "8.1")
         xs = range(len(names))
         for cca, style, colour in (("prague", "-o", "C0"), ("cubic", "--s", "C1")):
             for ax, field_, pub_field in (
