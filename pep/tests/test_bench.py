@@ -75,6 +75,8 @@ def test_cost_bulk_small(tmp_path: Path) -> None:
         assert 0 < split["splice (the proxy's relaying)"] < floor["machine_cpu_s_per_gbit"]
         assert direct["cpu_s_per_gbit_by_entry"]["splice (the proxy's relaying)"] == 0
         assert direct["cpu_s_per_gbit_by_entry"]["softirq receive path"] > 0
+        for end in ("send from user space", "receive into user space"):  # iperf3's write/read
+            assert direct["cpu_s_per_gbit_by_entry"][f"{end} (iperf3, HAProxy)"] > 0
 
 
 def test_haproxy_pinned(tmp_path: Path) -> None:
