@@ -1,0 +1,2 @@
+#!/bin/sh
+exec nice -n -15 /tmp/tdiag/tunnel-lossskip "$@"

@@ -1,0 +1,2 @@
+#!/bin/sh
+exec chrt -f 10 /tmp/tdiag/tunnel-lossskip "$@"
