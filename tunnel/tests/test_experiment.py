@@ -39,3 +39,7 @@ def test_aggregation_and_fq_codel_against_fifo() -> None:
     )
     assert fifo["ping_late_ms"] > fifo["ping_early_ms"], "FIFO: no bufferbloat seen"
     assert fq["stats"]["drops"]["aqm"] > 0, fq["stats"]["drops"]  # CoDel acted
+    # every ping's request and reply path came from the ends' ICMP trace (RR: both paths)
+    pairs = {k: v for k, v in fq["ping_by_paths"].items() if k != "reply_with_choice"}
+    assert "None" not in "".join(pairs) and abs(sum(v["share"] for v in pairs.values()) - 1) < 1e-9
+    assert {"1-1", "2-2"} & set(pairs), pairs
