@@ -6,7 +6,7 @@ The research ran ns-3 (900 Mbit/s uplink, 10 ms RTT, BDP 1.2 MB, a 10 MB RLC buf
 this runs real TCP from UE namespaces through the emulator's uplink MAC at the scale the
 shared 2-core machine carries (``Scale``: NR 106 PRB, MCS 28, 77.9 Mbit/s, 40 ms RTT,
 BDP ~390 kB, a modem buffer of 8.3 BDP as the research's ratio). Scenarios: one flow of
-4, 10 and 40 BDP; four flows of 10 BDP from one UE; two UEs with 10 and 4 BDP. Per run:
+2, 4, 10 and 40 BDP; four flows of 10 BDP from one UE; two UEs with 10 and 4 BDP. Per run:
 duration (first connect to the sink's last byte; with ``--warm``, from the upload's
 first byte on connections already open), the uplink RTT (TCP_INFO sRTT of every
 flow each 10 ms) and each UE's modem buffer (the grant map's ``buffer_bytes`` each
