@@ -25,9 +25,10 @@
  * stale_ns: the modem driver stopped) or one out of range; then the growth function
  * of the kernel's Reno/CUBIC runs on that ACK and the reason is counted per UE. A
  * grant that becomes fresh again hands the connection back to SIGMA (Proportional
- * Adjustment / Safe Increase). Max Start runs at the handshake and again whenever the
- * connection starts sending with nothing in flight (after idle, where the kernel would
- * restart slow start from its initial window: SIGMA replaces slow start there too).
+ * Adjustment / Safe Increase). Max Start runs at the handshake and again whenever new
+ * data leaves with nothing outstanding: after any pause in which all data was ACKed (after
+ * one longer than the RTO the kernel would restart slow start at its initial window:
+ * SIGMA replaces slow start there too).
  *
  * Departures, for the reasons in docs/sigma.md: N counts this UE when the grant has
  * none of its PRBs (a UE about to send is a user of the cell); Max Start's pacing rate
@@ -265,9 +266,10 @@ static __always_inline void sigma_init(struct sock *sk)
 }
 
 /*
- * Sending new data with nothing outstanding (CA_EVENT_TX_START with packets_out 0; the
- * kernel has just restarted an idle connection at its initial window, RFC 5681 §4.1):
- * a new Max Start from the current grant. Not for a retransmission after a timeout
+ * Sending new data with nothing outstanding (CA_EVENT_TX_START with packets_out 0; if the
+ * pause was longer than the RTO the kernel has just restarted the window at its initial
+ * one, RFC 5681 §4.1): a new Max Start from the current grant, whose window the modem's
+ * empty share of the buffer can take since none of this connection's data is queued. Not for a retransmission after a timeout
  * (packets_out > 0 then), nor on the first send of a connection whose Max Start from the
  * handshake has had no ACK yet (that window is still the one to send).
  */
