@@ -70,8 +70,8 @@ OPERATIONS = {
         "__x64_sys_splice",
         "__x64_sys_recvfrom",
         "__x64_sys_sendto",
-        "__x64_sys_read",
-        "__x64_sys_write",
+        "ksys_read",  # not __x64_sys_read/_write: see BULK
+        "ksys_write",
         "__x64_sys_sendmsg",
         "__x64_sys_recvmsg",
         "io_send",
@@ -103,7 +103,7 @@ ACROSS = {
 BULK = {
     "splice (the proxy's relaying)": ("__x64_sys_splice",),
     # ksys_write/ksys_read: this kernel's x64_sys_call inlines __x64_sys_write/_read, so
-    # iperf3's calls never show under those names
+    # calls never show under those names (OPERATIONS' "data" row counts them the same way)
     "send from user space (iperf3, HAProxy)": ("__x64_sys_sendto", "ksys_write"),
     "receive into user space (iperf3, HAProxy)": ("__x64_sys_recvfrom", "ksys_read"),
     "events (epoll)": (
