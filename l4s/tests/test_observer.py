@@ -9,7 +9,9 @@ truth the observer's samples are compared with.
 from __future__ import annotations
 
 import json
+import secrets
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -143,6 +145,29 @@ def test_the_service_refuses_bad_requests(tmp_path: Path) -> None:
         bad = client.get("/flowrtt/v1/flows?address=not-an-ip", headers=auth)
         assert bad.status_code == 400 and bad.json()["status"] == 400
         assert client.get("/flowrtt/v1/observer", headers=auth).json()["attached"] is False
+
+
+def test_an_interface_that_comes_later_is_attached_with_backoff(tmp_path: Path) -> None:
+    """A deployment may start the service before its RAN side exists: /healthz says why it
+    is not attached, and the service attaches once the interface is there."""
+    netns = f"mts-flowrtt-late-{secrets.token_hex(3)}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    settings = FlowRttSettings(
+        state_dir=tmp_path, interfaces=["late0"], netns=netns,
+        instance=f"mts-flowrtt-late-{secrets.token_hex(3)}", amqp_period_ms=0,
+    )  # fmt: skip
+    try:
+        with TestClient(build_app(settings)) as client:
+            health = client.get("/healthz")
+            assert health.status_code == 503
+            assert "cannot attach" in health.json()["checks"]["observer"]["detail"]
+            subprocess.run(["ip", "-n", netns, "link", "add", "late0", "type", "veth",
+                            "peer", "name", "late1"],
+                           check=True)  # fmt: skip
+            wait_for(lambda: client.get("/healthz").status_code == 200, "the late attach")
+        assert not (BPFFS / settings.instance).exists(), "the service left its pins behind"
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)
 
 
 @pytest.fixture

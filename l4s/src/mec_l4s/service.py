@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from mec_common.amqp import AmqpPublisher
+from mec_common.amqp import AmqpPublisher, Backoff
 from mec_common.bus.flowrtt import SCHEMA_VERSION
 from mec_common.health import Health
 from mec_common.logging import get_logger
@@ -32,12 +32,27 @@ class FlowRttService:
         if not s.interfaces:
             self.health.set("observer", False, "no interfaces configured (FLOWRTT_INTERFACES)")
             return
+        # an interface may come later (a deployment's RAN side set up after the service):
+        # retried with backoff and shown in /healthz until attached
+        if not self._attach():
+            self._run("flowrtt-attach", self._attach_with_backoff)
+
+    def _attach_with_backoff(self) -> None:
+        backoff = Backoff(first=1.0, cap=30.0)
+        while not self._stop.wait(backoff.next_delay()):
+            if self._attach():
+                return
+
+    def _attach(self) -> bool:
+        """Load the observer and attach it to every interface; on success start reading its
+        samples (and the feed)."""
+        s = self.settings
         try:
             observer = Observer.load(s.bpf_object, s.instance)
         except (OSError, RuntimeError) as exc:
             self.health.set("observer", False, f"cannot load {s.bpf_object}: {exc}")
             log.error("observer not loaded", error=str(exc))
-            return
+            return False
         try:
             observer.configure(s.delay_cutoff_ms, s.min_gap_pct)
             for ifname in s.interfaces:
@@ -46,12 +61,16 @@ class FlowRttService:
             observer.close()
             self.health.set("observer", False, f"cannot attach: {exc}")
             log.error("observer not attached", error=str(exc))
-            return
+            return False
+        if self._stop.is_set():  # closed while attaching
+            observer.close()
+            return True
         self.observer = observer
         self.health.set("observer", True, f"on {', '.join(s.interfaces)}")
         self._run("flowrtt-poll", self._poll)
         if s.amqp_period_ms > 0:
             self._start_feed()
+        return True
 
     def _run(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -90,8 +109,8 @@ class FlowRttService:
 
     def close(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        while self._threads:  # the attach thread's own ones included
+            self._threads.pop(0).join(timeout=5)
         if self.publisher is not None:
             self.publisher.close()
             self.publisher = None

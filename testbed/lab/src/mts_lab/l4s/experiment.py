@@ -474,32 +474,40 @@ def table(results: Results) -> str:
 
 
 def table_reorder(results: Results) -> str:
-    """Tables 7.2/7.3: mean and std dev of each truth and method per reorder rate."""
+    """Tables 7.2/7.3: mean and std dev of each truth and method per reorder rate; each row
+    with its runs × seconds (``mts_lab.l4s.reorder`` assembles rows of several sources)."""
     lines = [
-        f"L4S Tables 7.2/7.3 rebuilt: {results['runs']} run(s) x {results['seconds']} s per "
-        f"technique and reorder rate, load before {results['load_before']}, after "
-        f"{results['load_after']}",
-        f"{'reorder %':>9} {'technique/cca':14} {'TCP_INFO':>12} {'raw':>12} {'filtered':>12} "
-        f"{'|e| p90 tcp raw/filt':>21}  published (ss, method: mean/std)",
-    ]
+        "L4S Tables 7.2/7.3 rebuilt"
+        + (f", load before {results['load_before']}, after {results['load_after']}"
+           if "load_before" in results else f" from {', '.join(results.get('sources', []))}"),
+        f"{'reorder %':>9} {'technique/cca':16} {'runs':>7} {'TCP_INFO':>12} {'raw':>12} "
+        f"{'filtered':>12} {'|e| p90 tcp raw/filt':>21}  published (ss, method: mean/std)",
+    ]  # fmt: skip
     for rate, rows in results["tables"].items():
         for key, row in rows.items():
             technique, cca = key.split("/")
             pub = results["published"].get(rate, {}).get(cca)
+            method = technique.split("+")[0]  # spin+guard: compared with the spin bit
             published = (
-                f"{pub['ss'][0]}/{pub['ss'][1]}, {pub[technique][0]}/{pub[technique][1]}"
-                if pub
-                else "-"
+                f"{pub['ss'][0]}/{pub['ss'][1]}, {pub[method][0]}/{pub[method][1]}" if pub else "-"
             )
+            n, seconds = (
+                row.get("runs", results.get("runs")),
+                row.get("seconds", results.get("seconds")),
+            )
+            runs = f"{n}x{seconds:g}"
             lines.append(
-                f"{rate:>9} {key:14} "
+                f"{rate:>9} {key:16} {runs:>7} "
                 f"{row['truth_mean_ms'][0]:>7.1f}/{row['truth_std_ms'][0]:<4.1f} "
                 f"{row['raw_mean_ms'][0]:>7.1f}/{row['raw_std_ms'][0]:<4.1f} "
                 f"{row['filtered_mean_ms'][0]:>7.1f}/{row['filtered_std_ms'][0]:<4.1f} "
                 f"{row['raw_vs_tcp_p90_ms'][0]:>10.1f}/{row['filtered_vs_tcp_p90_ms'][0]:<10.1f} "
                 + published
             )
-    lines.append("(mean/std in ms: means over runs of each run's mean and population std dev)")
+    lines.append(
+        "(mean/std in ms: means over runs of each run's mean and population std dev; "
+        "runs: runs x seconds)"
+    )
     return "\n".join(lines)
 
 
@@ -513,16 +521,26 @@ def plot_reorder(results: Results, path: Path) -> None:
             key = f"{technique}/{cca}"
             for field_, label in (("truth_mean_ms", "TCP_INFO"), ("raw_mean_ms", "raw"),
                                   ("filtered_mean_ms", "filtered")):  # fmt: skip
-                ys = [results["tables"][r][key][field_][0] for r in rates]
-                ax.plot(range(len(rates)), ys, style, marker="o", label=f"{cca} {label}")
+                points = [(i, results["tables"][r][key][field_]) for i, r in enumerate(rates)
+                          if key in results["tables"][r]]  # fmt: skip
+                ax.errorbar([i for i, _ in points], [v[0] for _, v in points],
+                            yerr=[v[1] if v[1] == v[1] else 0 for _, v in points], fmt=style,
+                            marker="o", capsize=3, label=f"{cca} {label}")  # fmt: skip
+            guard = f"spin+guard/{cca}"
+            guarded = [(i, results["tables"][r][guard]["filtered_mean_ms"][0])
+                       for i, r in enumerate(rates)
+                       if technique == "spin" and guard in results["tables"][r]]  # fmt: skip
+            if guarded:
+                ax.scatter([i for i, _ in guarded], [v for _, v in guarded], marker="*", s=90,
+                           zorder=4, label=f"{cca} filtered + endpoint guard")  # fmt: skip
             pub = [results["published"].get(r, {}).get(cca, {}).get(technique) for r in rates]
             ax.scatter([i for i, p in enumerate(pub) if p], [p[0] for p in pub if p],
                        marker="x", color="k", zorder=3)  # fmt: skip
         ax.set_xticks(range(len(rates)), [f"{r} %" for r in rates])
         ax.set_title(f"{technique} bit: mean RTT vs WAN reordering (x: published)")
         ax.set_xlabel("packets reordered")
+        ax.legend(fontsize=6)
     axes[0].set_ylabel("mean RTT (ms)")
-    axes[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
 
@@ -549,12 +567,14 @@ def plot(results: Results, path: Path) -> None:
     fig.savefig(path)
 
 
-def run_all(args: argparse.Namespace, rates: list[float]) -> list[dict[str, Any]]:
-    """Every run: ``args.runs`` × each technique × each WAN reorder rate (%)."""
+def run_all(args: argparse.Namespace, rates: list[float], first: int = 0) -> list[dict[str, Any]]:
+    """Every run: ``args.runs`` × each technique × each WAN reorder rate (%), numbered from
+    ``first`` (after the runs of earlier holds)."""
     runs = []
     techniques = [TECHNIQUES[t] for t in args.techniques.split(",")]
+    numbers = range(first, first + args.runs)
     with loaded_prague() as prague:
-        for rate, run, technique in itertools.product(rates, range(args.runs), techniques):
+        for rate, run, technique in itertools.product(rates, numbers, techniques):
             line = WanLine.create(
                 30.0, rate_mbps=args.rate_mbps, queue="dualpi2", prefix="l4x", reorder_pct=rate
             )
@@ -616,27 +636,36 @@ def main() -> None:
         help="comma-separated, of spin, delay (the research's, GSO off), delay_run (GSO "
         "kept); other than the default, Table 7.1 goes to table-7-1-<techniques>",
     )
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="add to the runs in --out's table (same run length and rate), so a sweep can "
+        "be split across measurement-lock holds",
+    )  # fmt: skip
     args = parser.parse_args()
     if unknown := set(args.techniques.split(",")) - set(TECHNIQUES):
         parser.error(f"unknown technique(s) {sorted(unknown)}: use {', '.join(TECHNIQUES)}")
     rates = [float(r) for r in args.reorder_pct.split(",")] if args.reorder_pct else [0.0]
-    load_before = os.getloadavg()
-    runs = run_all(args, rates)
+    name = "table-7-2-3" if args.reorder_pct else "table-7-1"
+    if args.reorder_pct is None and args.techniques != DEFAULT_TECHNIQUES:
+        name += "-" + args.techniques.replace(",", "-").replace("_", "-")
+    earlier, holds = earlier_runs(args, name) if args.resume else ([], [])
+    hold = {"load_before": [round(x, 1) for x in os.getloadavg()], "utc_start": utc_now()}
+    runs = earlier + run_all(args, rates, first=1 + max((r["run"] for r in earlier), default=-1))
+    hold |= {"load_after": [round(x, 1) for x in os.getloadavg()], "utc_end": utc_now()}
+    all_holds = [*holds, hold]
     results: Results = {
-        "runs": args.runs,
+        "runs": len({r["run"] for r in runs}),
         "seconds": args.seconds,
         "rate_mbps": args.rate_mbps,
         "base_rtt_ms": 60,
-        "load_before": [round(x, 1) for x in load_before],
-        "load_after": [round(x, 1) for x in os.getloadavg()],
+        "load_before": all_holds[0]["load_before"],
+        "load_after": hold["load_after"],
+        "holds": all_holds,
         "per_run": runs,
         "spin_guard": args.spin_guard,
     }
     if args.reorder_pct is None:
         results["table"] = aggregate(runs)
-        name = "table-7-1"
-        if args.techniques != DEFAULT_TECHNIQUES:
-            name += "-" + args.techniques.replace(",", "-").replace("_", "-")
         save_results(results, args.out, name, plot, table)
         return
     results["reorder_pct"] = rates
@@ -644,7 +673,31 @@ def main() -> None:
         f"{rate:g}": aggregate([r for r in runs if r["reorder_pct"] == rate]) for rate in rates
     }
     results["published"] = PUBLISHED_REORDER
-    save_results(results, args.out, "table-7-2-3", plot_reorder, table_reorder)
+    save_results(results, args.out, name, plot_reorder, table_reorder)
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def earlier_runs(
+    args: argparse.Namespace, name: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runs and lock holds already in ``--out``'s ``<name>.json`` (none if absent), so a
+    sweep can be split across measurement-lock holds; a file of another run length or rate
+    is refused rather than mixed in."""
+    path = args.out / f"{name}.json"
+    if not path.exists():
+        return [], []
+    old = json.loads(path.read_text())
+    if old["seconds"] != args.seconds or old["rate_mbps"] != args.rate_mbps:
+        raise SystemExit(
+            f"{path}: {old['seconds']} s at {old['rate_mbps']} Mbit/s, not "
+            f"{args.seconds} s at {args.rate_mbps}: use another --out"
+        )
+    holds = old.get("holds") or [{"load_before": old["load_before"],
+                                  "load_after": old["load_after"]}]  # fmt: skip
+    return old["per_run"], holds
 
 
 if __name__ == "__main__":

@@ -22,9 +22,7 @@ round-robin over the scenarios, so load drifts spread over all of them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +30,15 @@ from typing import Any
 
 from mec_l4s.efm import Technique
 from mts_lab.l4s.bed import WanLine
-from mts_lab.l4s.experiment import MIB, experiment_arguments, loaded_prague, mean_ci, one_run
+from mts_lab.l4s.experiment import (
+    MIB,
+    earlier_runs,
+    experiment_arguments,
+    loaded_prague,
+    mean_ci,
+    one_run,
+    utc_now,
+)
 from mts_lab.results import Results, pyplot, save_results
 
 CCAS = ("prague", "cubic")
@@ -114,10 +120,6 @@ def run_all(
     return runs
 
 
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def _flow(r: dict[str, Any], seconds: float) -> dict[str, Any]:
     """What Tables 8.x report of one flow in one run."""
     return {
@@ -128,6 +130,12 @@ def _flow(r: dict[str, Any], seconds: float) -> dict[str, Any]:
         "tcp_info_std_ms": r["truth"].get("std_ms"),
         "delay_raw_mean_ms": r["raw"].get("mean_ms"),
         "delay_filtered_mean_ms": r["filtered"].get("mean_ms"),
+        # for Tables 7.2/7.3 (mts_lab.l4s.reorder): these runs are their delay-bit rows
+        "delay_raw_std_ms": r["raw"].get("std_ms"),
+        "delay_filtered_std_ms": r["filtered"].get("std_ms"),
+        "delay_raw_vs_tcp_p90_ms": r["raw"].get("vs_tcp_p90_ms"),
+        "delay_filtered_vs_tcp_p90_ms": r["filtered"].get("vs_tcp_p90_ms"),
+        "delay_filtered_abs_error_p90_ms": r["filtered"].get("abs_error_p90_ms"),
     }
 
 
@@ -137,9 +145,10 @@ def aggregate(runs: list[dict[str, Any]], scenarios: list[Scenario]) -> dict[str
         rows = [r for r in runs if r["scenario"] == key(s)]
         entry: dict[str, Any] = {"scenario": asdict(s), "runs": len(rows)}
         for cca in CCAS:
-            fields = rows[0][cca].keys() if rows else ()
+            fields = rows[-1][cca].keys() if rows else ()  # the newest runs' (a field added)
             entry[cca] = {
-                f: list(mean_ci([v for r in rows if (v := r[cca][f]) is not None])) for f in fields
+                f: list(mean_ci([v for r in rows if (v := r[cca].get(f)) is not None]))
+                for f in fields
             }
             pub = PUBLISHED.get(key(s), {}).get(cca)
             if pub is not None:
@@ -239,7 +248,7 @@ def main() -> None:
         s for s in SCENARIOS if (not wanted or s.table in wanted or s is BASE) and
         (s is not BASE or with_base)
     ]  # fmt: skip
-    earlier, holds = earlier_runs(args) if args.resume else ([], [])
+    earlier, holds = earlier_runs(args, "tables-8") if args.resume else ([], [])
     hold = {"load_before": [round(x, 1) for x in os.getloadavg()],
             "utc_start": utc_now()}  # fmt: skip
 
@@ -262,23 +271,6 @@ def main() -> None:
         save_results(results, args.out, "tables-8", plot, table)
 
     run_all(args, scenarios, save, earlier)
-
-
-def earlier_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The runs and lock holds already in ``--out``'s tables-8.json (none if absent); a file
-    of another run length or rate is refused rather than mixed in."""
-    path = args.out / "tables-8.json"
-    if not path.exists():
-        return [], []
-    old = json.loads(path.read_text())
-    if old["seconds"] != args.seconds or old["rate_mbps"] != args.rate_mbps:
-        raise SystemExit(
-            f"{path}: {old['seconds']} s at {old['rate_mbps']} Mbit/s, not "
-            f"{args.seconds} s at {args.rate_mbps}: use another --out"
-        )
-    holds = old.get("holds") or [{"load_before": old["load_before"],
-                                  "load_after": old["load_after"]}]  # fmt: skip
-    return old["per_run"], holds
 
 
 if __name__ == "__main__":
