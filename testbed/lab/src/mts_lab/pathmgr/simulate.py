@@ -69,6 +69,7 @@ class SimSetup:
     initial_active: int = 4
     delay_sample_step: float = 0.0005  # s between delay samples (virtual packets)
     compute_penalty: str = "published"  # "published" (Table 7.1) or "none"
+    published: str = "table-4.1"  # the published figures this setup is compared with
 
     @property
     def arrival_pps(self) -> float:
