@@ -1,6 +1,6 @@
 # pep: the split-TCP PEP (Python mec_pep), its C clients, benchmark and experiment.
 APT_PACKAGES += gcc libc6-dev haproxy iperf3 clang libbpf-dev liburing-dev strace linux-perf
-BUILD_TARGETS += build/lib/libpep_preload.so build/bin/tcpload build/bin/relay-floor \
+BUILD_TARGETS += build/lib/libpep_preload.so build/lib/libmec_pep_core.so build/bin/tcpload build/bin/relay-floor \
 	build/bpf/relay_floor.bpf.o build/bin/relay-floor-uring
 TEST_TARGETS += test-pep
 BENCH_TARGETS += bench-pep
@@ -12,6 +12,11 @@ PEP_PRELOAD := build/lib/libpep_preload.so
 $(PEP_PRELOAD): pep/clients/c/pep_preload.c pep/clients/c/pep_tlv.h
 	@mkdir -p $(@D)
 	gcc -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl -lpthread
+
+# The compiled relay core (PEP_RELAY_CORE=uring), loaded by mec_pep/core.py.
+build/lib/libmec_pep_core.so: pep/core/pep_core.c pep/core/pep_core.h
+	@mkdir -p $(@D)
+	gcc -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -lpthread -luring
 
 # The benchmark's traffic (server, short-flow/connection-rate client, idle holder).
 build/bin/tcpload: testbed/tcpload/main.go go.mod
@@ -33,12 +38,12 @@ build/bpf/relay_floor.bpf.o: testbed/relay-floor/relay_floor.bpf.c $(MELD_VMLINU
 	@mv $@.tmp $@
 
 .PHONY: test-pep bench-pep experiment-pep-split experiment-pep-interactive experiment-pep-fairness experiment-pep-mmwave
-test-pep: python rabbitmq $(PEP_PRELOAD) build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)
+test-pep: python rabbitmq $(PEP_PRELOAD) build/lib/libmec_pep_core.so build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)
 	@test -z "$$(gofmt -l testbed/tcpload)" || { gofmt -l testbed/tcpload; exit 1; }
 	go vet ./testbed/tcpload
 	uv run pytest -q pep/tests
 
-bench-pep: python $(PEP_PRELOAD) build/bin/tcpload ## PEP vs direct vs HAProxy: throughput, CPU/Gbit, conn/s, short flows, 100,000 idle connections -> docs/results/pep/
+bench-pep: python $(PEP_PRELOAD) build/lib/libmec_pep_core.so build/bin/tcpload ## PEP vs direct vs HAProxy: throughput, CPU/Gbit, conn/s, short flows, 100,000 idle connections -> docs/results/pep/
 	uv run python -m mts_lab.pep.bench --out docs/results/pep
 
 experiment-pep-split: python build ## split-TCP benefit on the emulated RAN, E2E vs PEP, capacity step -> docs/results/pep-split/

@@ -32,6 +32,19 @@ DUAL_STACK = {  # PEP settings for IPv4 and IPv6 clients and servers of the lab
     "allowed_destinations": "10.201.2.0/24,fd00:201:2::/64",
 }
 
+# The relays a test module may run against (the fixture ``relay_settings``): the Python
+# relay, and the compiled io_uring core, which relays transparent mode only.
+RELAYS: dict[str, dict[str, Any]] = {
+    "python": {},
+    "uring": {"relay_core": "uring", "socks5_port": None, "tlv_port": None},
+}
+
+
+def carries(relay_settings: dict[str, Any], mode: str) -> bool:
+    """Whether a PEP with these relay settings relays ``mode``; skip its tests where not."""
+    return mode == "transparent" or relay_settings.get("relay_core") != "uring"
+
+
 # A random block of prime length repeated: shifted at every repetition, so lost,
 # duplicated or reordered chunks change the digest.
 _BLOCK = random.Random(7).randbytes(1_048_573)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Any
 
 import pytest
 from pep_support import (
+    CONNECTORS,
+    RELAYS,
     SOCKS_PORT,
     TLV_PORT,
     DataServer,
@@ -20,6 +23,13 @@ from pep_support import (
 from mts_lab.line import Lab, in_netns
 
 pytestmark = pytest.mark.netns
+
+
+@pytest.fixture(scope="module", params=RELAYS)
+def relay_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Every test here runs against both relays (conftest's ``relay_settings``)."""
+    return RELAYS[request.param]
+
 
 PROBLEM = "application/problem+json"
 
@@ -48,14 +58,15 @@ def test_api_denies_without_a_valid_token(pep: PepProcess, path: str) -> None:
     assert wrong.status_code == 401
 
 
-def test_flow_state_has_both_legs(lab: Lab, pep: PepProcess, server: DataServer) -> None:
-    with connect_tlv(lab, server.address) as sock:
+@pytest.mark.parametrize("mode", ["tlv", "transparent"])
+def test_flow_state_has_both_legs(lab: Lab, pep: PepProcess, server: DataServer, mode: str) -> None:
+    with CONNECTORS[mode](lab, server.address) as sock:
         sock.sendall(request(b"E") + b"x" * 1000)
         assert len(sock.recv(1000)) > 0
         listing = pep.get("/pep/v1/flows", params={"ue": lab.client_ip}).json()
         assert listing["count"] == 1
         flow = listing["flows"][0]
-        assert flow["mode"] == "tlv" and flow["ue"] == lab.client_ip
+        assert flow["mode"] == mode and flow["ue"] == lab.client_ip
         assert flow["stage"] == "relaying"
         assert flow["destination"] == f"{server.address[0]}:{server.address[1]}"
         assert flow["ran"]["peer"].startswith(lab.client_ip + ":")
@@ -84,9 +95,12 @@ def test_bad_requests_get_problem_details(pep: PepProcess) -> None:
         assert response.json()["status"] == status
 
 
-def test_backlog_toward_a_slow_ue_is_visible(lab: Lab, pep: PepProcess, server: DataServer) -> None:
+@pytest.mark.parametrize("mode", ["socks5", "transparent"])
+def test_backlog_toward_a_slow_ue_is_visible(
+    lab: Lab, pep: PepProcess, server: DataServer, mode: str
+) -> None:
     """The server sends 32 MB, the UE does not read: the PEP holds the difference."""
-    sock = connect_socks5(lab, server.address)
+    sock = CONNECTORS[mode](lab, server.address)
     try:
         sock.sendall(request(b"D", 32 << 20))
 
@@ -105,11 +119,12 @@ def test_backlog_toward_a_slow_ue_is_visible(lab: Lab, pep: PepProcess, server: 
         sock.close()
 
 
-def test_reset_a_flow(lab: Lab, pep: PepProcess, server: DataServer) -> None:
-    with connect_tlv(lab, server.address) as sock:
+@pytest.mark.parametrize("mode", ["tlv", "transparent"])
+def test_reset_a_flow(lab: Lab, pep: PepProcess, server: DataServer, mode: str) -> None:
+    with CONNECTORS[mode](lab, server.address) as sock:
         sock.sendall(request(b"E") + b"x")
         assert sock.recv(1) == b"x"
-        flow_id = pep.get("/pep/v1/flows", params={"mode": "tlv"}).json()["flows"][0]["id"]
+        flow_id = pep.get("/pep/v1/flows", params={"mode": mode}).json()["flows"][0]["id"]
         assert pep.request("DELETE", f"/pep/v1/flows/{flow_id}").status_code == 204
         sock.settimeout(5)
         with pytest.raises(ConnectionResetError):
@@ -117,6 +132,7 @@ def test_reset_a_flow(lab: Lab, pep: PepProcess, server: DataServer) -> None:
     assert pep.get(f"/pep/v1/flows/{flow_id}").status_code == 404
 
 
+@pytest.mark.explicit_modes
 def test_stats_count_what_happened(pep: PepProcess) -> None:
     stats = pep.get("/pep/v1/stats").json()
     assert stats["accepted"] >= stats["established"] > 0
@@ -125,6 +141,7 @@ def test_stats_count_what_happened(pep: PepProcess) -> None:
     assert stats["tfo_server_enabled"] is True
 
 
+@pytest.mark.explicit_modes
 def test_config_reads_back(pep: PepProcess) -> None:
     config = pep.get("/pep/v1/config").json()
     assert config["tlv_port"] == TLV_PORT and config["socks5_port"] == SOCKS_PORT
@@ -144,6 +161,7 @@ def _socks_refused(lab: Lab) -> bool:
     return False
 
 
+@pytest.mark.explicit_modes
 def test_modes_switch_at_run_time(lab: Lab, pep: PepProcess, server: DataServer) -> None:
     off = pep.request("PATCH", "/pep/v1/config", json={"socks5_port": None})
     assert off.status_code == 200, off.text
@@ -156,6 +174,7 @@ def test_modes_switch_at_run_time(lab: Lab, pep: PepProcess, server: DataServer)
         assert sock.recv(2) == b"ok"
 
 
+@pytest.mark.explicit_modes
 def test_bad_config_changes_change_nothing(pep: PepProcess) -> None:
     before = pep.get("/pep/v1/config").json()
     for body, status in (
@@ -171,6 +190,7 @@ def test_bad_config_changes_change_nothing(pep: PepProcess) -> None:
     assert pep.get("/pep/v1/config").json() == before
 
 
+@pytest.mark.explicit_modes
 def test_buffers_and_clients_change_at_run_time(
     lab: Lab, pep: PepProcess, server: DataServer
 ) -> None:

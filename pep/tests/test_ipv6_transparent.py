@@ -9,13 +9,28 @@ share the lab's ports and nftables table with that module's PEP.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from pep_support import DUAL_STACK, DataServer, PepProcess, connect_direct, connect_socks5, request
+from pep_support import (
+    DUAL_STACK,
+    RELAYS,
+    DataServer,
+    PepProcess,
+    connect_direct,
+    connect_socks5,
+    request,
+)
 
 from mts_lab.line import Lab
 
 pytestmark = pytest.mark.netns
+
+
+@pytest.fixture(scope="module", params=RELAYS)
+def relay_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Every test here runs against both relays (conftest's ``relay_settings``)."""
+    return RELAYS[request.param]
 
 
 def test_wan_leg_keeps_the_ue_ipv6_address(
@@ -44,6 +59,7 @@ def test_wan_leg_keeps_the_ue_ipv6_address(
     assert "lookup" not in lab.sh(lab.pep_ns, "ip -6 rule show | grep fwmark || true")
 
 
+@pytest.mark.explicit_modes
 def test_ipv6_clients_are_denied_unless_listed(
     lab: Lab, start_pep: Callable[..., PepProcess], server6: DataServer
 ) -> None:

@@ -7,9 +7,10 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from pep_support import PepProcess, wait_for
+from pep_support import RELAYS, PepProcess, wait_for
 
 from mts_lab.line import Lab, in_netns
 
@@ -18,6 +19,12 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow]
 FLOWS = 10_000
 ECHO_PORT = 7007
 MAX_USER_MEMORY_PER_FLOW_KIB = 10.0
+
+
+@pytest.fixture(scope="module", params=RELAYS)
+def relay_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Every test here runs against both relays (conftest's ``relay_settings``)."""
+    return RELAYS[request.param]
 
 
 @pytest.fixture(scope="module")

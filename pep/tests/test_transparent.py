@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from pep_support import DUAL_STACK, DataServer, PepProcess, connect_direct, request
+from pep_support import DUAL_STACK, RELAYS, DataServer, PepProcess, connect_direct, request
 
 from mts_lab.line import Lab
 
 pytestmark = pytest.mark.netns
+
+
+@pytest.fixture(scope="module", params=RELAYS)
+def relay_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Every test here runs against both relays (conftest's ``relay_settings``)."""
+    return RELAYS[request.param]
 
 
 def _echo_once(lab: Lab, server: DataServer) -> tuple[str, int]:
@@ -61,9 +68,15 @@ FAMILIES = {
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_rules_are_removed_at_exit_and_after_a_crash(
-    lab: Lab, server: DataServer, server6: DataServer, tmp_path_factory, family: str
+    lab: Lab,
+    server: DataServer,
+    server6: DataServer,
+    tmp_path_factory,
+    family: str,
+    relay_settings: dict[str, Any],
 ) -> None:
     settings, ip, table = FAMILIES[family]
+    settings = {**relay_settings, **settings}
     target = server6 if family == "ipv6" else server
     state = tmp_path_factory.mktemp("crash")
     crashed = PepProcess(lab, state, tproxy_mark=0x77, tproxy_table=177, **settings)

@@ -132,6 +132,14 @@ class PepSettings(ServiceSettings):
         True, description="load the MELD/RAPID extension (mec_pep.ran_aware) if installed"
     )
 
+    relay_core: Literal["python", "uring"] = Field(
+        "python",
+        description="python: the relay threads of mec_pep.relay (every mode and feature); "
+        "uring: the compiled io_uring relay core (pep/core), transparent mode only, without "
+        "MELD/RAPID, the backlog feed or the MPTCP RAN leg (the PEP refuses to start with "
+        "those on; docs/pep.md)",
+    )
+
     # Relay threads: each has its own descriptor table (RLIMIT_NOFILE counts per table).
     relay_threads: int = Field(
         2, ge=1, le=64, description="relay threads (each holds up to RLIMIT_NOFILE/2 flows)"

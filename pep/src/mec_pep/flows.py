@@ -74,14 +74,24 @@ class ProxyMode(StrEnum):
 
 
 class Leg:
-    """One TCP connection of a flow: the socket and both of its addresses."""
+    """One TCP connection of a flow: the socket and both of its addresses.
 
-    __slots__ = ("local", "peer", "sock")
+    A flow of the compiled relay core (``mec_pep.core``) has no Python socket: its legs
+    carry the addresses only, and ``sock`` says so.
+    """
 
-    def __init__(self, sock: socket.socket, local: Address, peer: Address) -> None:
-        self.sock = sock
+    __slots__ = ("_sock", "local", "peer")
+
+    def __init__(self, sock: socket.socket | None, local: Address, peer: Address) -> None:
+        self._sock = sock
         self.local = local
         self.peer = peer
+
+    @property
+    def sock(self) -> socket.socket:
+        if self._sock is None:
+            raise RuntimeError("this flow's sockets belong to the compiled relay core")
+        return self._sock
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -129,6 +139,55 @@ class Flow:
 
     def __repr__(self) -> str:
         return f"Flow(id={self.id}, mode={self.mode}, ue={self.ue}, dst={self.destination})"
+
+
+def flow_record(
+    flow: Flow,
+    *,
+    stage: str,
+    idle_s: float,
+    buffered: dict[str, dict[str, int]],
+    ran: dict[str, Any] | None,
+    wan: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A flow as the API shows it (``models.FlowState``), whichever relay carries it."""
+    return {
+        "id": flow.id,
+        "mode": str(flow.mode),
+        "ue": flow.ue,
+        "stage": stage,
+        "destination": address_text(flow.destination),
+        "created_at": flow.created_at,
+        "established_at": flow.established_at,
+        "age_s": round(time.time() - flow.created_at, 3),
+        "idle_s": round(idle_s, 3),
+        "bytes_to_ue": flow.bytes_to_ue,
+        "bytes_from_ue": flow.bytes_from_ue,
+        "buffered": buffered,
+        "ran": ran,
+        "wan": wan,
+        "ext": dict(flow.ext) if flow.ext else {},
+    }
+
+
+def leg_record(
+    leg: Leg | None, tcp: dict[str, Any] | None, *, with_tcp: bool
+) -> dict[str, Any] | None:
+    """A leg as the API shows it: its addresses, and its TCP_INFO if asked for."""
+    if leg is None:
+        return None
+    state: dict[str, Any] = {"local": address_text(leg.local), "peer": address_text(leg.peer)}
+    if with_tcp:
+        state["tcp"] = tcp
+    return state
+
+
+def address_text(address: Address | None) -> str | None:
+    """host:port, [host]:port for IPv6 (RFC 3986)."""
+    if not address:
+        return None
+    host, port = address[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class FlowTable:

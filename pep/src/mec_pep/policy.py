@@ -72,6 +72,11 @@ class AccessPolicy:
         )
         self._loopback_any = _Ranges(_LOOPBACK)
 
+    @property
+    def loopback_networks(self) -> list[Network]:
+        """The loopback destinations listed explicitly (the only ones allowed)."""
+        return self._loopback.networks
+
     def client_allowed(self, address: str) -> bool:
         return address in self.clients
 

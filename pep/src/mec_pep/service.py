@@ -18,6 +18,7 @@ from mec_common.mp1 import MecAppRegistration, Mp1Client
 from mec_common.tproxy import TproxyError
 from mec_pep.backlog import BacklogFeed
 from mec_pep.config import PepSettings
+from mec_pep.core import CoreDataPlane, check_core_settings
 from mec_pep.dataplane import DataPlane
 from mec_pep.flows import FlowTable, Hooks, PepContext, PepExtension, ProxyMode
 from mec_pep.policy import AccessPolicy
@@ -38,9 +39,14 @@ class PepService:
     ) -> None:
         self.settings = settings
         self.health = Health()
-        self.flows = FlowTable()
         self.hooks = Hooks()
-        self.dataplane = DataPlane(settings, self.flows, self.hooks, settings.relay_threads)
+        self.dataplane: DataPlane | CoreDataPlane
+        if settings.relay_core == "uring":
+            self.dataplane = CoreDataPlane(settings, settings.relay_threads)
+            self.flows: FlowTable = self.dataplane.flows
+        else:
+            self.flows = FlowTable()
+            self.dataplane = DataPlane(settings, self.flows, self.hooks, settings.relay_threads)
         self.context = PepContext(settings, self.health, self.flows, self.dataplane)
         self._given_extensions = extensions
         self.transparent: TransparentRules | None = None
@@ -64,6 +70,8 @@ class PepService:
             self._enable_tfo_server()
         # Extensions first: descriptors they open (BPF maps) are then valid in the relays.
         self.hooks.extensions[:] = self._load_extensions()
+        if s.relay_core == "uring":
+            check_core_settings(s, len(self.extensions))
         self.dataplane.start()
         self.health.set("relay", True, f"{self.dataplane.thread_count} relay threads")
         if s.transparent_port is not None and s.tproxy_install_rules:
@@ -80,6 +88,7 @@ class PepService:
             )
             self.health.set("amqp", False, "connecting", required=False)
             self.publisher.start()
+            assert isinstance(self.dataplane, DataPlane)  # check_core_settings
             self.backlog = BacklogFeed(self.dataplane, self.publisher, s.backlog_interval_ms / 1e3)
             self.backlog.start()
         if s.flowrtt_exchange:

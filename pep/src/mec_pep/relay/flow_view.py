@@ -5,24 +5,28 @@ Every function here runs in the flow's relay thread (its sockets are valid only 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from mec_pep.flows import Leg
+from mec_pep.flows import Leg, flow_record, leg_record
 from mec_pep.relay import Conn
 from mec_pep.sockets import SIOCINQ, SIOCOUTQ, SIOCOUTQNSD, queued, tcp_info
 
 
 def buffered(conn: Conn) -> dict[str, dict[str, int]]:
-    """Bytes the PEP holds per direction: receive queue → pipe → send queue.
+    """Bytes the PEP holds per direction (``held``): receive queue → pipe → send queue."""
+    flow = conn.flow
+    up_pipe, down_pipe = conn.pipe_bytes()
+    wan_fd = flow.wan.fileno() if flow.wan is not None and conn.up is not None else -1
+    return held(conn.ran_fd, wan_fd, up_pipe, down_pipe)
+
+
+def held(ran_fd: int, wan_fd: int, up_pipe: int, down_pipe: int) -> dict[str, dict[str, int]]:
+    """Bytes a flow holds per direction: receive queue → pipe (or the relay's buffer) → send
+    queue; ``wan_fd`` -1 while the WAN leg is not connected.
 
     A send queue counts bytes not sent yet plus bytes sent and not acknowledged (the PEP
     must keep those to retransmit); ``*_unsent`` is the part not sent yet.
     """
-    flow = conn.flow
-    up_pipe, down_pipe = conn.pipe_bytes()
-    ran_fd = conn.ran_fd
-    wan_fd = flow.wan.fileno() if flow.wan is not None and conn.up is not None else -1
     to_ue = {
         "wan_receive_queue": queued(wan_fd, SIOCINQ) if wan_fd >= 0 else 0,
         "pipe": down_pipe,
@@ -54,41 +58,21 @@ def backlog_toward_ue(conn: Conn) -> tuple[int, int]:
 
 def flow_state(conn: Conn, *, tcp: bool = True) -> dict[str, Any]:
     flow = conn.flow
-    now = time.time()
-    return {
-        "id": flow.id,
-        "mode": str(flow.mode),
-        "ue": flow.ue,
-        "stage": conn.stage.name.lower(),
-        "destination": _address(flow.destination),
-        "created_at": flow.created_at,
-        "established_at": flow.established_at,
-        "age_s": round(now - flow.created_at, 3),
-        "idle_s": round(conn.relay.now - conn.last_active, 3),
-        "bytes_to_ue": flow.bytes_to_ue,
-        "bytes_from_ue": flow.bytes_from_ue,
-        "buffered": buffered(conn),
-        "ran": _leg(flow.ran, tcp=tcp),
-        "wan": _leg(flow.wan, tcp=tcp and conn.up is not None),
-        "ext": dict(flow.ext) if flow.ext else {},
-    }
+    wan_tcp = tcp and conn.up is not None
+    return flow_record(
+        flow,
+        stage=conn.stage.name.lower(),
+        idle_s=conn.relay.now - conn.last_active,
+        buffered=buffered(conn),
+        ran=leg_record(flow.ran, _tcp_info(flow.ran) if tcp else None, with_tcp=tcp),
+        wan=leg_record(
+            flow.wan, _tcp_info(flow.wan) if wan_tcp and flow.wan else None, with_tcp=wan_tcp
+        ),
+    )
 
 
-def _leg(leg: Leg | None, *, tcp: bool) -> dict[str, Any] | None:
-    if leg is None:
+def _tcp_info(leg: Leg) -> dict[str, Any] | None:
+    try:
+        return tcp_info(leg.sock)
+    except OSError:
         return None
-    state: dict[str, Any] = {"local": _address(leg.local), "peer": _address(leg.peer)}
-    if tcp:
-        try:
-            state["tcp"] = tcp_info(leg.sock)
-        except OSError:
-            state["tcp"] = None
-    return state
-
-
-def _address(address: tuple[str, int] | None) -> str | None:
-    """host:port, [host]:port for IPv6 (RFC 3986)."""
-    if not address:
-        return None
-    host, port = address[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,777 @@
+/*
+ * The PEP's compiled relay core (PEP_RELAY_CORE=uring): transparent split-TCP relaying
+ * with one io_uring per relay thread, loaded by the Python control plane (mec_pep/core.py).
+ *
+ * Why it exists: on this two-core machine the connection rate is the inverse of the CPU
+ * per connection, and the Python relay's 25-45 us of user time per connection is what put
+ * it behind HAProxy; the lab's io_uring relay measured 34 % below HAProxy's CPU per
+ * connection (docs/pep.md, "The kernel's floor per connection").
+ *
+ * Per thread: a multishot accept on each of its listeners, the WAN connect with a linked
+ * timeout, then per direction one recv and one send in flight (backpressure: nothing is
+ * read while the other side has not taken the last chunk). Buffers come from a ring of
+ * provided buffers, taken by the kernel only when bytes arrive, so an idle flow holds no
+ * buffer (100,000 idle flows in ~0.3 KiB of user memory each). FIN is forwarded with
+ * shutdown(2); an error on either leg resets both (SO_LINGER 0). Sockets are set up with
+ * plain system calls: io_uring's shutdown and socket ops go to its worker threads.
+ */
+#define _GNU_SOURCE
+#include "pep_core.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RING_ENTRIES 4096
+#define SWEEP_NS 1000000000LL /* timeouts are checked once a second, as the Python relay */
+#define STRIPES 256	      /* locks that keep a flow's fds open while Python reads them */
+#define REQUESTS 1024	      /* pending resets per thread */
+#define BUFFER_GROUP 0
+
+enum op { OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_WAKE, OP_SWEEP, OP_IGNORE };
+
+struct flow;
+struct pump { /* one direction of a flow */
+	struct flow *flow;
+	int src, dst;
+	int bid;		/* the provided buffer holding bytes, -1 = none */
+	uint32_t len, sent;	/* bytes in the buffer, bytes of them sent */
+	uint8_t done, to_ue;	/* FIN forwarded; direction */
+	struct pump *next_starved; /* waiting for a free buffer */
+};
+
+struct flow {
+	struct pep_flow_record rec; /* what Python reads: first, copied as is */
+	struct thread *owner;
+	struct pump up, down; /* up: UE -> server */
+	int inflight;	      /* operations submitted and not completed */
+	uint8_t failed;
+	struct flow *prev, *next; /* the thread's live flows, for the timeout sweep */
+	struct sockaddr_in6 dst; /* IPv4 or IPv6 (fits both); the connect op reads it */
+	struct __kernel_timespec connect_timeout;
+};
+
+struct request { uint32_t slot; uint64_t id; };
+
+struct thread {
+	uint32_t index;
+	pthread_t id;
+	struct io_uring ring;
+	struct io_uring_buf_ring *buffers;
+	char *memory; /* config.buffers x config.buffer_bytes */
+	struct pump *starved;
+	struct flow *live;
+	int64_t now; /* CLOCK_MONOTONIC ns, once per batch of completions */
+	struct __kernel_timespec sweep_every;
+	int wake_fd; /* eventfd: requests from Python (in both descriptor tables) */
+	int pidfd;   /* this thread, for pidfd_getfd: its sockets are in its own table */
+	uint8_t private_table;
+	uint64_t wake_value;
+	pthread_mutex_t requests_lock;
+	struct request requests[REQUESTS];
+	uint32_t pending;
+	uint8_t stopping;
+	int setup_error; /* 0, or a negative errno from setting up the ring */
+	struct pep_core_counters counters;
+};
+
+static struct pep_core_config cfg;
+static const struct pep_policy *_Atomic policy;
+static struct thread *threads;
+static struct flow *flows; /* cfg.max_flows slots */
+static pthread_mutex_t stripes[STRIPES];
+static uint64_t next_id = 1;
+static char error_text[256];
+static pthread_barrier_t set_up; /* the relay threads and pep_core_start */
+
+/* ---- slots and the per-client cap (one global lock: taken once at accept, once at end) */
+
+struct client { uint8_t address[16]; uint32_t flows; }; /* flows 0 = empty entry */
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t *free_slots, free_count, high_water;
+static struct client *clients;
+static uint32_t clients_mask;
+
+static uint32_t client_hash(const uint8_t *a) {
+	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+	for (int i = 0; i < 16; i++) h = (h ^ a[i]) * 1099511628211ULL;
+	return (uint32_t)(h ^ h >> 32);
+}
+
+static struct client *client_entry(const uint8_t *address) {
+	uint32_t i = client_hash(address) & clients_mask;
+	while (clients[i].flows && memcmp(clients[i].address, address, 16))
+		i = (i + 1) & clients_mask;
+	return &clients[i];
+}
+
+/* Linear probing without tombstones: entries after a removed one move back into the gap
+ * if their home position allows it. */
+static void client_remove(struct client *gap) {
+	uint32_t i = (uint32_t)(gap - clients), j = i;
+	clients[i].flows = 0;
+	for (;;) {
+		j = (j + 1) & clients_mask;
+		if (!clients[j].flows) return;
+		uint32_t home = client_hash(clients[j].address) & clients_mask;
+		if (((j - home) & clients_mask) >= ((j - i) & clients_mask)) {
+			clients[i] = clients[j];
+			clients[j].flows = 0;
+			i = j;
+		}
+	}
+}
+
+/* A free slot for a client's new flow, or -1 with the reason. */
+static struct flow *take_slot(const uint8_t *ue, enum pep_reason *why) {
+	struct flow *f = NULL;
+	pthread_mutex_lock(&slots_lock);
+	struct client *c = client_entry(ue);
+	if (!free_count) *why = PEP_FLOW_LIMIT;
+	else if (c->flows >= cfg.max_flows_per_client) *why = PEP_PER_CLIENT_LIMIT;
+	else {
+		memcpy(c->address, ue, 16);
+		c->flows++;
+		f = &flows[free_slots[--free_count]];
+		if (f->rec.slot + 1 > high_water) high_water = f->rec.slot + 1;
+	}
+	pthread_mutex_unlock(&slots_lock);
+	return f;
+}
+
+static void give_slot(struct flow *f) {
+	pthread_mutex_lock(&slots_lock);
+	struct client *c = client_entry(f->rec.ue);
+	if (c->flows && !--c->flows) client_remove(c);
+	free_slots[free_count++] = f->rec.slot;
+	pthread_mutex_unlock(&slots_lock);
+}
+
+/* ---- access policy (policy.py's rules, from the table Python writes) ----------------- */
+
+static int in_ranges(const struct pep_range *r, uint32_t n, int family, const uint8_t *a) {
+	for (uint32_t i = 0; i < n; i++, r++) {
+		if (r->family != family) continue;
+		int len = family == AF_INET ? 4 : 16, match = 1;
+		for (int k = 0; k < len && match; k++) match = (a[k] & r->mask[k]) == r->network[k];
+		if (match) return 1;
+	}
+	return 0;
+}
+
+static int is_loopback(int family, const uint8_t *a) {
+	static const uint8_t one6[16] = {[15] = 1};
+	return family == AF_INET ? a[0] == 127 : !memcmp(a, one6, 16);
+}
+
+static int client_allowed(int family, const uint8_t *a) {
+	const struct pep_policy *p = policy;
+	return in_ranges(p->range, p->clients, family, a);
+}
+
+static int destination_allowed(int family, const uint8_t *a) {
+	const struct pep_policy *p = policy;
+	const struct pep_range *dst = p->range + p->clients, *lo = dst + p->destinations;
+	if (is_loopback(family, a)) return in_ranges(lo, p->loopback, family, a);
+	return in_ranges(dst, p->destinations, family, a);
+}
+
+/* ---- submissions ----------------------------------------------------------------------- */
+
+/* user_data: a pointer with the operation in its low 3 bits (structures are 8-aligned). */
+static struct io_uring_sqe *sqe_for(struct thread *t, void *p, enum op op) {
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+	if (!sqe) {
+		io_uring_submit(&t->ring);
+		sqe = io_uring_get_sqe(&t->ring);
+	}
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)p | op);
+	return sqe;
+}
+
+static void arm_accept(struct thread *t, int listener) {
+	/* the listener's index rides in the pointer bits: it is never dereferenced */
+	void *tag = (void *)(uintptr_t)((uintptr_t)listener << 3);
+	io_uring_prep_multishot_accept(sqe_for(t, tag, OP_ACCEPT), cfg.listeners[t->index][listener],
+				       NULL, NULL, SOCK_CLOEXEC);
+}
+
+static void arm_sweep(struct thread *t) {
+	io_uring_prep_timeout(sqe_for(t, NULL, OP_SWEEP), &t->sweep_every, 0, 0);
+}
+
+static void arm_wake(struct thread *t) {
+	io_uring_prep_read(sqe_for(t, NULL, OP_WAKE), t->wake_fd, &t->wake_value,
+			   sizeof t->wake_value, 0);
+}
+
+/* A recv whose buffer the kernel picks when bytes arrive (none is held while idle). */
+static void recv_more(struct thread *t, struct pump *p) {
+	struct io_uring_sqe *sqe = sqe_for(t, p, OP_RECV);
+	io_uring_prep_recv(sqe, p->src, NULL, cfg.buffer_bytes, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = BUFFER_GROUP;
+	p->flow->inflight++;
+}
+
+static char *buffer_at(struct thread *t, int bid) {
+	return t->memory + (size_t)bid * cfg.buffer_bytes;
+}
+
+static void send_rest(struct thread *t, struct pump *p) {
+	io_uring_prep_send(sqe_for(t, p, OP_SEND), p->dst, buffer_at(t, p->bid) + p->sent,
+			   p->len - p->sent, MSG_NOSIGNAL);
+	p->flow->inflight++;
+}
+
+/* A buffer back to the kernel's ring; a direction that found none gets to read again. */
+static void give_buffer(struct thread *t, int bid) {
+	io_uring_buf_ring_add(t->buffers, buffer_at(t, bid), cfg.buffer_bytes, (unsigned short)bid,
+			      io_uring_buf_ring_mask(cfg.buffers), 0);
+	io_uring_buf_ring_advance(t->buffers, 1);
+	struct pump *p = t->starved; /* never a failed flow's: fail() takes those out */
+	if (!p) return;
+	t->starved = p->next_starved;
+	p->flow->inflight--; /* the starved recv counted as in flight */
+	recv_more(t, p);
+}
+
+/* A failed flow's directions stop waiting for buffers (their recv is not in the kernel,
+ * so no cancel reaches it). */
+static void unstarve(struct thread *t, struct flow *f) {
+	for (struct pump **p = &t->starved; *p;) {
+		if ((*p)->flow != f) {
+			p = &(*p)->next_starved;
+			continue;
+		}
+		*p = (*p)->next_starved;
+		f->inflight--;
+	}
+}
+
+/* ---- a flow's life -------------------------------------------------------------------- */
+
+static void set_int(int fd, int level, int opt, int value) {
+	setsockopt(fd, level, opt, &value, sizeof value);
+}
+
+static void unlink_live(struct flow *f) {
+	struct thread *t = f->owner;
+	if (f->prev) f->prev->next = f->next;
+	else t->live = f->next;
+	if (f->next) f->next->prev = f->prev;
+}
+
+/* Close both legs (RST if `reset`) and free the slot; the stripe lock makes a reader
+ * holding the flow (pep_core_hold) finish before its fds can be reused. */
+static void end_flow(struct flow *f, int reset) {
+	struct linger rst = {1, 0};
+	pthread_mutex_t *stripe = &stripes[f->rec.slot % STRIPES];
+	unlink_live(f);
+	pthread_mutex_lock(stripe);
+	__atomic_store_n(&f->rec.id, 0, __ATOMIC_RELEASE);
+	for (int i = 0; i < 2; i++) {
+		int fd = i ? f->rec.wan_fd : f->rec.ran_fd;
+		if (fd < 0) continue;
+		if (reset) setsockopt(fd, SOL_SOCKET, SO_LINGER, &rst, sizeof rst);
+		close(fd);
+	}
+	pthread_mutex_unlock(stripe);
+	give_slot(f);
+}
+
+static void refuse(struct thread *t, struct flow *f, enum pep_reason why) {
+	t->counters.refused[why]++;
+	end_flow(f, 1);
+}
+
+/* End the flow with RST on both legs once nothing of it is in flight. */
+static void fail(struct thread *t, struct flow *f, enum pep_reason why) {
+	if (f->failed) return;
+	f->failed = 1;
+	if (f->rec.stage == PEP_CONNECTING) t->counters.refused[why]++;
+	else t->counters.aborted[why]++;
+	f->rec.stage = PEP_CLOSING;
+	unstarve(t, f);
+	for (int i = 0; i < 2; i++) /* wake whatever is pending on either leg */
+		if ((i ? f->rec.wan_fd : f->rec.ran_fd) >= 0)
+			io_uring_prep_cancel_fd(sqe_for(t, NULL, OP_IGNORE),
+						i ? f->rec.wan_fd : f->rec.ran_fd,
+						IORING_ASYNC_CANCEL_ALL);
+}
+
+/* The flow ends when nothing of it is in flight and either both directions forwarded
+ * their FIN or it failed. */
+static void maybe_end(struct thread *t, struct flow *f) {
+	if (f->inflight || !(f->failed || (f->up.done && f->down.done))) return;
+	for (int i = 0; i < 2; i++) {
+		struct pump *p = i ? &f->down : &f->up;
+		if (p->bid >= 0) give_buffer(t, p->bid), p->bid = -1;
+	}
+	if (!f->failed) t->counters.closed++;
+	end_flow(f, f->failed);
+}
+
+static void address_of(const struct sockaddr_storage *s, uint8_t *out, uint16_t *port) {
+	memset(out, 0, 16);
+	if (s->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)s;
+		memcpy(out, &a->sin6_addr, 16);
+		*port = ntohs(a->sin6_port);
+	} else {
+		const struct sockaddr_in *a = (const void *)s;
+		memcpy(out, &a->sin_addr, 4);
+		*port = ntohs(a->sin_port);
+	}
+}
+
+static void set_buffers(int fd) {
+	int plain = !cfg.force_buffers;
+	if (cfg.wan_rcvbuf > 0 && (plain || setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE,
+						       &cfg.wan_rcvbuf, sizeof(int))))
+		set_int(fd, SOL_SOCKET, SO_RCVBUF, cfg.wan_rcvbuf); /* no CAP_NET_ADMIN: clamped */
+	if (cfg.wan_sndbuf > 0 && (plain || setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE,
+						       &cfg.wan_sndbuf, sizeof(int))))
+		set_int(fd, SOL_SOCKET, SO_SNDBUF, cfg.wan_sndbuf);
+}
+
+/* The WAN leg as legs.wan_socket makes it; bound to the UE's address if configured. */
+static int wan_socket(struct flow *f) {
+	int family = f->rec.family;
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) return -1;
+	set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+	if (cfg.wan_cc[0] && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cfg.wan_cc, strlen(cfg.wan_cc)))
+		goto fail;
+	set_buffers(fd);
+	if (cfg.keep_ue_source) {
+		struct sockaddr_storage ue = {.ss_family = (sa_family_t)family};
+		if (family == AF_INET6) {
+			set_int(fd, IPPROTO_IPV6, IPV6_TRANSPARENT, 1);
+			memcpy(&((struct sockaddr_in6 *)&ue)->sin6_addr, f->rec.ue, 16);
+		} else {
+			set_int(fd, SOL_IP, IP_TRANSPARENT, 1);
+			memcpy(&((struct sockaddr_in *)&ue)->sin_addr, f->rec.ue, 4);
+		}
+		if (bind(fd, (struct sockaddr *)&ue, sizeof ue)) goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+static int64_t clock_ns(clockid_t clock) {
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void init_flow(struct thread *t, struct flow *f, int ran, struct sockaddr_storage *ue) {
+	uint32_t slot = f->rec.slot;
+	memset(f, 0, sizeof *f);
+	f->rec.slot = slot, f->rec.thread = t->index;
+	f->rec.family = (uint8_t)ue->ss_family;
+	f->rec.ran_fd = ran, f->rec.wan_fd = -1;
+	f->rec.created_ns = clock_ns(CLOCK_REALTIME);
+	f->rec.last_active_ns = t->now;
+	f->owner = t;
+	f->up = (struct pump){.flow = f, .bid = -1};
+	f->down = (struct pump){.flow = f, .bid = -1, .to_ue = 1};
+	f->next = t->live;
+	if (t->live) t->live->prev = f;
+	t->live = f;
+}
+
+/* A connection the kernel handed over: admit it and connect its WAN leg, or refuse it. */
+static void accepted(struct thread *t, int ran) {
+	struct sockaddr_storage ue, dst = {0};
+	socklen_t len = sizeof ue, dlen = sizeof dst;
+	uint8_t ue_address[16];
+	uint16_t ue_port;
+	enum pep_reason why = PEP_CLIENT_NOT_ALLOWED;
+	struct linger rst = {1, 0};
+	t->counters.accepted++;
+	if (getpeername(ran, (struct sockaddr *)&ue, &len) ||
+	    getsockname(ran, (struct sockaddr *)&dst, &dlen)) { /* TPROXY: the original destination */
+		close(ran);
+		return;
+	}
+	address_of(&ue, ue_address, &ue_port);
+	struct flow *f = client_allowed(ue.ss_family, ue_address) ? take_slot(ue_address, &why) : NULL;
+	if (!f) {
+		t->counters.refused[why]++;
+		setsockopt(ran, SOL_SOCKET, SO_LINGER, &rst, sizeof rst);
+		close(ran);
+		return;
+	}
+	init_flow(t, f, ran, &ue);
+	memcpy(f->rec.ue, ue_address, 16), f->rec.ue_port = ue_port;
+	address_of(&dst, f->rec.destination, &f->rec.destination_port);
+	memcpy(&f->dst, &dst, sizeof f->dst);
+	__atomic_store_n(&f->rec.id, __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED), __ATOMIC_RELEASE);
+	if (!destination_allowed(f->rec.family, f->rec.destination) ||
+	    f->rec.destination_port == cfg.own_port)
+		return refuse(t, f, PEP_DESTINATION_NOT_ALLOWED);
+	if (cfg.ran_cc[0] && setsockopt(ran, IPPROTO_TCP, TCP_CONGESTION, cfg.ran_cc, strlen(cfg.ran_cc)))
+		return refuse(t, f, PEP_WAN_SETUP_FAILED);
+	if ((f->rec.wan_fd = wan_socket(f)) < 0) return refuse(t, f, PEP_WAN_SETUP_FAILED);
+	f->up.src = f->down.dst = ran;
+	f->up.dst = f->down.src = f->rec.wan_fd;
+	f->rec.stage = PEP_CONNECTING;
+	if (io_uring_sq_space_left(&t->ring) < 2) io_uring_submit(&t->ring); /* one link: one batch */
+	struct io_uring_sqe *sqe = sqe_for(t, f, OP_CONNECT);
+	io_uring_prep_connect(sqe, f->rec.wan_fd, (struct sockaddr *)&f->dst, dlen);
+	sqe->flags |= IOSQE_IO_LINK; /* the connect is cancelled at the timeout */
+	f->connect_timeout.tv_sec = (long long)(cfg.connect_timeout_ms / 1000);
+	f->connect_timeout.tv_nsec = (long long)(cfg.connect_timeout_ms % 1000) * 1000000;
+	io_uring_prep_link_timeout(sqe_for(t, NULL, OP_IGNORE), &f->connect_timeout, 0);
+	f->inflight = 1;
+}
+
+static void connected(struct thread *t, struct flow *f, int res) {
+	if (res < 0) return fail(t, f, PEP_CONNECT_FAILED);
+	if (f->failed) return;
+	struct sockaddr_storage local;
+	socklen_t len = sizeof local;
+	if (!getsockname(f->rec.wan_fd, (struct sockaddr *)&local, &len))
+		address_of(&local, f->rec.wan_local, &f->rec.wan_port);
+	f->rec.stage = PEP_RELAYING;
+	f->rec.established_ns = clock_ns(CLOCK_REALTIME);
+	t->counters.established++;
+	recv_more(t, &f->up);
+	recv_more(t, &f->down);
+}
+
+static void received(struct thread *t, struct pump *p, int res, unsigned flags) {
+	struct flow *f = p->flow;
+	int bid = flags & IORING_CQE_F_BUFFER ? (int)(flags >> IORING_CQE_BUFFER_SHIFT) : -1;
+	if (res == -ENOBUFS && !f->failed) { /* every buffer is in use: read when one is back */
+		p->next_starved = t->starved;
+		t->starved = p;
+		f->inflight++;
+		return;
+	}
+	if ((res <= 0 || f->failed) && bid >= 0) give_buffer(t, bid);
+	if (res < 0) return fail(t, f, PEP_RESET_BY_PEER);
+	if (f->failed) return;
+	if (res == 0) { /* FIN: forward it (a system call: io_uring's shutdown op goes to a
+			 * worker thread, measured as a context switch each) */
+		shutdown(p->dst, SHUT_WR);
+		p->done = 1;
+		*(p->to_ue ? &f->rec.server_eof : &f->rec.ue_eof) = 1;
+		return;
+	}
+	p->bid = bid, p->len = (uint32_t)res, p->sent = 0;
+	__atomic_store_n(p->to_ue ? &f->rec.buffered_to_ue : &f->rec.buffered_to_server, p->len,
+			 __ATOMIC_RELAXED);
+	send_rest(t, p);
+}
+
+static void sent(struct thread *t, struct pump *p, int res) {
+	struct flow *f = p->flow;
+	if (res < 0) return fail(t, f, PEP_RESET_BY_PEER);
+	if (f->failed) return;
+	p->sent += (uint32_t)res;
+	uint64_t *bytes = p->to_ue ? &f->rec.bytes_to_ue : &f->rec.bytes_from_ue;
+	__atomic_store_n(bytes, *bytes + (uint64_t)res, __ATOMIC_RELAXED);
+	*(p->to_ue ? &t->counters.bytes_to_ue : &t->counters.bytes_from_ue) += (uint64_t)res;
+	__atomic_store_n(p->to_ue ? &f->rec.buffered_to_ue : &f->rec.buffered_to_server,
+			 p->len - p->sent, __ATOMIC_RELAXED);
+	if (p->sent < p->len) return send_rest(t, p);
+	give_buffer(t, p->bid);
+	p->bid = -1;
+	recv_more(t, p);
+}
+
+/* ---- timeouts and requests from Python --------------------------------------------------- */
+
+static void sweep(struct thread *t) {
+	for (struct flow *f = t->live, *next; f; f = next) {
+		next = f->next;
+		if (f->rec.stage != PEP_RELAYING) continue;
+		int half_open = f->up.done || f->down.done;
+		uint64_t limit_ms = half_open ? cfg.half_open_timeout_ms : cfg.idle_timeout_ms;
+		if ((uint64_t)(t->now - f->rec.last_active_ns) > limit_ms * 1000000ULL)
+			fail(t, f, half_open ? PEP_HALF_OPEN_TIMEOUT : PEP_IDLE_TIMEOUT);
+	}
+	arm_sweep(t);
+}
+
+static void serve_requests(struct thread *t) {
+	pthread_mutex_lock(&t->requests_lock);
+	for (uint32_t i = 0; i < t->pending; i++) {
+		struct flow *f = &flows[t->requests[i].slot];
+		if (f->rec.id == t->requests[i].id && f->owner == t) fail(t, f, PEP_RESET_BY_API);
+	}
+	t->pending = 0;
+	pthread_mutex_unlock(&t->requests_lock);
+	arm_wake(t);
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+static void completed(struct thread *t, struct io_uring_cqe *cqe) {
+	enum op op = cqe->user_data & 7;
+	void *ptr = (void *)(uintptr_t)(cqe->user_data & ~(uint64_t)7);
+	if (op == OP_ACCEPT) {
+		if (cqe->res >= 0) accepted(t, cqe->res);
+		if (!(cqe->flags & IORING_CQE_F_MORE) && !t->stopping) arm_accept(t, (int)((uintptr_t)ptr >> 3));
+		return;
+	}
+	if (op == OP_SWEEP) return sweep(t);
+	if (op == OP_WAKE) return serve_requests(t);
+	if (op == OP_IGNORE) return;
+	struct flow *f = op == OP_CONNECT ? ptr : ((struct pump *)ptr)->flow;
+	f->inflight--;
+	f->rec.last_active_ns = t->now;
+	if (op == OP_CONNECT) connected(t, f, cqe->res);
+	else if (op == OP_RECV) received(t, ptr, cqe->res, cqe->flags);
+	else sent(t, ptr, cqe->res);
+	maybe_end(t, f);
+}
+
+static int setup_buffers(struct thread *t) {
+	size_t ring_bytes = cfg.buffers * sizeof(struct io_uring_buf);
+	t->buffers = mmap(NULL, ring_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+	t->memory = malloc((size_t)cfg.buffers * cfg.buffer_bytes);
+	if (t->buffers == MAP_FAILED || !t->memory) return -ENOMEM;
+	io_uring_buf_ring_init(t->buffers);
+	struct io_uring_buf_reg reg = {
+		.ring_addr = (uint64_t)(uintptr_t)t->buffers, .ring_entries = cfg.buffers, .bgid = BUFFER_GROUP};
+	int err = io_uring_register_buf_ring(&t->ring, &reg, 0);
+	if (err) return err;
+	for (uint32_t i = 0; i < cfg.buffers; i++)
+		io_uring_buf_ring_add(t->buffers, buffer_at(t, (int)i), cfg.buffer_bytes, (unsigned short)i,
+				      io_uring_buf_ring_mask(cfg.buffers), (int)i);
+	io_uring_buf_ring_advance(t->buffers, (int)cfg.buffers);
+	return 0;
+}
+
+static int compare_ints(const void *a, const void *b) {
+	return *(const int *)a - *(const int *)b;
+}
+
+/* The thread's own descriptor table, as each Python relay thread has (relay/descriptors.py):
+ * one table holds RLIMIT_NOFILE descriptors (20,000 here, not raisable without
+ * CAP_SYS_RESOURCE) and a flow needs two, so more threads hold more flows. Of the copied
+ * table only its listeners and its eventfd stay: other copies would keep the process's
+ * sockets open. Where unshare is refused (a container's seccomp profile), the process's
+ * table is shared, which is correct, only smaller. */
+static void own_descriptor_table(struct thread *t) {
+	t->pidfd = (int)syscall(SYS_pidfd_open, syscall(SYS_gettid), O_EXCL /* PIDFD_THREAD */);
+	if (unshare(CLONE_FILES)) return;
+	t->private_table = 1;
+	int keep[PEP_CORE_LISTENERS + 3] = {2, t->wake_fd}, n = 2;
+	for (int i = 0; i < PEP_CORE_LISTENERS; i++)
+		if (cfg.listeners[t->index][i] >= 0) keep[n++] = cfg.listeners[t->index][i];
+	qsort(keep, (size_t)n, sizeof *keep, compare_ints);
+	for (int i = 0; i < n; i++) /* close the gaps between the kept ones, and above */
+		syscall(SYS_close_range, keep[i] + 1, i + 1 < n ? (unsigned)keep[i + 1] - 1 : ~0U, 0);
+}
+
+/* In the relay thread: IORING_SETUP_SINGLE_ISSUER gives the ring to the thread that
+ * creates it, and only that thread may register buffers or submit. */
+static int setup_thread(struct thread *t) {
+	/* One ring per thread, used only by it: task work runs when it waits for completions. */
+	struct io_uring_params params = {
+		.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER |
+			 IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE,
+		.cq_entries = 8 * RING_ENTRIES,
+	};
+	int err = io_uring_queue_init_params(RING_ENTRIES, &t->ring, &params);
+	if (err) return err;
+	if ((err = setup_buffers(t))) return err;
+	pthread_mutex_init(&t->requests_lock, NULL);
+	t->sweep_every.tv_sec = SWEEP_NS / 1000000000LL;
+	return 0;
+}
+
+/* At stop: every flow reset ("shutdown"), as the Python relay does. */
+static void reset_all(struct thread *t) {
+	while (t->live) {
+		struct flow *f = t->live;
+		if (!f->failed) t->counters.aborted[PEP_SHUTDOWN]++;
+		end_flow(f, 1);
+	}
+}
+
+static void *relay(void *arg) {
+	struct thread *t = arg;
+	own_descriptor_table(t);
+	t->setup_error = t->pidfd < 0 ? -errno : setup_thread(t);
+	pthread_barrier_wait(&set_up);
+	if (t->setup_error) return NULL;
+	if (cfg.cpus[t->index] >= 0) {
+		cpu_set_t cpus;
+		CPU_ZERO(&cpus);
+		CPU_SET(cfg.cpus[t->index], &cpus);
+		pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
+	}
+	t->now = clock_ns(CLOCK_MONOTONIC);
+	for (int i = 0; i < PEP_CORE_LISTENERS; i++)
+		if (cfg.listeners[t->index][i] >= 0) arm_accept(t, i);
+	arm_sweep(t);
+	arm_wake(t);
+	while (!__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE)) {
+		io_uring_submit_and_wait(&t->ring, 1);
+		t->now = clock_ns(CLOCK_MONOTONIC);
+		struct io_uring_cqe *cqe;
+		unsigned head, seen = 0;
+		io_uring_for_each_cqe(&t->ring, head, cqe) {
+			completed(t, cqe);
+			seen++;
+		}
+		io_uring_cq_advance(&t->ring, seen);
+	}
+	reset_all(t);
+	io_uring_queue_exit(&t->ring); /* cancels what is still pending */
+	return NULL;
+}
+
+/* ---- the interface to Python ------------------------------------------------------------ */
+
+static int failed_with(int err, const char *what) {
+	snprintf(error_text, sizeof error_text, "%s: %s", what, strerror(-err));
+	return err;
+}
+
+static int allocate_tables(void) {
+	uint32_t n = cfg.max_flows;
+	flows = calloc(n, sizeof *flows); /* pages are touched only when slots are used */
+	free_slots = malloc(n * sizeof *free_slots);
+	for (clients_mask = 1; clients_mask < 2 * n; clients_mask <<= 1) {}
+	clients = calloc(clients_mask, sizeof *clients);
+	clients_mask--;
+	threads = calloc(cfg.threads, sizeof *threads);
+	if (!flows || !free_slots || !clients || !threads) return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) { /* low slots first: they are reused while warm */
+		flows[i].rec.slot = i;
+		free_slots[i] = n - 1 - i;
+	}
+	free_count = n;
+	for (int i = 0; i < STRIPES; i++) pthread_mutex_init(&stripes[i], NULL);
+	return 0;
+}
+
+const uint32_t pep_core_abi[5] = {sizeof(struct pep_core_config), sizeof(struct pep_range),
+				  sizeof(struct pep_policy), sizeof(struct pep_flow_record),
+				  sizeof(struct pep_core_counters)};
+
+int pep_core_start(const struct pep_core_config *config, const struct pep_policy *first) {
+	cfg = *config;
+	if (!cfg.threads || cfg.threads > PEP_CORE_MAX_THREADS || !cfg.max_flows ||
+	    cfg.buffers & (cfg.buffers - 1) || cfg.buffers > 32768 || !cfg.buffer_bytes)
+		return failed_with(-EINVAL, "core settings");
+	pep_core_set_policy(first);
+	int err = allocate_tables();
+	if (err) return failed_with(err, "tables");
+	pthread_barrier_init(&set_up, NULL, cfg.threads + 1);
+	for (uint32_t i = 0; i < cfg.threads; i++) {
+		threads[i].index = i;
+		threads[i].wake_fd = eventfd(0, EFD_CLOEXEC); /* before the thread copies the table */
+		if (threads[i].wake_fd < 0) abort();
+		if (pthread_create(&threads[i].id, NULL, relay, &threads[i])) abort(); /* no way back
+			* from here: the barrier waits for every thread */
+	}
+	pthread_barrier_wait(&set_up);
+	for (uint32_t i = 0; i < cfg.threads; i++)
+		if (threads[i].setup_error) err = threads[i].setup_error;
+	if (err) {
+		pep_core_stop();
+		return failed_with(err, "io_uring set-up (needs Linux >= 6.1)");
+	}
+	return 0;
+}
+
+const char *pep_core_error(void) { return error_text; }
+
+static void post(struct thread *t, uint32_t slot, uint64_t id) {
+	pthread_mutex_lock(&t->requests_lock);
+	if (t->pending < REQUESTS) t->requests[t->pending++] = (struct request){slot, id};
+	pthread_mutex_unlock(&t->requests_lock);
+	uint64_t one = 1;
+	if (t->wake_fd >= 0 && write(t->wake_fd, &one, sizeof one) < 0) perror("pep core: wake");
+}
+
+void pep_core_stop(void) {
+	for (uint32_t i = 0; threads && i < cfg.threads; i++) {
+		__atomic_store_n(&threads[i].stopping, 1, __ATOMIC_RELEASE);
+		post(&threads[i], 0, 0); /* id 0 matches no flow: only wakes the thread */
+	}
+	for (uint32_t i = 0; threads && i < cfg.threads; i++) {
+		pthread_join(threads[i].id, NULL);
+		close(threads[i].wake_fd);
+		close(threads[i].pidfd);
+	}
+}
+
+/* The relay threads may still read the previous table: it is kept (policies change
+ * rarely, by REST; each is ~8 KiB). */
+void pep_core_set_policy(const struct pep_policy *next) {
+	struct pep_policy *copy = malloc(sizeof *copy);
+	if (!copy) return;
+	*copy = *next;
+	policy = copy;
+}
+
+const struct pep_core_counters *pep_core_counters(uint32_t thread) {
+	return thread < cfg.threads ? &threads[thread].counters : NULL;
+}
+
+uint32_t pep_core_live(void) {
+	return flows ? cfg.max_flows - __atomic_load_n(&free_count, __ATOMIC_RELAXED) : 0;
+}
+
+uint32_t pep_core_snapshot(struct pep_flow_record *out, uint32_t room) {
+	uint32_t n = 0, end = __atomic_load_n(&high_water, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < end && n < room; i++) {
+		if (!__atomic_load_n(&flows[i].rec.id, __ATOMIC_ACQUIRE)) continue;
+		pthread_mutex_t *stripe = &stripes[i % STRIPES];
+		pthread_mutex_lock(stripe); /* not a record half re-used by the next flow */
+		if (flows[i].rec.id) out[n++] = flows[i].rec;
+		pthread_mutex_unlock(stripe);
+	}
+	return n;
+}
+
+/* Copies come from the relay thread's table (pidfd_getfd); the stripe lock keeps the
+ * numbers from being reused by another flow meanwhile. */
+int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]) {
+	if (slot >= cfg.max_flows || !id) return -1;
+	struct flow *f = &flows[slot];
+	pthread_mutex_lock(&stripes[slot % STRIPES]);
+	int live = f->rec.id == id;
+	for (int i = 0; i < 2 && live; i++) {
+		int fd = i ? f->rec.wan_fd : f->rec.ran_fd;
+		fds[i] = fd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, f->owner->pidfd, fd, 0);
+	}
+	pthread_mutex_unlock(&stripes[slot % STRIPES]);
+	return live ? 0 : -1;
+}
+
+int pep_core_private_tables(void) {
+	int all = 1;
+	for (uint32_t i = 0; i < cfg.threads; i++) all &= threads[i].private_table;
+	return all;
+}
+
+int pep_core_reset(uint32_t slot, uint64_t id) {
+	if (slot >= cfg.max_flows || !id || flows[slot].rec.id != id) return -1;
+	post(&threads[flows[slot].rec.thread], slot, id);
+	return 0;
+}

@@ -1,0 +1,111 @@
+/*
+ * The compiled relay core's interface to the PEP's Python control plane (mec_pep/core.py
+ * mirrors these structures with ctypes: change both together).
+ *
+ * Python opens the listeners, writes the settings and the access policy, and reads the
+ * flow records and counters the core writes; the core calls no Python, per connection or
+ * otherwise (docs/pep.md, "The compiled relay core").
+ */
+#ifndef PEP_CORE_H
+#define PEP_CORE_H
+
+#include <stdint.h>
+
+#define PEP_CORE_MAX_THREADS 64
+#define PEP_CORE_LISTENERS 2 /* per relay thread: the transparent IPv4 and IPv6 listener */
+#define PEP_CORE_MAX_RANGES 256
+#define PEP_CORE_CC_NAME 16 /* TCP_CA_NAME_MAX */
+
+/* Why a flow was refused (never established) or aborted (ended by RST): the index into
+ * the counters' arrays; core.py maps each to the same text the Python relay counts. */
+enum pep_reason {
+	PEP_CLIENT_NOT_ALLOWED,
+	PEP_FLOW_LIMIT,
+	PEP_PER_CLIENT_LIMIT,
+	PEP_DESTINATION_NOT_ALLOWED,
+	PEP_WAN_SETUP_FAILED,
+	PEP_CONNECT_FAILED,
+	PEP_RESET_BY_PEER,
+	PEP_IDLE_TIMEOUT,
+	PEP_HALF_OPEN_TIMEOUT,
+	PEP_SHUTDOWN,
+	PEP_RESET_BY_API,
+	PEP_REASONS
+};
+
+enum pep_stage { PEP_FREE, PEP_CONNECTING, PEP_RELAYING, PEP_CLOSING };
+
+struct pep_core_config {
+	uint32_t threads;
+	int32_t listeners[PEP_CORE_MAX_THREADS][PEP_CORE_LISTENERS]; /* fds, -1 = none */
+	int32_t cpus[PEP_CORE_MAX_THREADS]; /* pin relay thread i to this CPU; -1 = not */
+	uint32_t max_flows;		    /* all clients together */
+	uint32_t max_flows_per_client;
+	uint64_t connect_timeout_ms; /* the WAN connect (PEP_HANDSHAKE_TIMEOUT) */
+	uint64_t idle_timeout_ms;
+	uint64_t half_open_timeout_ms;
+	int32_t wan_rcvbuf, wan_sndbuf; /* bytes; 0 = the kernel's autotuning */
+	uint8_t force_buffers;		/* SO_*BUFFORCE (CAP_NET_ADMIN), else SO_*BUF */
+	uint8_t keep_ue_source;		/* WAN leg bound to the UE's address (IP_TRANSPARENT) */
+	uint16_t own_port;		/* the transparent port: a flow to it would loop */
+	char ran_cc[PEP_CORE_CC_NAME], wan_cc[PEP_CORE_CC_NAME]; /* "" = namespace default */
+	uint32_t buffer_bytes;		/* one relay buffer, held only while bytes are in it */
+	uint32_t buffers;		/* per relay thread, a power of two */
+};
+
+/* One network of an access list; an address matches if (address & mask) == network. */
+struct pep_range {
+	uint8_t family; /* AF_INET or AF_INET6; IPv4 in the first 4 bytes */
+	uint8_t network[16], mask[16];
+};
+
+/* Client ranges, then destination ranges, then the loopback destinations allowed (a
+ * loopback destination needs an explicit entry even under 0.0.0.0/0: policy.py). */
+struct pep_policy {
+	uint32_t clients, destinations, loopback;
+	struct pep_range range[PEP_CORE_MAX_RANGES];
+};
+
+/* A flow as the control plane sees it. The owning relay thread writes it; readers copy it
+ * (pep_core_snapshot) and may see counters a moment old, never a record of another flow. */
+struct pep_flow_record {
+	uint64_t id;			/* 0 = the slot is free */
+	uint32_t slot, thread;		/* where the flow lives in the core */
+	uint8_t family, stage;		/* AF_INET/AF_INET6, enum pep_stage */
+	uint8_t ue_eof, server_eof;	/* FIN received from that side (half-closed) */
+	uint16_t ue_port, destination_port, wan_port; /* host order */
+	uint8_t ue[16], destination[16], wan_local[16];
+	int64_t created_ns, established_ns;	/* CLOCK_REALTIME; 0 = not yet */
+	int64_t last_active_ns;			/* CLOCK_MONOTONIC */
+	uint64_t bytes_to_ue, bytes_from_ue;	/* relayed: written to the other leg */
+	int32_t ran_fd, wan_fd;
+	uint32_t buffered_to_ue, buffered_to_server; /* bytes in the core's buffers */
+};
+
+struct pep_core_counters {
+	uint64_t accepted, established, closed;
+	uint64_t bytes_to_ue, bytes_from_ue; /* relayed, flows that ended included */
+	uint64_t refused[PEP_REASONS], aborted[PEP_REASONS];
+};
+
+/* sizeof of each structure above, in order: core.py checks its mirror against them. */
+extern const uint32_t pep_core_abi[5];
+
+/* 0, or a negative errno with pep_core_error() saying what failed. */
+int pep_core_start(const struct pep_core_config *config, const struct pep_policy *policy);
+const char *pep_core_error(void);
+void pep_core_stop(void);
+void pep_core_set_policy(const struct pep_policy *policy);
+const struct pep_core_counters *pep_core_counters(uint32_t thread);
+uint32_t pep_core_live(void); /* flows held now */
+uint32_t pep_core_snapshot(struct pep_flow_record *out, uint32_t room);
+/* Copies of a flow's sockets in the caller's descriptor table, to read them (TCP_INFO,
+ * queues; -1 for a leg without a socket): 0 if the slot still holds flow `id`, -1 if it
+ * ended. The caller closes the copies. */
+int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]);
+/* 1 if every relay thread has its own descriptor table (else the process's is shared). */
+int pep_core_private_tables(void);
+/* Reset a flow (RST on both legs) in its relay thread; -1 if it has ended. */
+int pep_core_reset(uint32_t slot, uint64_t id);
+
+#endif

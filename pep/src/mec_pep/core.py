@@ -1,0 +1,486 @@
+"""The compiled relay core (``PEP_RELAY_CORE=uring``): its control plane in Python.
+
+The core (``pep/core/pep_core.c``, built as ``build/lib/libmec_pep_core.so``) relays the
+transparent mode's flows in C threads, one io_uring each, and calls no Python. This module
+opens its listeners, hands it the settings and the access policy, and reads what it writes:
+the flow records (shown as ``Flow`` objects of ``mec_pep.flows``, whose ``flow_record``
+shapes them for the API as for the Python relay) and the counters. ``CoreDataPlane``
+answers what ``DataPlane`` answers for the API.
+
+What the core does not do, it refuses at start (``check_core_settings``): SOCKS5, TLV,
+MPTCP on the RAN leg, the backlog feed and extensions (MELD/RAPID) need the Python relay.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mec_common.logging import get_logger
+from mec_pep.config import PepSettings
+from mec_pep.flows import Flow, FlowTable, Leg, ProxyMode, flow_record, leg_record
+from mec_pep.policy import AccessPolicy
+from mec_pep.relay.descriptors import raise_fd_limit
+from mec_pep.relay.flow_view import held
+from mec_pep.relay.legs import listen_socket
+from mec_pep.relay.listeners import NO_IPV6
+from mec_pep.relay.loop import RelayCounters, relay_cpus
+from mec_pep.sockets import select_listener_by_cpu, set_buffers, tcp_info
+
+log = get_logger(__name__)
+T = TypeVar("T")
+
+# ---- pep_core.h, mirrored (change both together) -----------------------------------------
+
+MAX_THREADS, LISTENERS, MAX_RANGES, CC_NAME = 64, 2, 256, 16
+# enum pep_reason, in order: the Python relay's texts for the same events
+REASONS = (
+    "client not allowed",
+    "flow limit",
+    "per-client flow limit",
+    "destination not allowed",
+    "WAN socket setup failed",
+    "connect failed",
+    "reset by peer",
+    "idle timeout",
+    "half-open timeout",
+    "shutdown",
+    "reset by API",
+)
+STAGES = {1: "connecting", 2: "relaying", 3: "closed"}  # enum pep_stage, as the API names them
+RELAYING = 2
+# One relay buffer (bytes) and buffers per relay thread: a direction holds one only while
+# bytes are in it, so 64 busy flows use 128 of them and idle flows none.
+BUFFER_BYTES = 128 * 1024
+BUFFERS = 256
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [
+        ("threads", ctypes.c_uint32),
+        ("listeners", (ctypes.c_int32 * LISTENERS) * MAX_THREADS),
+        ("cpus", ctypes.c_int32 * MAX_THREADS),
+        ("max_flows", ctypes.c_uint32),
+        ("max_flows_per_client", ctypes.c_uint32),
+        ("connect_timeout_ms", ctypes.c_uint64),
+        ("idle_timeout_ms", ctypes.c_uint64),
+        ("half_open_timeout_ms", ctypes.c_uint64),
+        ("wan_rcvbuf", ctypes.c_int32),
+        ("wan_sndbuf", ctypes.c_int32),
+        ("force_buffers", ctypes.c_uint8),
+        ("keep_ue_source", ctypes.c_uint8),
+        ("own_port", ctypes.c_uint16),
+        ("ran_cc", ctypes.c_char * CC_NAME),
+        ("wan_cc", ctypes.c_char * CC_NAME),
+        ("buffer_bytes", ctypes.c_uint32),
+        ("buffers", ctypes.c_uint32),
+    ]
+
+
+class _Range(ctypes.Structure):
+    _fields_ = [
+        ("family", ctypes.c_uint8),
+        ("network", ctypes.c_uint8 * 16),
+        ("mask", ctypes.c_uint8 * 16),
+    ]
+
+
+class _Policy(ctypes.Structure):
+    _fields_ = [
+        ("clients", ctypes.c_uint32),
+        ("destinations", ctypes.c_uint32),
+        ("loopback", ctypes.c_uint32),
+        ("range", _Range * MAX_RANGES),
+    ]
+
+
+class _Record(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("slot", ctypes.c_uint32),
+        ("thread", ctypes.c_uint32),
+        ("family", ctypes.c_uint8),
+        ("stage", ctypes.c_uint8),
+        ("ue_eof", ctypes.c_uint8),
+        ("server_eof", ctypes.c_uint8),
+        ("ue_port", ctypes.c_uint16),
+        ("destination_port", ctypes.c_uint16),
+        ("wan_port", ctypes.c_uint16),
+        ("ue", ctypes.c_uint8 * 16),
+        ("destination", ctypes.c_uint8 * 16),
+        ("wan_local", ctypes.c_uint8 * 16),
+        ("created_ns", ctypes.c_int64),
+        ("established_ns", ctypes.c_int64),
+        ("last_active_ns", ctypes.c_int64),
+        ("bytes_to_ue", ctypes.c_uint64),
+        ("bytes_from_ue", ctypes.c_uint64),
+        ("ran_fd", ctypes.c_int32),
+        ("wan_fd", ctypes.c_int32),
+        ("buffered_to_ue", ctypes.c_uint32),
+        ("buffered_to_server", ctypes.c_uint32),
+    ]
+
+
+class _Counters(ctypes.Structure):
+    _fields_ = [
+        ("accepted", ctypes.c_uint64),
+        ("established", ctypes.c_uint64),
+        ("closed", ctypes.c_uint64),
+        ("bytes_to_ue", ctypes.c_uint64),
+        ("bytes_from_ue", ctypes.c_uint64),
+        ("refused", ctypes.c_uint64 * len(REASONS)),
+        ("aborted", ctypes.c_uint64 * len(REASONS)),
+    ]
+
+
+def library_path() -> Path:
+    """``PEP_CORE_LIBRARY``, else the source tree's ``build/`` (``make build``)."""
+    given = os.environ.get("PEP_CORE_LIBRARY")
+    if given:
+        return Path(given)
+    build = os.environ.get("MTS_BUILD_DIR", Path(__file__).resolve().parents[3] / "build")
+    return Path(build) / "lib" / "libmec_pep_core.so"
+
+
+def _load() -> ctypes.CDLL:
+    path = library_path()
+    if not path.exists():
+        raise OSError(f"PEP_RELAY_CORE=uring: {path} is missing (make build)")
+    lib = ctypes.CDLL(str(path))
+    mirrors = (_Config, _Range, _Policy, _Record, _Counters)
+    sizes = (ctypes.c_uint32 * len(mirrors)).in_dll(lib, "pep_core_abi")
+    if list(sizes) != [ctypes.sizeof(m) for m in mirrors]:
+        raise OSError(f"{path} does not match mec_pep.core's structures (rebuild: make build)")
+    lib.pep_core_start.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(_Policy)]
+    lib.pep_core_error.restype = ctypes.c_char_p
+    lib.pep_core_set_policy.argtypes = [ctypes.POINTER(_Policy)]
+    lib.pep_core_counters.argtypes = [ctypes.c_uint32]
+    lib.pep_core_counters.restype = ctypes.POINTER(_Counters)
+    lib.pep_core_live.restype = ctypes.c_uint32
+    lib.pep_core_snapshot.argtypes = [ctypes.POINTER(_Record), ctypes.c_uint32]
+    lib.pep_core_snapshot.restype = ctypes.c_uint32
+    lib.pep_core_hold.argtypes = [ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32 * 2]
+    lib.pep_core_reset.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
+    return lib
+
+
+# ---- settings the core does not carry ---------------------------------------------------
+
+
+def check_core_settings(settings: PepSettings, extensions: int) -> None:
+    """Refuse, with every reason at once, settings that need the Python relay."""
+    s = settings
+    unsupported = [
+        text
+        for on, text in (
+            (s.socks5_port is not None, "PEP_SOCKS5_PORT (SOCKS5 mode)"),
+            (s.tlv_port is not None, "PEP_TLV_PORT (TLV mode)"),
+            (s.ran_mptcp, "PEP_RAN_MPTCP"),
+            (s.backlog_interval_ms > 0, "PEP_BACKLOG_INTERVAL_MS > 0 (the backlog feed)"),
+            (extensions > 0, "PEP_RAN_AWARE (the MELD/RAPID extension)"),
+            (s.transparent_port is None, "no PEP_TRANSPARENT_PORT (nothing to relay)"),
+        )
+        if on
+    ]
+    if unsupported:
+        raise ValueError(
+            "PEP_RELAY_CORE=uring relays transparent mode only; these need "
+            f"PEP_RELAY_CORE=python: {', '.join(unsupported)}"
+        )
+
+
+def _policy(policy: AccessPolicy) -> _Policy:
+    """The access lists as the core's table: clients, destinations, allowed loopback."""
+    lists = (policy.clients.networks, policy.destinations.networks, policy.loopback_networks)
+    table = _Policy()
+    networks = [n for group in lists for n in group]
+    if len(networks) > MAX_RANGES:
+        raise ValueError(f"PEP_RELAY_CORE=uring takes at most {MAX_RANGES} networks in all")
+    table.clients, table.destinations, table.loopback = (len(g) for g in lists)
+    for entry, network in zip(table.range, networks, strict=False):
+        entry.family = socket.AF_INET if network.version == 4 else socket.AF_INET6
+        entry.network[: len(network.network_address.packed)] = network.network_address.packed
+        entry.mask[: len(network.netmask.packed)] = network.netmask.packed
+    return table
+
+
+# ---- the flows the core holds ------------------------------------------------------------
+
+
+def _ip(family: int, raw: Any) -> str:
+    packed = bytes(raw)[: 4 if family == socket.AF_INET else 16]
+    return str(ipaddress.ip_address(packed))
+
+
+def _flow(rec: _Record) -> Flow:
+    """A ``Flow`` from a record; its legs carry addresses, no sockets (``Leg.sock``)."""
+    family = rec.family
+    ue = (_ip(family, rec.ue), rec.ue_port)
+    destination = (_ip(family, rec.destination), rec.destination_port)
+    flow = Flow(rec.id, ProxyMode.TRANSPARENT, Leg(None, destination, ue))
+    flow.destination = destination
+    flow.created_at = rec.created_ns / 1e9
+    flow.established_at = rec.established_ns / 1e9 if rec.established_ns else None
+    flow.bytes_to_ue, flow.bytes_from_ue = rec.bytes_to_ue, rec.bytes_from_ue
+    unbound = ("::" if family == socket.AF_INET6 else "0.0.0.0", 0)
+    local = (_ip(family, rec.wan_local), rec.wan_port) if rec.established_ns else unbound
+    flow.wan = Leg(None, local, destination)
+    flow._relay = rec  # the record it was read from: slot, id, stage, times
+    return flow
+
+
+class CoreFlowTable(FlowTable):
+    """The flow table read from the core's records at each call (the core owns membership)."""
+
+    def __init__(self, core: CoreDataPlane) -> None:
+        super().__init__()
+        self.core = core
+
+    def _all(self) -> list[Flow]:
+        return [_flow(rec) for rec in self.core.records()]
+
+    def __len__(self) -> int:
+        return self.core.live()
+
+    def __iter__(self) -> Iterator[Flow]:
+        return iter(self._all())
+
+    def get(self, flow_id: int) -> Flow | None:
+        return next((f for f in self._all() if f.id == flow_id), None)
+
+    def by_ue(self, ue: str) -> list[Flow]:
+        return [f for f in self._all() if f.ue == ue]
+
+    def ues(self) -> list[str]:
+        return list(dict.fromkeys(f.ue for f in self._all()))
+
+    def count_for(self, ue: str) -> int:
+        return len(self.by_ue(ue))
+
+
+class CoreDataPlane:
+    """The core's relay threads; answers the API as ``DataPlane`` does."""
+
+    def __init__(self, settings: PepSettings, threads: int = 2) -> None:
+        self.settings = settings
+        self.thread_count = threads
+        self.flows = CoreFlowTable(self)
+        self.addresses: dict[ProxyMode, tuple[str, int]] = {}
+        self.pipe_size = BUFFER_BYTES  # the core copies through buffers of this size
+        self._lib: ctypes.CDLL | None = None
+        self._listeners: list[list[socket.socket]] = []  # per relay thread: IPv4, IPv6
+        self._policies: list[_Policy] = []  # the core may read each while it is current
+
+    # ---- life -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        s = self.settings
+        assert s.transparent_port is not None  # check_core_settings
+        lib = _load()
+        raise_fd_limit()  # per relay thread's own table, as the Python relay's threads
+        self._open_listeners(s.transparent_port)
+        policy = _policy(AccessPolicy(s.allowed_clients, s.allowed_destinations))
+        self._policies.append(policy)
+        if lib.pep_core_start(ctypes.byref(self._config()), ctypes.byref(policy)):
+            self._close_listeners()
+            raise OSError(f"relay core: {lib.pep_core_error().decode()}")
+        self._lib = lib
+        log.info("relay core started", threads=self.thread_count, library=str(library_path()))
+
+    def stop(self) -> None:
+        if self._lib is not None:
+            self._lib.pep_core_stop()
+            self._lib = None
+        self._close_listeners()
+
+    def _open_listeners(self, port: int) -> None:
+        s, cpus = self.settings, relay_cpus(self.settings, self.thread_count)
+        for _ in range(self.thread_count):
+            pair = [listen_socket(s, ProxyMode.TRANSPARENT, "0.0.0.0", port)]
+            port = pair[0].getsockname()[1]  # port 0: every thread on the one picked
+            if s.listen_host6 is not None:
+                try:
+                    six = listen_socket(s, ProxyMode.TRANSPARENT, "::", port, socket.AF_INET6)
+                    pair.append(six)
+                except OSError as exc:
+                    if exc.errno not in NO_IPV6:
+                        raise
+                    log.warning("no IPv6 listener", mode="transparent", error=str(exc))
+            if cpus is not None:
+                for sock in pair:
+                    select_listener_by_cpu(sock, cpus)
+            self._listeners.append(pair)
+        self.addresses[ProxyMode.TRANSPARENT] = ("0.0.0.0", port)
+
+    def _close_listeners(self) -> None:
+        for pair in self._listeners:
+            for sock in pair:
+                sock.close()
+        self._listeners = []
+        self.addresses.pop(ProxyMode.TRANSPARENT, None)
+
+    def _config(self) -> _Config:
+        s, c = self.settings, _Config()
+        cpus = relay_cpus(s, self.thread_count)
+        c.threads = self.thread_count
+        for i in range(MAX_THREADS):
+            c.cpus[i] = cpus[i] if cpus is not None and i < len(cpus) else -1
+            for k in range(LISTENERS):
+                pair = self._listeners[i] if i < len(self._listeners) else []
+                c.listeners[i][k] = pair[k].fileno() if k < len(pair) else -1
+        c.max_flows, c.max_flows_per_client = s.max_flows, s.max_flows_per_client
+        c.connect_timeout_ms = int(s.handshake_timeout * 1000)
+        c.idle_timeout_ms = int(s.idle_timeout * 1000)
+        c.half_open_timeout_ms = int(s.half_open_timeout * 1000)
+        c.wan_rcvbuf, c.wan_sndbuf = s.wan_rcvbuf, s.wan_sndbuf
+        c.force_buffers, c.keep_ue_source = s.force_buffers, s.keep_ue_source
+        c.own_port = self.addresses[ProxyMode.TRANSPARENT][1]
+        c.ran_cc = (s.ran_congestion_control or "").encode()
+        c.wan_cc = (s.wan_congestion_control or "").encode()
+        c.buffer_bytes, c.buffers = BUFFER_BYTES, BUFFERS
+        return c
+
+    # ---- run-time changes -----------------------------------------------------------------
+
+    def listen(self, mode: ProxyMode, port: int) -> tuple[str, int]:
+        raise ValueError(f"PEP_RELAY_CORE=uring relays transparent mode only, not {mode}")
+
+    def unlisten(self, mode: ProxyMode) -> None:
+        """Only the explicit modes are switched at run time, and the core has none."""
+
+    def set_policy(self, policy: AccessPolicy) -> None:
+        table = _policy(policy)
+        self._policies.append(table)
+        if self._lib is not None:
+            self._lib.pep_core_set_policy(ctypes.byref(table))
+
+    def resize_buffers(self) -> None:
+        s = self.settings
+        for pair in self._listeners:
+            for sock in pair:
+                set_buffers(sock, s.ran_rcvbuf, s.ran_sndbuf, force=s.force_buffers)
+
+    # ---- reading state -----------------------------------------------------------------------
+
+    def live(self) -> int:
+        return int(self._lib.pep_core_live()) if self._lib is not None else 0
+
+    def records(self) -> list[_Record]:
+        if self._lib is None:
+            return []
+        room = self.live() + 64  # flows accepted meanwhile are seen next time
+        out = (_Record * room)()
+        n = self._lib.pep_core_snapshot(out, room)
+        return list(out[:n])
+
+    def counters(self) -> RelayCounters:
+        total = RelayCounters()
+        if self._lib is None:
+            return total
+        for i in range(self.thread_count):
+            c = self._lib.pep_core_counters(i).contents
+            total.accepted += c.accepted
+            total.established += c.established
+            total.closed += c.closed
+            total.bytes_to_ue += c.bytes_to_ue
+            total.bytes_from_ue += c.bytes_from_ue
+            for counts, kept in ((c.refused, total.refused), (c.aborted, total.aborted)):
+                for reason, n in zip(REASONS, counts, strict=True):
+                    if n:
+                        kept[reason] = kept.get(reason, 0) + n
+        return total
+
+    @property
+    def private_descriptor_tables(self) -> bool:
+        return self._lib is not None and bool(self._lib.pep_core_private_tables())
+
+    def pipes_in_use(self) -> int:
+        """The core has no pipes (it copies through its buffers)."""
+        return 0
+
+    def listener_buffers(self) -> tuple[int, int] | None:
+        for pair in self._listeners:
+            sock = pair[0]
+            return (
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+            )
+        return None
+
+    def flow_states(
+        self, flows: Iterable[Flow], *, tcp: bool, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        states = [self._held(f, partial(_state, f, tcp=tcp)) for f in flows]
+        return sorted((s for s in states if s is not None), key=lambda s: s["id"])
+
+    def buffered(
+        self, flows: Iterable[Flow], timeout: float = 10.0
+    ) -> list[tuple[Flow, dict[str, dict[str, int]]]]:
+        held = [(f, self._held(f, partial(_held_bytes, f))) for f in flows]
+        return [(f, b) for f, b in held if b is not None]
+
+    def _held(self, flow: Flow, read: Callable[[tuple[int, int]], T]) -> T | None:
+        """``read(fds)`` on copies of the flow's sockets (they live in their relay thread's
+        descriptor table); None if the flow has ended."""
+        rec = flow._relay
+        if self._lib is None or not isinstance(rec, _Record):
+            return None
+        fds = (ctypes.c_int32 * 2)(-1, -1)
+        if self._lib.pep_core_hold(rec.slot, rec.id, fds):
+            return None
+        try:
+            return read((fds[0], fds[1]))
+        finally:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+
+    def reset(self, flow: Flow, reason: str) -> None:
+        """RST on both legs, in the flow's relay thread (counted as "reset by API")."""
+        rec = flow._relay
+        if self._lib is not None and isinstance(rec, _Record):
+            self._lib.pep_core_reset(rec.slot, rec.id)
+
+    def for_flows(
+        self, flows: Iterable[Flow], fn: Callable[[Flow], None], *, wait: bool = True
+    ) -> None:
+        raise RuntimeError("the relay core runs no Python in its threads (no extensions)")
+
+
+def _state(flow: Flow, fds: tuple[int, int], *, tcp: bool) -> dict[str, Any]:
+    rec: _Record = flow._relay
+    wan_tcp = tcp and rec.stage == RELAYING
+    return flow_record(
+        flow,
+        stage=STAGES.get(rec.stage, "closed"),
+        idle_s=(time.monotonic_ns() - rec.last_active_ns) / 1e9,
+        buffered=_held_bytes(flow, fds),
+        ran=leg_record(flow.ran, _tcp_info(fds[0]) if tcp else None, with_tcp=tcp),
+        wan=leg_record(flow.wan, _tcp_info(fds[1]) if wan_tcp else None, with_tcp=wan_tcp),
+    )
+
+
+def _held_bytes(flow: Flow, fds: tuple[int, int]) -> dict[str, dict[str, int]]:
+    rec: _Record = flow._relay
+    wan_fd = fds[1] if rec.stage == RELAYING else -1
+    return held(fds[0], wan_fd, rec.buffered_to_server, rec.buffered_to_ue)
+
+
+def _tcp_info(fd: int) -> dict[str, Any] | None:
+    """TCP_INFO through a copy of a core socket (``CoreDataPlane._held`` closes it)."""
+    if fd < 0:
+        return None
+    sock = socket.socket(fileno=fd)
+    try:
+        return tcp_info(sock)
+    except OSError:
+        return None
+    finally:
+        sock.detach()
