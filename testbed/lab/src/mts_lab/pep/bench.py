@@ -54,7 +54,11 @@ LOAD_DIRECT = tuple(range(7200, 7200 + LOAD_PORTS))  # routed past it (and HAPro
 HAPROXY_LOAD = tuple(range(7000, 7000 + LOAD_PORTS))
 PER_PROCESS = 16_000  # idle connections per client process (below the descriptor limit)
 HAPROXY_MAXCONN = 9000  # one process, 2 descriptors per connection, limit 20,000
-SYSTEMS = ("direct", "pep", "haproxy")
+SYSTEMS = ("direct", "pep", "core", "haproxy")
+# The PEP's settings per system: "pep" its Python relay (the default), "core" its compiled
+# io_uring relay core (docs/pep.md); one PEP process at a time, restarted between them.
+PEP_SETTINGS: dict[str, dict[str, str]] = {"pep": {}, "core": {"PEP_RELAY_CORE": "uring"}}
+TPROXY_SYSTEMS = ("pep", "core", "floor")  # behind the TPROXY rules
 SHORT_FLOWS = {"10kB": 10_000, "100kB": 100_000}  # response size; the request is 500 bytes
 SHORT_REQUEST = 500
 SHORT_CLIENTS = 64
@@ -125,6 +129,7 @@ class Bench:
     # More PEP processes on the same listeners (SO_REUSEPORT), for the A/B of relay
     # processes against relay threads (variant setting PROCESSES=N; docs/pep.md).
     extra_peps: list[subprocess.Popen[Any]] = field(default_factory=list)
+    pep_settings: dict[str, str] = field(default_factory=dict)  # the running PEP's overrides
     haproxy: subprocess.Popen[Any] | None = None
     floor: subprocess.Popen[Any] | None = None  # relay-floor (a variant of it), in A/B runs only
 
@@ -167,6 +172,13 @@ class Bench:
         self.stop_pep()
         self.pep = self._start_pep(overrides)
         self.wait_pep_ready()
+
+    def use(self, system: str, **settings: str) -> None:
+        """Before measuring ``system``: if it is the PEP ("pep" or "core"), the PEP runs with
+        that relay (and ``settings``), restarted only if it runs otherwise."""
+        wanted = {**PEP_SETTINGS[system], **settings} if system in PEP_SETTINGS else None
+        if wanted is not None and wanted != self.pep_settings:
+            self.restart_pep(wanted)
 
     def stop_pep(self) -> None:
         """Stop the PEP (it removes its TPROXY rules) and its extra processes."""
@@ -212,6 +224,7 @@ class Bench:
         """The PEP; with ``PROCESSES=N`` in ``overrides`` also N-1 more PEP processes that
         open the same listeners (``SO_REUSEPORT``) beside it, each with its own API port
         and no interception rules of its own."""
+        self.pep_settings = dict(overrides or {})
         settings = dict(overrides or {})
         processes = int(settings.pop("PROCESSES", "1"))
         main = self._start_pep_process(settings)
@@ -303,7 +316,7 @@ class Bench:
         lab = self.lab
         if system == "haproxy":
             return lab.pep_client_side_ip, HAPROXY_IPERF
-        if system in ("pep", "floor"):  # both behind the TPROXY rules
+        if system in TPROXY_SYSTEMS:
             return lab.server_ip, IPERF_PEP
         return lab.server_ip, IPERF_DIRECT
 
@@ -312,18 +325,19 @@ class Bench:
         lab = self.lab
         if system == "haproxy":
             return [f"{lab.pep_client_side_ip}:{port}" for port in HAPROXY_LOAD]
-        ports = LOAD_PEP if system in ("pep", "floor") else LOAD_DIRECT
+        ports = LOAD_PEP if system in TPROXY_SYSTEMS else LOAD_DIRECT
         return [f"{lab.server_ip}:{port}" for port in ports]
 
     def process(self, system: str) -> subprocess.Popen[Any] | None:
-        return {"pep": self.pep, "haproxy": self.haproxy, "floor": self.floor}.get(system)
+        procs = {"pep": self.pep, "core": self.pep, "haproxy": self.haproxy, "floor": self.floor}
+        return procs.get(system)
 
     def processes(self, system: str) -> list[subprocess.Popen[Any]]:
         """Every process of ``system`` (the PEP's extra processes too)."""
         main = self.process(system)
         return [
             *([main] if main is not None else []),
-            *(self.extra_peps if system == "pep" else []),
+            *(self.extra_peps if system in PEP_SETTINGS else []),
         ]
 
 
@@ -627,7 +641,7 @@ def idle_connections(bench: Bench, system: str, count: int) -> dict[str, Any]:
         "asked": count,
         "failed_attempts": sum(r["failed"] for r in reports),
         "first_error": errors[0] if errors else None,
-        "pep_stats": in_netns(bench.lab.pep_ns, _pep_stats) if system == "pep" else None,
+        "pep_stats": in_netns(bench.lab.pep_ns, _pep_stats) if system in PEP_SETTINGS else None,
         "open_seconds": opened_s,
         "rss_kib_before": before,
         "rss_kib_after": after,
@@ -660,11 +674,14 @@ def _measure(
     bench: Bench, seconds: float, rounds: int, idle: int, conn_seconds: float
 ) -> dict[str, Any]:
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    turn = 0
     for r in range(rounds):
         for streams in (1, 8):
             for download in (True, False):
                 case = f"{'download' if download else 'upload'}_{streams}"
-                for system in SYSTEMS:
+                turn += 1
+                for system in _interleaved(turn):
+                    bench.use(system)
                     sample = iperf3(bench, system, streams, download, seconds)
                     samples.setdefault(case, {}).setdefault(system, []).append(sample)
                     print(f"round {r + 1}/{rounds} {case:<11} {system:<8} "
@@ -672,7 +689,8 @@ def _measure(
                           flush=True)  # fmt: skip
     flow_samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in range(rounds):
-        for system in SYSTEMS:
+        for system in _interleaved(r):
+            bench.use(system)
             cases = {"connections": connections_per_second(bench, system, conn_seconds)}
             for name, size in SHORT_FLOWS.items():
                 cases[name] = short_flows(bench, system, size, conn_seconds)
@@ -686,6 +704,11 @@ def _measure(
             "idle_connections": _idle_all(bench, idle)}  # fmt: skip
 
 
+def _interleaved(turn: int) -> tuple[str, ...]:
+    """SYSTEMS, with the PEP's two relays in turns (one PEP restart per turn, not two)."""
+    return SYSTEMS if turn % 2 == 0 else ("direct", "core", "pep", "haproxy")
+
+
 def _idle_all(bench: Bench, count: int) -> dict[str, Any]:
     """The idle case per system; HAProxy (one process) up to its descriptor limit.
 
@@ -694,9 +717,9 @@ def _idle_all(bench: Bench, count: int) -> dict[str, Any]:
     """
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     threads = max(2, -(-2 * count // (limit - 2000)) + 1)  # headroom: REUSEPORT is uneven
-    bench.restart_pep({"PEP_RELAY_THREADS": str(threads)})
     results: dict[str, Any] = {}
     for system in SYSTEMS:
+        bench.use(system, PEP_RELAY_THREADS=str(threads))
         n = min(count, HAPROXY_MAXCONN - 100) if system == "haproxy" else count
         results[system] = idle_connections(bench, system, n)
         m = results[system]
@@ -727,8 +750,9 @@ def _flow_summary(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[s
                 "load": [round(x["load"], 1) for x in runs],
                 **{k: statistics.median(x[k] for x in runs) for k in BOUND_KEYS},
             }
-        pep, haproxy = entry["pep"], entry["haproxy"]
-        entry["pep_vs_haproxy"] = pep["median"] / haproxy["median"] if haproxy["median"] else None
+        haproxy = entry["haproxy"]["median"]
+        for relay in PEP_SETTINGS:
+            entry[f"{relay}_vs_haproxy"] = entry[relay]["median"] / haproxy if haproxy else None
         if case == "connections":
             summary["connections_per_second"] = entry
         else:
@@ -742,9 +766,10 @@ def _summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str,
         summary[case] = {system: _medians(runs) for system, runs in by_system.items()}
         direct = summary[case]["direct"]["gbps_median"]
         haproxy = summary[case]["haproxy"]["gbps_median"]
-        pep = summary[case]["pep"]["gbps_median"]
-        summary[case]["pep_vs_direct"] = pep / direct if direct else None
-        summary[case]["pep_vs_haproxy"] = pep / haproxy if haproxy else None
+        for relay in PEP_SETTINGS:
+            gbps = summary[case][relay]["gbps_median"]
+            summary[case][f"{relay}_vs_direct"] = gbps / direct if direct else None
+            summary[case][f"{relay}_vs_haproxy"] = gbps / haproxy if haproxy else None
     return summary
 
 
@@ -765,24 +790,26 @@ def _environment(
             ["haproxy", "-v"], capture_output=True, text=True
         ).stdout.splitlines()[0],
         "pep": "transparent mode, defaults (2 relay threads, splice, 16 MiB forced buffers)",
+        "core": "the same with PEP_RELAY_CORE=uring (2 C relay threads, one io_uring each)",
     }
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["case         direct Gb/s  pep Gb/s  haproxy Gb/s  pep/direct  pep/haproxy  "
-             "CPU-s/Gbit pep  haproxy"]  # fmt: skip
+    lines = ["case        " + "".join(f"{s + ' Gb/s':>13}" for s in SYSTEMS)
+             + "  pep/direct core/direct  pep/haproxy core/haproxy  CPU-s/Gbit pep core "
+             "haproxy"]  # fmt: skip
     for case, r in results["throughput"].items():
-        cpu_pep = r["pep"]["cpu_s_per_gbit_median"]
-        cpu_hap = r["haproxy"]["cpu_s_per_gbit_median"]
+        cpu = [r[s]["cpu_s_per_gbit_median"] for s in ("pep", "core", "haproxy")]
         lines.append(
-            f"{case:<12} {r['direct']['gbps_median']:>11.2f} {r['pep']['gbps_median']:>9.2f} "
-            f"{r['haproxy']['gbps_median']:>13.2f} {r['pep_vs_direct']:>11.2f} "
-            f"{r['pep_vs_haproxy']:>12.2f} {cpu_pep:>15.3f} {cpu_hap:>8.3f}"
-        )
+            f"{case:<12}" + "".join(f"{r[s]['gbps_median']:>13.2f}" for s in SYSTEMS)
+            + f"{r['pep_vs_direct']:>12.2f}{r['core_vs_direct']:>12.2f}"
+            f"{r['pep_vs_haproxy']:>13.2f}{r['core_vs_haproxy']:>13.2f}  "
+            + " ".join(f"{c:.3f}" for c in cpu)
+        )  # fmt: skip
     rates = results["connections_per_second"]
     lines.append("connections/s (median): " + ", ".join(
         f"{s} {rates[s]['median']:.0f}" for s in SYSTEMS) + f"; pep/haproxy "
-        f"{rates['pep_vs_haproxy']:.2f}")  # fmt: skip
+        f"{rates['pep_vs_haproxy']:.2f}, core/haproxy {rates['core_vs_haproxy']:.2f}")  # fmt: skip
     for name, r in results["short_flows"].items():
         lines.append(f"short flows {name}: " + ", ".join(
             f"{s} {r[s]['median']:.0f}/s p50 {r[s]['p50_ms']:.2f} p99 {r[s]['p99_ms']:.2f} ms"
@@ -807,18 +834,19 @@ def plot(results: dict[str, Any], path: Path) -> None:
         1, 5, figsize=(21, 4.2), gridspec_kw={"width_ratios": [3, 3, 1.4, 1.8, 1.4]}
     )
     cases = list(results["throughput"])
-    colors = {"direct": "#888888", "pep": "#1f77b4", "haproxy": "#ff7f0e"}
-    width = 0.27
+    colors = {"direct": "#888888", "pep": "#1f77b4", "core": "#2ca02c", "haproxy": "#ff7f0e"}
+    width = 0.2
+    middle = (len(SYSTEMS) - 1) / 2
     for i, system in enumerate(SYSTEMS):
-        xs = [c + (i - 1) * width for c in range(len(cases))]
+        xs = [c + (i - middle) * width for c in range(len(cases))]
         ys = [results["throughput"][c][system]["gbps_median"] for c in cases]
         axes[0].bar(xs, ys, width, label=system, color=colors[system])
     axes[0].set_xticks(range(len(cases)), [c.replace("_", "\n") + " str." for c in cases])
     axes[0].set_ylabel("Gbit/s (median)")
     axes[0].set_title("iperf3 throughput")
     axes[0].legend()
-    for i, system in enumerate(("pep", "haproxy")):
-        xs = [c + (i - 0.5) * width for c in range(len(cases))]
+    for i, system in enumerate(("pep", "core", "haproxy")):
+        xs = [c + (i - 1) * width for c in range(len(cases))]
         ys = [results["throughput"][c][system]["cpu_s_per_gbit_median"] or 0 for c in cases]
         axes[1].bar(xs, ys, width, label=system, color=colors[system])
     axes[1].set_xticks(range(len(cases)), [c.replace("_", "\n") + " str." for c in cases])
@@ -830,18 +858,19 @@ def plot(results: dict[str, Any], path: Path) -> None:
     axes[2].set_title("connections/s")
     short = results["short_flows"]
     for i, system in enumerate(SYSTEMS):
-        xs = [c + (i - 1) * width for c in range(len(short))]
+        xs = [c + (i - middle) * width for c in range(len(short))]
         axes[3].bar(xs, [short[c][system]["p99_ms"] for c in short], width, label=system,
                     color=colors[system])  # fmt: skip
     axes[3].set_xticks(range(len(short)), list(short))
     axes[3].set_title(f"short flows, {SHORT_CLIENTS} clients: p99 ms")
     idle = results["idle_connections"]
-    kinds = [s for s in ("pep", "haproxy") if idle[s]["kib_per_connection"] is not None]
+    kinds = [s for s in ("pep", "core", "haproxy") if idle[s]["kib_per_connection"] is not None]
     axes[4].bar(kinds, [idle[s]["kib_per_connection"] for s in kinds],
                 color=[colors[s] for s in kinds])  # fmt: skip
     axes[4].set_title("KiB per idle connection\n" + ", ".join(
         f"{s} {idle[s]['connections']:,}" for s in kinds))  # fmt: skip
-    fig.suptitle(f"PEP vs direct vs HAProxy — {results['environment']['date']}, "
+    fig.suptitle("PEP (pep: Python relay, core: compiled) vs direct vs HAProxy — "
+                 f"{results['environment']['date']}, "
                  f"{results['environment']['cpus']} CPUs, load at end "
                  f"{results['environment']['loadavg_at_end'][0]:.1f}")  # fmt: skip
     save_figure(fig, path)
