@@ -69,6 +69,38 @@ def test_the_tunnel_carries_the_load_and_the_path_manager_switches_its_paths(tmp
     carried = [p for p in paths if p["sentPackets"] - p["probes"] > 100]
     assert len(carried) >= 2, paths  # one LoS path cannot carry the load: the manager added
     assert run["data_plane_state"]["stats"]["drops"]["auth"] == 0
+    check_merge(tmp_path, result)
+
+
+def merge(tmp_path: Path, *dirs: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mts_lab.pathmgr.experiment", "--out", str(tmp_path / "merged"),
+         "--merge", *map(str, dirs)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def check_merge(tmp_path: Path, result: dict) -> None:
+    """Holds of the measurement lock (one seed each) join into one result with --merge; the
+    same seed twice or other settings are refused."""
+    hold = tmp_path / "hold2"
+    hold.mkdir()
+    for run in result["runs"]:
+        run["seed"] += 1
+    (hold / "emulated.json").write_text(json.dumps(result))
+    done = merge(tmp_path, tmp_path, hold)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads((tmp_path / "merged/emulated.json").read_text())
+    assert [r["run"] for r in merged["runs"]] == [0, 1]
+    assert [s["run"] for s in merged["summary"]] == [0, 1]
+    assert merged["schemes"][0]["runs"] == 2 and len(merged["holds"]) == 2
+    assert (tmp_path / "merged/delay_cdf.png").stat().st_size > 0
+    refused = merge(tmp_path, tmp_path, tmp_path)
+    assert refused.returncode != 0 and "is in both" in refused.stderr
+    result["settings"]["rate"] = 1e6
+    (hold / "emulated.json").write_text(json.dumps(result))
+    refused = merge(tmp_path, tmp_path, hold)
+    assert refused.returncode != 0 and "settings differ" in refused.stderr
 
 
 def test_the_pep_carries_the_load_and_the_path_manager_switches_paths(tmp_path):

@@ -70,6 +70,7 @@ class Ue:
     active: dict[IPv4Address, bool]
     control: PathControl | None = None
     queue_bytes: float = 0.0  # the queue the control sees (PM_QUEUE_MEASURE)
+    unsent_bytes: float = 0.0  # the data plane's part of it (the rest: the RLC queues)
     arrival_pps: float = 0.0
     # (time, PEP's cumulative received_bytes) over the last ARRIVAL_WINDOW seconds
     received: deque[tuple[float, int]] = field(default_factory=deque)
@@ -243,7 +244,7 @@ class PathManager:
         with ue._lock:
             queue = self._queue(ue, msg.backlog_bytes, msg.unsent_bytes, now)
             self._measure_arrival(ue, msg.received_bytes, now)
-            ue.queue_bytes = queue
+            ue.queue_bytes, ue.unsent_bytes = queue, msg.unsent_bytes
         packets = queue / self.settings.packet_bytes
         QUEUE.labels(str(ue.id)).set(packets)
         ue.control.on_queue(packets)

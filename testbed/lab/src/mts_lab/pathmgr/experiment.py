@@ -380,14 +380,25 @@ def measure_scheme(
     queue_series: list[tuple[float, float]] = []
     los_series: list[tuple[float, int]] = []
     truth_series: list[tuple[float, int]] = []
+    parts_series: list[list[float | None]] = []
     sampling = threading.Event()
+    packet = settings.packet_bytes
 
     def sample() -> None:  # what the control sees, every 10 ms
         while not sampling.is_set():
-            t = time.monotonic() - transfer.t0
+            now = time.monotonic()
+            t = now - transfer.t0
             paths_series.append((t, sum(ue.active.values())))
-            queue_series.append((t, ue.queue_bytes / settings.packet_bytes))
+            queue_series.append((t, ue.queue_bytes / packet))
             los_series.append((t, sum(r.in_los for r in ue.paths.values())))
+            # The queue's parts (why a reactive trigger fired): the data plane's unsent
+            # packets, then per path its RLC queue (None: no fresh RNIS value), whether it is
+            # active and whether RNIS sees it in LoS.
+            rlc = [r.radio_queue(now, manager.radio) for r in ue.paths.values()]
+            parts_series.append([round(t, 3), round(ue.unsent_bytes / packet, 2)]
+                                + [None if q is None else round(q / packet, 2) for q in rlc]
+                                + [int(ue.active[k]) for k in ue.paths]
+                                + [int(r.in_los) for r in ue.paths.values()])  # fmt: skip
             time.sleep(0.01)
 
     def sample_truth() -> None:  # the emulator's channel, every 100 ms
@@ -433,6 +444,8 @@ def measure_scheme(
         "paths": paths_series,
         "los": los_series,
         "los_truth": truth_series,
+        "queue_parts": parts_series,
+        "queue_parts_paths": [str(k) for k in ue.paths],
         "delays": delays,
         "decisions": decisions,
         "rnis_samples": {str(k): v.samples for k, v in ue.paths.items()},
@@ -638,6 +651,58 @@ def plot(all_runs: list[dict[str, Any]], schemes: list[dict[str, Any]], out: Pat
     save_figure(fig, out / "schemes.png")
 
 
+# Settings that make runs comparable: holds to be merged must agree on all of them.
+MERGE_SETTINGS = ("data_plane", "seconds", "warmup", "start_at", "scenario", "rate", "scale",
+                  "modes", "queue_measure", "scheduler", "queue", "queue_limit", "cwnd",
+                  "cwnd_target", "cwnd_bytes")  # fmt: skip
+
+
+def merge(dirs: list[Path], out: Path) -> None:
+    """Join results measured in several holds of the measurement lock (each a directory of
+    its own with other seeds, e.g. one seed per hold) into one result: run r is the r-th
+    smallest seed, the CIs are over all runs. Holds with other settings or a seed measured
+    twice are refused."""
+    parts = [(d, json.loads((d / "emulated.json").read_text())) for d in dirs]
+    reference = parts[0][1]["settings"]
+    seen: dict[int, Path] = {}
+    for d, part in parts:
+        differ = [k for k in MERGE_SETTINGS if part["settings"].get(k) != reference.get(k)]
+        if differ:
+            raise SystemExit(f"{d}: settings differ from {dirs[0]}: {', '.join(differ)}")
+        for seed in {r["seed"] for r in part["runs"]}:
+            if seed in seen:
+                raise SystemExit(f"seed {seed} is in both {seen[seed]} and {d}")
+            seen[seed] = d
+    seeds = sorted(seen)
+    modes = reference["modes"].split(",")
+    pairs = [
+        (s | {"run": seeds.index(r["seed"])}, r | {"run": seeds.index(r["seed"])})
+        for _, part in parts
+        for s, r in zip(part["summary"], part["runs"], strict=True)
+    ]
+    pairs.sort(key=lambda p: (p[1]["run"], modes.index(p[1]["mode"])))
+    summary = [s for s, _ in pairs]
+    runs = [r for _, r in pairs]
+    holds = [{"dir": str(d), "command": p["command"], "environment": p["environment"]}
+             for d, p in parts]  # fmt: skip
+    settings = reference | {"seed": seeds, "runs": len(seeds), "out": str(out)}
+    write_results(out, settings, summary, runs, {"holds": holds})
+
+
+def write_results(out: Path, settings: dict[str, Any], summary: list[dict[str, Any]],
+                  runs: list[dict[str, Any]], extra: dict[str, Any]) -> None:  # fmt: skip
+    """emulated.json and the plots; the figures per scheme on stdout."""
+    out.mkdir(parents=True, exist_ok=True)
+    schemes = per_scheme(summary)
+    (out / "emulated.json").write_text(json.dumps({
+        "command": " ".join(sys.argv), "environment": environment(), **extra,
+        "settings": settings, "schemes": schemes, "summary": summary, "runs": runs,
+    }, default=str) + "\n")  # fmt: skip
+    plot(runs, schemes, out, settings["scale"])
+    for s in schemes:
+        print(json.dumps(s))
+
+
 def amqp_user() -> tuple[str, str]:
     """A broker user for the PEP in the MEC namespace (guest may only log in on loopback)."""
     user, password = f"pmx-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
@@ -702,10 +767,16 @@ def main() -> None:
                         help="per-path window (static) or start (20000)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="results directory (docs/results/pathmgr/"
                         "tunnel or .../emulated for mptcp)")  # fmt: skip
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="DIR",
+                        help="measure nothing: join these results directories (holds of the"
+                        " same settings, other seeds) into --out")  # fmt: skip
     args = parser.parse_args()
     out: Path = args.out or REPO / "docs/results/pathmgr" / (
         "emulated" if args.data_plane == "mptcp" else "tunnel"
     )
+    if args.merge:
+        merge(args.merge, out)
+        return
     rnis = f"pmx-rnis-{uuid.uuid4().hex[:8]}"
     args.rnis_exchange = rnis
     backlog_exchange = f"pmx-backlog-{uuid.uuid4().hex[:8]}"
@@ -737,21 +808,13 @@ def main() -> None:
         for exchange in (rnis, backlog_exchange):
             delete_exchange(exchange)
         sh("rabbitmqctl", "-q", "delete_user", user, check=False)
-    out.mkdir(parents=True, exist_ok=True)
     summary = summarize(results, args.warmup)
-    schemes = per_scheme(summary)
     runs = [
         compact(r, args.warmup) | {"lost_share": s["lost_share"]}
         for r, s in zip(results, summary, strict=True)
     ]
-    (out / "emulated.json").write_text(json.dumps({
-        "command": " ".join(sys.argv), "environment": environment(), "settings": vars(args)
-        | {"scenario": str(args.scenario), "out": str(out)}, "schemes": schemes,
-        "summary": summary, "runs": runs,
-    }, default=str) + "\n")  # fmt: skip
-    plot(runs, schemes, out, args.scale)
-    for s in schemes:
-        print(json.dumps(s))
+    settings = vars(args) | {"scenario": str(args.scenario), "out": str(out)}
+    write_results(out, settings, summary, runs, {})
 
 
 if __name__ == "__main__":
