@@ -40,6 +40,7 @@
 #define SWEEP_NS 1000000000LL /* timeouts are checked once a second, as the Python relay */
 #define STRIPES 256	      /* locks that keep a flow's fds open while Python reads them */
 #define REQUESTS 1024	      /* pending resets per thread */
+#define EVENTS 8192	      /* flow events per thread not yet read by Python (power of 2) */
 #define BUFFER_GROUP 0
 
 enum op { OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_WAKE, OP_SWEEP, OP_IGNORE };
@@ -84,6 +85,9 @@ struct thread {
 	pthread_mutex_t requests_lock;
 	struct request requests[REQUESTS];
 	uint32_t pending;
+	struct pep_flow_event events[EVENTS];
+	uint32_t events_written, events_read; /* free-running; the core writes, Python reads */
+	pthread_mutex_t events_read_lock; /* one Python reader at a time */
 	uint8_t stopping;
 	int setup_error; /* 0, or a negative errno from setting up the ring */
 	struct pep_core_counters counters;
@@ -263,6 +267,19 @@ static void unstarve(struct thread *t, struct flow *f) {
 	}
 }
 
+/* ---- events for Python's hooks (a single-producer, single-consumer ring) ---------------- */
+
+static void queue_event(struct thread *t, struct flow *f, enum pep_event_kind kind) {
+	if (!cfg.events) return;
+	uint32_t written = t->events_written;
+	if (written - __atomic_load_n(&t->events_read, __ATOMIC_ACQUIRE) >= EVENTS) {
+		t->counters.events_lost++;
+		return;
+	}
+	t->events[written & (EVENTS - 1)] = (struct pep_flow_event){f->rec.id, f->rec.slot, kind};
+	__atomic_store_n(&t->events_written, written + 1, __ATOMIC_RELEASE);
+}
+
 /* ---- a flow's life -------------------------------------------------------------------- */
 
 static void set_int(int fd, int level, int opt, int value) {
@@ -323,6 +340,7 @@ static void maybe_end(struct thread *t, struct flow *f) {
 		if (p->bid >= 0) give_buffer(t, p->bid), p->bid = -1;
 	}
 	if (!f->failed) t->counters.closed++;
+	if (f->rec.established_ns) queue_event(t, f, PEP_EVENT_CLOSED);
 	end_flow(f, f->failed);
 }
 
@@ -453,6 +471,7 @@ static void connected(struct thread *t, struct flow *f, int res) {
 	f->rec.stage = PEP_RELAYING;
 	f->rec.established_ns = clock_ns(CLOCK_REALTIME);
 	t->counters.established++;
+	queue_event(t, f, PEP_EVENT_ESTABLISHED);
 	recv_more(t, &f->up);
 	recv_more(t, &f->down);
 }
@@ -668,9 +687,9 @@ static int allocate_tables(void) {
 	return 0;
 }
 
-const uint32_t pep_core_abi[5] = {sizeof(struct pep_core_config), sizeof(struct pep_range),
+const uint32_t pep_core_abi[6] = {sizeof(struct pep_core_config), sizeof(struct pep_range),
 				  sizeof(struct pep_policy), sizeof(struct pep_flow_record),
-				  sizeof(struct pep_core_counters)};
+				  sizeof(struct pep_core_counters), sizeof(struct pep_flow_event)};
 
 int pep_core_start(const struct pep_core_config *config, const struct pep_policy *first) {
 	cfg = *config;
@@ -683,6 +702,7 @@ int pep_core_start(const struct pep_core_config *config, const struct pep_policy
 	pthread_barrier_init(&set_up, NULL, cfg.threads + 1);
 	for (uint32_t i = 0; i < cfg.threads; i++) {
 		threads[i].index = i;
+		pthread_mutex_init(&threads[i].events_read_lock, NULL);
 		threads[i].wake_fd = eventfd(0, EFD_CLOEXEC); /* before the thread copies the table */
 		if (threads[i].wake_fd < 0) abort();
 		if (pthread_create(&threads[i].id, NULL, relay, &threads[i])) abort(); /* no way back
@@ -768,6 +788,28 @@ int pep_core_private_tables(void) {
 	int all = 1;
 	for (uint32_t i = 0; i < cfg.threads; i++) all &= threads[i].private_table;
 	return all;
+}
+
+uint32_t pep_core_events(struct pep_flow_event *out, uint32_t room) {
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < cfg.threads; i++) {
+		struct thread *t = &threads[i];
+		pthread_mutex_lock(&t->events_read_lock);
+		uint32_t read = t->events_read, written = __atomic_load_n(&t->events_written, __ATOMIC_ACQUIRE);
+		for (; read != written && n < room; read++) out[n++] = t->events[read & (EVENTS - 1)];
+		__atomic_store_n(&t->events_read, read, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&t->events_read_lock);
+	}
+	return n;
+}
+
+int pep_core_record(uint32_t slot, uint64_t id, struct pep_flow_record *out) {
+	if (slot >= cfg.max_flows || !id) return -1;
+	pthread_mutex_lock(&stripes[slot % STRIPES]);
+	int live = flows[slot].rec.id == id;
+	if (live) *out = flows[slot].rec;
+	pthread_mutex_unlock(&stripes[slot % STRIPES]);
+	return live ? 0 : -1;
 }
 
 int pep_core_reset(uint32_t slot, uint64_t id) {

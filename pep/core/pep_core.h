@@ -51,6 +51,7 @@ struct pep_core_config {
 	char ran_cc[PEP_CORE_CC_NAME], wan_cc[PEP_CORE_CC_NAME]; /* "" = namespace default */
 	uint32_t buffer_bytes;		/* one relay buffer, held only while bytes are in it */
 	uint32_t buffers;		/* per relay thread, a power of two */
+	uint8_t events;			/* queue flow events for Python's hooks (extensions) */
 };
 
 /* One network of an access list; an address matches if (address & mask) == network. */
@@ -82,14 +83,24 @@ struct pep_flow_record {
 	uint32_t buffered_to_ue, buffered_to_server; /* bytes in the core's buffers */
 };
 
+/* What the extensions' hooks need to hear, queued per relay thread (pep_core_events):
+ * a flow established, and an established flow ended. */
+enum pep_event_kind { PEP_EVENT_ESTABLISHED = 1, PEP_EVENT_CLOSED = 2 };
+struct pep_flow_event {
+	uint64_t id;
+	uint32_t slot;
+	uint32_t kind; /* enum pep_event_kind */
+};
+
 struct pep_core_counters {
 	uint64_t accepted, established, closed;
+	uint64_t events_lost; /* the event queue was full (Python's hooks lag far behind) */
 	uint64_t bytes_to_ue, bytes_from_ue; /* relayed, flows that ended included */
 	uint64_t refused[PEP_REASONS], aborted[PEP_REASONS];
 };
 
 /* sizeof of each structure above, in order: core.py checks its mirror against them. */
-extern const uint32_t pep_core_abi[5];
+extern const uint32_t pep_core_abi[6];
 
 /* 0, or a negative errno with pep_core_error() saying what failed. */
 int pep_core_start(const struct pep_core_config *config, const struct pep_policy *policy);
@@ -98,6 +109,10 @@ void pep_core_stop(void);
 void pep_core_set_policy(const struct pep_policy *policy);
 const struct pep_core_counters *pep_core_counters(uint32_t thread);
 uint32_t pep_core_live(void); /* flows held now */
+/* Queued flow events of every relay thread, oldest first per thread. */
+uint32_t pep_core_events(struct pep_flow_event *out, uint32_t room);
+/* One flow's record, if the slot still holds flow `id`: 0, else -1. */
+int pep_core_record(uint32_t slot, uint64_t id, struct pep_flow_record *out);
 uint32_t pep_core_snapshot(struct pep_flow_record *out, uint32_t room);
 /* Copies of a flow's sockets in the caller's descriptor table, to read them (TCP_INFO,
  * queues; -1 for a leg without a socket): 0 if the slot still holds flow `id`, -1 if it

@@ -7,8 +7,11 @@ the flow records (shown as ``Flow`` objects of ``mec_pep.flows``, whose ``flow_r
 shapes them for the API as for the Python relay) and the counters. ``CoreDataPlane``
 answers what ``DataPlane`` answers for the API.
 
+Extensions (MELD/RAPID) get their hooks from the core's event queue, read here every
+``EVENTS_EVERY_S``, after the fact; ``for_flows`` lends them copies of the sockets.
+
 What the core does not do, it refuses at start (``check_core_settings``): SOCKS5, TLV,
-MPTCP on the RAN leg, the backlog feed and extensions (MELD/RAPID) need the Python relay.
+MPTCP on the RAN leg and the backlog feed need the Python relay.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import ctypes
 import ipaddress
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -25,7 +29,7 @@ from typing import Any, TypeVar
 
 from mec_common.logging import get_logger
 from mec_pep.config import PepSettings
-from mec_pep.flows import Flow, FlowTable, Leg, ProxyMode, flow_record, leg_record
+from mec_pep.flows import Flow, FlowTable, Hooks, Leg, ProxyMode, flow_record, leg_record
 from mec_pep.policy import AccessPolicy
 from mec_pep.relay.descriptors import raise_fd_limit
 from mec_pep.relay.flow_view import held
@@ -81,6 +85,7 @@ class _Config(ctypes.Structure):
         ("wan_cc", ctypes.c_char * CC_NAME),
         ("buffer_bytes", ctypes.c_uint32),
         ("buffers", ctypes.c_uint32),
+        ("events", ctypes.c_uint8),
     ]
 
 
@@ -133,11 +138,20 @@ class _Counters(ctypes.Structure):
         ("accepted", ctypes.c_uint64),
         ("established", ctypes.c_uint64),
         ("closed", ctypes.c_uint64),
+        ("events_lost", ctypes.c_uint64),
         ("bytes_to_ue", ctypes.c_uint64),
         ("bytes_from_ue", ctypes.c_uint64),
         ("refused", ctypes.c_uint64 * len(REASONS)),
         ("aborted", ctypes.c_uint64 * len(REASONS)),
     ]
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("slot", ctypes.c_uint32), ("kind", ctypes.c_uint32)]
+
+
+ESTABLISHED, CLOSED = 1, 2  # enum pep_event_kind
+EVENTS_EVERY_S = 0.02  # how often the hooks hear of flows (they come this much late at most)
 
 
 def library_path() -> Path:
@@ -154,7 +168,7 @@ def _load() -> ctypes.CDLL:
     if not path.exists():
         raise OSError(f"PEP_RELAY_CORE=uring: {path} is missing (make build)")
     lib = ctypes.CDLL(str(path))
-    mirrors = (_Config, _Range, _Policy, _Record, _Counters)
+    mirrors = (_Config, _Range, _Policy, _Record, _Counters, _Event)
     sizes = (ctypes.c_uint32 * len(mirrors)).in_dll(lib, "pep_core_abi")
     if list(sizes) != [ctypes.sizeof(m) for m in mirrors]:
         raise OSError(f"{path} does not match mec_pep.core's structures (rebuild: make build)")
@@ -168,13 +182,16 @@ def _load() -> ctypes.CDLL:
     lib.pep_core_snapshot.restype = ctypes.c_uint32
     lib.pep_core_hold.argtypes = [ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32 * 2]
     lib.pep_core_reset.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
+    lib.pep_core_events.argtypes = [ctypes.POINTER(_Event), ctypes.c_uint32]
+    lib.pep_core_events.restype = ctypes.c_uint32
+    lib.pep_core_record.argtypes = [ctypes.c_uint32, ctypes.c_uint64, ctypes.POINTER(_Record)]
     return lib
 
 
 # ---- settings the core does not carry ---------------------------------------------------
 
 
-def check_core_settings(settings: PepSettings, extensions: int) -> None:
+def check_core_settings(settings: PepSettings) -> None:
     """Refuse, with every reason at once, settings that need the Python relay."""
     s = settings
     unsupported = [
@@ -184,7 +201,6 @@ def check_core_settings(settings: PepSettings, extensions: int) -> None:
             (s.tlv_port is not None, "PEP_TLV_PORT (TLV mode)"),
             (s.ran_mptcp, "PEP_RAN_MPTCP"),
             (s.backlog_interval_ms > 0, "PEP_BACKLOG_INTERVAL_MS > 0 (the backlog feed)"),
-            (extensions > 0, "PEP_RAN_AWARE (the MELD/RAPID extension)"),
             (s.transparent_port is None, "no PEP_TRANSPARENT_PORT (nothing to relay)"),
         )
         if on
@@ -219,19 +235,21 @@ def _ip(family: int, raw: Any) -> str:
     return str(ipaddress.ip_address(packed))
 
 
-def _flow(rec: _Record) -> Flow:
-    """A ``Flow`` from a record; its legs carry addresses, no sockets (``Leg.sock``)."""
+def _flow(rec: _Record, known: Flow | None = None) -> Flow:
+    """A ``Flow`` from a record (or ``known`` brought up to date): its legs carry
+    addresses and no sockets, except while the core lends them (``CoreDataPlane.lend``)."""
     family = rec.family
     ue = (_ip(family, rec.ue), rec.ue_port)
     destination = (_ip(family, rec.destination), rec.destination_port)
-    flow = Flow(rec.id, ProxyMode.TRANSPARENT, Leg(None, destination, ue))
+    flow = known or Flow(rec.id, ProxyMode.TRANSPARENT, Leg(None, destination, ue))
     flow.destination = destination
     flow.created_at = rec.created_ns / 1e9
     flow.established_at = rec.established_ns / 1e9 if rec.established_ns else None
     flow.bytes_to_ue, flow.bytes_from_ue = rec.bytes_to_ue, rec.bytes_from_ue
     unbound = ("::" if family == socket.AF_INET6 else "0.0.0.0", 0)
     local = (_ip(family, rec.wan_local), rec.wan_port) if rec.established_ns else unbound
-    flow.wan = Leg(None, local, destination)
+    if flow.wan is None or flow.wan.local != local:
+        flow.wan = Leg(None, local, destination)
     flow._relay = rec  # the record it was read from: slot, id, stage, times
     return flow
 
@@ -244,7 +262,7 @@ class CoreFlowTable(FlowTable):
         self.core = core
 
     def _all(self) -> list[Flow]:
-        return [_flow(rec) for rec in self.core.records()]
+        return [self.core.flow_of(rec) for rec in self.core.records()]
 
     def __len__(self) -> int:
         return self.core.live()
@@ -268,8 +286,13 @@ class CoreFlowTable(FlowTable):
 class CoreDataPlane:
     """The core's relay threads; answers the API as ``DataPlane`` does."""
 
-    def __init__(self, settings: PepSettings, threads: int = 2) -> None:
+    def __init__(self, settings: PepSettings, threads: int = 2, hooks: Hooks | None = None) -> None:
         self.settings = settings
+        self.hooks = hooks or Hooks()
+        self._known: dict[int, Flow] = {}  # flows the hooks heard of (their ``ext``), by id
+        self._lending = threading.Lock()  # one caller at a time borrows flows' sockets
+        self._stop_events = threading.Event()
+        self._events: threading.Thread | None = None
         self.thread_count = threads
         self.flows = CoreFlowTable(self)
         self.addresses: dict[ProxyMode, tuple[str, int]] = {}
@@ -292,9 +315,16 @@ class CoreDataPlane:
             self._close_listeners()
             raise OSError(f"relay core: {lib.pep_core_error().decode()}")
         self._lib = lib
+        if self.hooks.extensions:
+            self._events = threading.Thread(target=self._hear_events, name="core-events")
+            self._events.start()
         log.info("relay core started", threads=self.thread_count, library=str(library_path()))
 
     def stop(self) -> None:
+        self._stop_events.set()
+        if self._events is not None:
+            self._events.join()
+            self._events = None
         if self._lib is not None:
             self._lib.pep_core_stop()
             self._lib = None
@@ -342,10 +372,74 @@ class CoreDataPlane:
         c.wan_rcvbuf, c.wan_sndbuf = s.wan_rcvbuf, s.wan_sndbuf
         c.force_buffers, c.keep_ue_source = s.force_buffers, s.keep_ue_source
         c.own_port = self.addresses[ProxyMode.TRANSPARENT][1]
-        c.ran_cc = (s.ran_congestion_control or "").encode()
+        lent = [e.ran_congestion_control for e in self.hooks.extensions if e.ran_congestion_control]
+        c.ran_cc = (lent[0] if lent else s.ran_congestion_control or "").encode()
         c.wan_cc = (s.wan_congestion_control or "").encode()
         c.buffer_bytes, c.buffers = BUFFER_BYTES, BUFFERS
+        c.events = bool(self.hooks.extensions)
         return c
+
+    # ---- the extensions' hooks, from the core's events -------------------------------------
+
+    def _hear_events(self) -> None:
+        """Every ``EVENTS_EVERY_S``: the hooks of the flows established and ended meanwhile
+        (the core calls no Python; it queues the events)."""
+        assert self._lib is not None
+        batch = (_Event * 4096)()
+        while not self._stop_events.wait(EVENTS_EVERY_S):
+            while n := self._lib.pep_core_events(batch, len(batch)):
+                for event in batch[:n]:
+                    self._heard(event)
+                if n < len(batch):
+                    break
+
+    def _heard(self, event: _Event) -> None:
+        if event.kind == CLOSED:
+            flow = self._known.pop(event.id, None)
+            if flow is not None:  # sockets already closed: the flow's counters are final
+                self.hooks.flow_closed(flow)
+            return
+        rec = _Record()
+        assert self._lib is not None
+        if self._lib.pep_core_record(event.slot, event.id, ctypes.byref(rec)):
+            return  # ended before its hooks could run: they never hear of it
+        flow = self._known[rec.id] = _flow(rec)
+        self.lend(flow, self._established)
+
+    def _established(self, flow: Flow) -> None:
+        """The hooks of a flow's start, in order, all after the fact (the core has already
+        set the RAN leg's congestion control of the extension: ``ran_congestion_control``)."""
+        self.hooks.ran_leg_ready(flow)
+        self.hooks.wan_leg_ready(flow)
+        self.hooks.flow_established(flow)
+
+    def lend(self, flow: Flow, fn: Callable[[Flow], None]) -> None:
+        """``fn(flow)`` with copies of its sockets in the legs; nothing if it has ended."""
+
+        def call(fds: tuple[int, int]) -> None:
+            socks = [socket.socket(fileno=fd) if fd >= 0 else None for fd in fds]
+            with self._lending:
+                flow.ran.lend(socks[0])
+                if flow.wan is not None:
+                    flow.wan.lend(socks[1])
+                try:
+                    fn(flow)
+                except Exception:
+                    log.exception("a call on a core flow failed", flow=flow.id)
+                finally:
+                    flow.ran.lend(None)
+                    if flow.wan is not None:
+                        flow.wan.lend(None)
+                    for sock in socks:
+                        if sock is not None:
+                            sock.detach()  # _held closes the copies
+
+        self._held(flow, call)
+
+    def flow_of(self, rec: _Record) -> Flow:
+        """The ``Flow`` of a record: the one the hooks know (its ``ext``), brought up to date."""
+        known = self._known.get(rec.id)
+        return _flow(rec, known) if known is not None else _flow(rec)
 
     # ---- run-time changes -----------------------------------------------------------------
 
@@ -451,7 +545,10 @@ class CoreDataPlane:
     def for_flows(
         self, flows: Iterable[Flow], fn: Callable[[Flow], None], *, wait: bool = True
     ) -> None:
-        raise RuntimeError("the relay core runs no Python in its threads (no extensions)")
+        """``RelayAccess.for_flows`` for the core's flows: ``fn`` runs in the caller's thread
+        (the core runs no Python) on copies of the flow's sockets; so it always waits."""
+        for flow in flows:
+            self.lend(flow, fn)
 
 
 def _state(flow: Flow, fds: tuple[int, int], *, tcp: bool) -> dict[str, Any]:

@@ -96,6 +96,11 @@ class Leg:
     def fileno(self) -> int:
         return self.sock.fileno()
 
+    def lend(self, sock: socket.socket | None) -> None:
+        """The compiled core lends a copy of the leg's socket for the length of a hook or
+        ``for_flows`` call (``None``: taken back)."""
+        self._sock = sock
+
 
 class Flow:
     """A split connection. Public attributes are the contract; ``_``-names are the relay's.
@@ -235,6 +240,9 @@ class PepExtension:
     """Base class of an extension; override what you need (all hooks default to no-ops)."""
 
     name = "extension"
+    # The RAN leg's congestion control, if the extension sets one for every flow: the
+    # compiled core (``mec_pep.core``) sets it at accept, since its hooks come later.
+    ran_congestion_control: str | None = None
 
     def on_ran_leg_ready(self, flow: Flow) -> None:
         """RAN-leg socket accepted and configured; nothing relayed yet."""

@@ -42,7 +42,7 @@ class PepService:
         self.hooks = Hooks()
         self.dataplane: DataPlane | CoreDataPlane
         if settings.relay_core == "uring":
-            self.dataplane = CoreDataPlane(settings, settings.relay_threads)
+            self.dataplane = CoreDataPlane(settings, settings.relay_threads, self.hooks)
             self.flows: FlowTable = self.dataplane.flows
         else:
             self.flows = FlowTable()
@@ -71,7 +71,7 @@ class PepService:
         # Extensions first: descriptors they open (BPF maps) are then valid in the relays.
         self.hooks.extensions[:] = self._load_extensions()
         if s.relay_core == "uring":
-            check_core_settings(s, len(self.extensions))
+            check_core_settings(s)
         self.dataplane.start()
         self.health.set("relay", True, f"{self.dataplane.thread_count} relay threads")
         if s.transparent_port is not None and s.tproxy_install_rules:

@@ -13,13 +13,25 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pep_support import connect_socks5, request, wait_for  # type: ignore[import-not-found]
+from pep_support import (  # type: ignore[import-not-found]
+    CONNECTORS,
+    RELAYS,
+    carries,
+    request,
+    wait_for,
+)
 
 from mec_common.bpf import available_congestion_controls
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf]
 
 BASE = "/pep/v1/ran_aware"
+
+
+@pytest.fixture(scope="module", params=RELAYS)
+def relay_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Both relays: the compiled core runs the hooks from its event queue (docs/pep.md)."""
+    return dict(RELAYS[request.param])
 
 
 def ran_aware_pep(start_pep: Callable[..., Any], **settings: Any) -> Any:
@@ -31,8 +43,10 @@ def ran_aware_pep(start_pep: Callable[..., Any], **settings: Any) -> Any:
     )
 
 
-def hold_flow(lab: Any, server: Any) -> socket.socket:
-    sock = connect_socks5(lab, server.address)
+def hold_flow(lab: Any, server: Any, relay_settings: dict[str, Any]) -> socket.socket:
+    """A held flow through SOCKS5, or transparent mode where the relay has no SOCKS5."""
+    mode = "socks5" if carries(relay_settings, "socks5") else "transparent"
+    sock = CONNECTORS[mode](lab, server.address)
     sock.sendall(request(b"H"))
     return sock
 
@@ -43,7 +57,7 @@ def ran_leg(pep: Any) -> dict[str, Any]:
     return dict(flows[0])
 
 
-def test_ran_leg_uses_meld_and_the_api_works(lab, server, start_pep) -> None:  # type: ignore[no-untyped-def]
+def test_ran_leg_uses_meld_and_the_api_works(lab, server, start_pep, relay_settings) -> None:  # type: ignore[no-untyped-def]
     pep = ran_aware_pep(start_pep)
     state = pep.get(f"{BASE}/state").json()
     assert state["kernel"]["loaded"], state
@@ -51,7 +65,7 @@ def test_ran_leg_uses_meld_and_the_api_works(lab, server, start_pep) -> None:  #
     assert set(names.values()) <= set(available_congestion_controls())
     assert state["global_mode"] == "meld-me"
 
-    sock = hold_flow(lab, server)
+    sock = hold_flow(lab, server, relay_settings)
     try:
         wait_for(lambda: pep.get("/pep/v1/flows").json()["count"] == 1, what="the flow")
         flow = ran_leg(pep)
@@ -92,7 +106,9 @@ def test_ran_leg_uses_meld_and_the_api_works(lab, server, start_pep) -> None:  #
     assert not set(names.values()) & set(available_congestion_controls())
 
 
-def test_without_the_kernel_program_the_pep_runs_plain_cubic(lab, server, start_pep) -> None:  # type: ignore[no-untyped-def]
+def test_without_the_kernel_program_the_pep_runs_plain_cubic(  # type: ignore[no-untyped-def]
+    lab, server, start_pep, relay_settings
+) -> None:
     pep = ran_aware_pep(start_pep, meld_bpf_object="/nonexistent/meld.bpf.o")
     state = pep.get(f"{BASE}/state").json()
     assert not state["kernel"]["loaded"] and "not found" in state["kernel"]["reason"]
@@ -101,7 +117,7 @@ def test_without_the_kernel_program_the_pep_runs_plain_cubic(lab, server, start_
     assert not health.json()["checks"]["meld"]["ok"]
     r = pep.request("PUT", f"{BASE}/mode", json={"mode": "meld-de"})
     assert r.status_code == 409 and "not available" in r.json()["detail"]
-    sock = hold_flow(lab, server)
+    sock = hold_flow(lab, server, relay_settings)
     try:
         wait_for(lambda: pep.get("/pep/v1/flows").json()["count"] == 1, what="the flow")
         assert ran_leg(pep)["ran"]["tcp"]["congestion_control"] == "cubic"

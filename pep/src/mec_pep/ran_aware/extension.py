@@ -85,6 +85,7 @@ class RanAwareExtension(PepExtension):
             if self.kernel
             else self.settings.meld_cca
         )
+        self.ran_congestion_control = self.ran_cca
         if self.kernel is not None:
             self._start(self.kernel)
         REGISTRY.register(self._collector)
