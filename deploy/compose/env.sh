@@ -29,7 +29,7 @@ emulated() {
 
 # The emulated RAN (profile emulated) around a private MEC-host namespace; the APIs are
 # published on MTS_BIND (127.0.0.1:8100-8103, RabbitMQ 5672/15672/15692).
-COMPOSE_PROFILES=emulated
+COMPOSE_PROFILES=emulated,flowrtt
 MTS_BIND=127.0.0.1
 TESTBED_SCENARIO=lte-25prb-meld
 # The emulator's FlexRAN API on its backhaul address, and its token.
@@ -40,6 +40,8 @@ PEP_TRANSPARENT_PORT=8443
 PEP_TPROXY_INTERFACES=ran0
 PEP_ALLOWED_CLIENTS=10.30.0.0/16
 PEP_ALLOWED_DESTINATIONS=10.10.0.0/24
+# The flow-RTT observer (profile flowrtt) on the MEC host's RAN side.
+FLOWRTT_INTERFACES=ran0
 EOT
 }
 
@@ -50,7 +52,7 @@ ran() {
 # ---- This machine's network namespace (deploy/compose/host.yml): nothing is published,
 # every service listens on MTS_BIND: one address of this host (127.0.0.1: this host only;
 # 0.0.0.0: every address). Ports: PLATFORM_HTTP_PORT=8100, RNIS_HTTP_PORT=8101,
-# PEP_HTTP_PORT=8102, PM_HTTP_PORT=8103, MTS_AMQP_PORT=5672, MTS_AMQP_MANAGEMENT_PORT=15672,
+# PEP_HTTP_PORT=8102, PM_HTTP_PORT=8103, FLOWRTT_HTTP_PORT=8106, MTS_AMQP_PORT=5672, MTS_AMQP_MANAGEMENT_PORT=15672,
 # MTS_AMQP_METRICS_PORT=15692, MTS_AMQP_DIST_PORT=25672, MTS_AMQP_EPMD_PORT=4369; set any
 # of them here when something else on the machine uses it (`up` says so).
 COMPOSE_FILE=docker-compose.yml:deploy/compose/host.yml
@@ -87,6 +89,12 @@ PEP_TPROXY_INTERFACES=
 PEP_ALLOWED_CLIENTS=12.1.1.0/24
 PEP_ALLOWED_DESTINATIONS=
 PEP_MELD_MODE=meld-me
+
+# ---- The flow-RTT observer (docs/l4s.md): off unless its profile is on. It reads the
+# spin/delay bits of the TCP packets arriving on FLOWRTT_INTERFACES (this host's side
+# toward the UEs), e.g.:
+# COMPOSE_PROFILES=flowrtt
+# FLOWRTT_INTERFACES=eth1
 EOT
 }
 

@@ -22,7 +22,8 @@ import httpx
 import yaml
 
 # app -> (its variables' prefix, the uid it runs as: docker-compose.yml / the Dockerfile)
-APPS = {"rnis-adapter": ("RNIS", 10001), "pep": ("PEP", 0), "path-manager": ("PM", 0)}
+APPS = {"rnis-adapter": ("RNIS", 10001), "pep": ("PEP", 0), "path-manager": ("PM", 0),
+        "flowrtt": ("FLOWRTT", 0)}  # fmt: skip
 INSTANCE_NAME = "compose"
 APPDS = Path("/etc/mts/appds")
 OUT = Path("/run/mp1")

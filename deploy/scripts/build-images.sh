@@ -16,7 +16,7 @@ docker=/usr/bin/docker
 registry=${MTS_REGISTRY:-mts}
 tag=${MTS_TAG:-latest}
 ca=${MTS_BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
-services=(mec-host rabbitmq mec-platform rnis-adapter pep path-manager dashboard testbed pause)
+services=(mec-host rabbitmq mec-platform rnis-adapter pep path-manager flowrtt dashboard testbed pause)
 
 (($#)) && services=("$@")
 base_args=()

@@ -102,6 +102,9 @@ def host_stack(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) ->
                 RNIS_REPORT_SF=str(REPORT_SF),
                 RNIS_IP_MAP="",  # the emulator reports the UEs' addresses
                 PEP_TPROXY_INTERFACES=topo.interfaces["backhaul_mec"],
+                # the flow-RTT observer (its profile) on the same interface
+                COMPOSE_PROFILES="flowrtt",
+                FLOWRTT_INTERFACES=topo.interfaces["backhaul_mec"],
                 PEP_ALLOWED_CLIENTS="10.30.0.0/16",
                 PEP_ALLOWED_DESTINATIONS="10.10.0.0/24",
                 PEP_TRANSPARENT_PORT=str(free_port()),

@@ -20,7 +20,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = "/usr/bin/docker"  # Debian's CLI (docker-engine.sh explains why)
-SERVICES = ("platform", "rnis-adapter", "pep", "path-manager", "dashboard")
+SERVICES = ("platform", "rnis-adapter", "pep", "path-manager", "dashboard", "flowrtt")
 CHART = REPO / "charts/mec-transport-suite"
 CLUSTER = REPO / "deploy/k8s/cluster.sh"
 
@@ -57,6 +57,7 @@ PORT_VARIABLES = {
     "pep": "PEP_HTTP_PORT",
     "path-manager": "PM_HTTP_PORT",
     "dashboard": "DASHBOARD_HTTP_PORT",
+    "flowrtt": "FLOWRTT_HTTP_PORT",
     "rabbitmq": "MTS_AMQP_PORT",
     "rabbitmq-management": "MTS_AMQP_MANAGEMENT_PORT",
     "rabbitmq-metrics": "MTS_AMQP_METRICS_PORT",

@@ -131,16 +131,37 @@ def test_least_privilege() -> None:
             assert c["_pod"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
             assert sc.get("seccompProfile", {"type": "RuntimeDefault"}) == {
                 "type": "RuntimeDefault"}, name  # fmt: skip
-            if name in ("pep", "path-manager"):
+            if name in ("pep", "path-manager", "flowrtt"):
                 assert sc["runAsUser"] == 0
             else:
                 assert sc["runAsNonRoot"] is True and "add" not in sc["capabilities"], name
+    flowrtt = containers(render(VALUES["flowrtt-values"]))["flowrtt"]["securityContext"]
+    assert flowrtt["capabilities"]["add"] == ["NET_ADMIN", "BPF", "PERFMON"]
     pep = containers(render(None))["pep"]["securityContext"]
     assert pep["capabilities"]["add"] == ["NET_ADMIN", "BPF", "PERFMON"]
     assert pep["seccompProfile"] == {"type": "RuntimeDefault"}  # its own, to be changed per cluster
     no_bpf = containers(render(VALUES["no-bpf-values"]))["pep"]
     assert no_bpf["securityContext"]["capabilities"]["add"] == ["NET_ADMIN"]
     assert all(m["name"] != "bpffs" for m in no_bpf["volumeMounts"])
+
+
+def test_the_flow_rtt_observer_is_off_unless_its_interfaces_are_named() -> None:
+    assert "flowrtt" not in containers(render(None))
+    done = subprocess.run(
+        [helm(), "template", "mts", str(CHART), "--set", "flowRtt.enabled=true"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and "flowRtt.interfaces" in done.stderr
+    objs = render(None, "--set", "flowRtt.enabled=true", "--set", "flowRtt.interfaces={ran0,ran1}",
+                  "--set", "pep.nodeSelector.mec=yes")  # fmt: skip
+    c = containers(objs)["flowrtt"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+    assert env["FLOWRTT_INTERFACES"] == "ran0,ran1"
+    assert env["FLOWRTT_INSTANCE"] == "mts-flowrtt-mts"  # its pins apart from other releases'
+    assert env["FLOWRTT_API_TOKENS"] == {"secretKeyRef": {"name": "mts-credentials",
+                                                          "key": "api-token"}}  # fmt: skip
+    assert c["_pod"]["hostNetwork"] is True and c["_pod"]["nodeSelector"] == {"mec": "yes"}
+    assert ("Service", "mts-flowrtt") in {(o["kind"], o["metadata"]["name"]) for o in objs}
 
 
 def test_credentials_come_from_the_secret() -> None:
@@ -280,12 +301,12 @@ def http_get(docker: str, container: str, port: int, path: str) -> tuple[int, st
 
 @pytest.mark.docker
 @pytest.mark.parametrize(
-    "container", ["rabbitmq", "platform", "rnis-adapter", "pep", "path-manager"]
+    "container", ["rabbitmq", "platform", "rnis-adapter", "pep", "path-manager", "flowrtt"]
 )
 def test_container_starts_as_the_chart_runs_it(container: str) -> None:
     docker = "/usr/bin/docker"
     run(str(REPO / "deploy/scripts/docker-engine.sh"), "ensure")
-    c = containers(render(None, "--set", "image.tag=latest"))[container]
+    c = containers(render(VALUES["flowrtt-values"], "--set", "image.tag=latest"))[container]
     port = c["ports"][0]["containerPort"]
     name = f"mts-chart-{container}-{secrets.token_hex(3)}"
     run(docker, "run", "--detach", *docker_args(c, name), c["image"], *c.get("args", []))

@@ -33,9 +33,10 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 DOWNLOAD_BYTES = 6 * 2**20  # ~3 s at the 25-PRB cell's ~16 Mbit/s
-APPS = {"platform", "rabbitmq", "rnis-adapter", "pep", "path-manager", "dashboard"}
+APPS = {"platform", "rabbitmq", "rnis-adapter", "pep", "path-manager", "dashboard", "flowrtt"}
 MP1_SERVICES = {("rnis", "REST_HTTP"), ("rnis", "MB_TOPIC_BASED"), ("pep", "REST_HTTP"),
-                ("path-manager", "REST_HTTP")}  # fmt: skip
+                ("path-manager", "REST_HTTP"), ("flow-rtt", "REST_HTTP"),
+                ("flow-rtt", "MB_TOPIC_BASED")}  # fmt: skip
 
 
 def auth(stack: Stack) -> dict[str, str]:
@@ -155,6 +156,7 @@ def test_apis_deny_without_token(stack: Stack) -> None:
         "pep": "/pep/v1/flows",
         "platform": "/mec_service_mgmt/v1/services",
         "path-manager": "/pm/v1/ues",
+        "flowrtt": "/flowrtt/v1/flows",
     }
     for service, path in protected.items():
         r = httpx.get(stack.url(service, path), timeout=5)

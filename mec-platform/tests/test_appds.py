@@ -13,7 +13,7 @@ APPDS = sorted((Path(__file__).parents[1] / "appds").glob("*.yaml"))
 
 
 def test_every_app_of_the_suite_has_an_appd() -> None:
-    assert {p.stem for p in APPDS} == {"rnis-adapter", "pep", "path-manager"}
+    assert {p.stem for p in APPDS} == {"rnis-adapter", "pep", "path-manager", "flowrtt"}
 
 
 @pytest.mark.parametrize("path", APPDS, ids=[p.stem for p in APPDS])
