@@ -1,6 +1,6 @@
 """Compose and the chart configure the services with the services' own variable names.
 
-Every `PLATFORM_*`, `RNIS_*`, `PEP_*`, `PM_*` and `DASHBOARD_*` variable that
+Every `PLATFORM_*`, `RNIS_*`, `PEP_*`, `PM_*`, `DASHBOARD_*` and `FLOWRTT_*` variable that
 docker-compose.yml or any rendering of the chart sets must be a setting the service reads: a
 misspelt or invented name would otherwise be ignored in silence. The Python services' names
 come from their settings classes, the RNIS adapter's from `rnis-adapter env` (its settings
@@ -19,12 +19,13 @@ from pydantic_settings import BaseSettings
 from test_chart import VALUES, containers, render
 
 from mec_dashboard.config import DashboardSettings
+from mec_l4s.settings import FlowRttSettings
 from mec_pep.config import PepSettings
 from mec_pep.ran_aware.settings import RanAwareSettings
 from mec_platform.config import PlatformSettings
 from path_manager.settings import PmSettings
 
-PREFIXES = ("PLATFORM_", "RNIS_", "PEP_", "PM_", "DASHBOARD_")
+PREFIXES = ("PLATFORM_", "RNIS_", "PEP_", "PM_", "DASHBOARD_", "FLOWRTT_")
 
 
 def python_names(*classes: type[BaseSettings]) -> set[str]:
@@ -37,7 +38,12 @@ def known(docker_engine: None) -> set[str]:
     rnis = set(re.findall(r"^\| `(RNIS_[A-Z0-9_]+)`", rnis_table, re.MULTILINE))
     assert "RNIS_FLEXRAN_URL" in rnis
     return rnis | python_names(
-        PlatformSettings, PepSettings, RanAwareSettings, PmSettings, DashboardSettings
+        PlatformSettings,
+        PepSettings,
+        RanAwareSettings,
+        PmSettings,
+        DashboardSettings,
+        FlowRttSettings,
     )
 
 
@@ -59,10 +65,11 @@ def compose_environments(tmp_path: Path) -> dict[str, set[str]]:
 # Settings compose does not take from .env: fixed by the image or the volumes, or the Mp1
 # credentials mp1-provision writes (docs/deployment.md#mp1).
 # Set by compose itself, or meaningless on one host (the PEP's node and cells per node:
-# Kubernetes only).
+# Kubernetes only). The observer's BPF object is the image's; its namespace is the MEC
+# host's, where compose runs it (FLOWRTT_NETNS: for a process beside the namespaces).
 NOT_FROM_ENV = {"STATE_DIR", "LOG_FORMAT", "PLATFORM_URL", "APP_INSTANCE_ID", "CLIENT_ID",
                 "CLIENT_SECRET", "MELD_PIN_ROOT", "MELD_BPF_OBJECT", "MELD_LOADER", "NODE_NAME",
-                "RNIS_CELLS_BY_NODE"}  # fmt: skip
+                "RNIS_CELLS_BY_NODE", "BPF_OBJECT", "NETNS"}  # fmt: skip
 
 
 def test_compose_uses_the_services_names(known: set[str], tmp_path: Path) -> None:
@@ -72,9 +79,11 @@ def test_compose_uses_the_services_names(known: set[str], tmp_path: Path) -> Non
 
 
 def test_compose_passes_every_setting_of_the_apps(known: set[str], tmp_path: Path) -> None:
-    """Every RNIS adapter, PEP and path manager setting can be set in .env."""
+    """Every RNIS adapter, PEP, path manager and flow-RTT setting can be set in .env."""
     used = compose_environments(tmp_path)
-    for service, prefix in (("rnis-adapter", "RNIS_"), ("pep", "PEP_"), ("path-manager", "PM_")):
+    apps = (("rnis-adapter", "RNIS_"), ("pep", "PEP_"), ("path-manager", "PM_"),
+            ("flowrtt", "FLOWRTT_"))  # fmt: skip
+    for service, prefix in apps:
         settings = {n for n in known if n.startswith(prefix)}
         fixed = {prefix + n for n in NOT_FROM_ENV}
         assert settings - fixed - used[service] == set(), service
@@ -91,7 +100,7 @@ def test_chart_uses_the_services_names(known: set[str]) -> None:
 
 def test_values_document_only_real_names(known: set[str]) -> None:
     values = yaml.safe_load((REPO / "charts/mec-transport-suite/values.yaml").read_text())
-    for service in ("platform", "rnisAdapter", "pep", "pathManager"):
+    for service in ("platform", "rnisAdapter", "pep", "pathManager", "flowRtt"):
         assert unknown(set(values[service]["env"]), known) == set(), service
 
 
