@@ -40,6 +40,7 @@ change is MPTCP's own (netlink + MP_PRIO), not a 20 ms sleep.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import socket
@@ -531,8 +532,87 @@ def summarize(results: list[dict[str, Any]], warmup: float) -> list[dict[str, An
     return out
 
 
+LATER_THAN_MS = (20, 100)
 SCHEME_FIGURES = ("reactive_changes", "changes", "mean_paths", "min_paths", "delivered_mbps",
-                  "lost_share", "queue_p99_packets", "all_nlos_share")  # fmt: skip
+                  "lost_share", "queue_p99_packets", "all_nlos_share",
+                  *(f"later_{ms}ms" for ms in LATER_THAN_MS))  # fmt: skip
+# Scheme a minus scheme b on the same channel (Table 7.2's comparisons: the predictive
+# schemes against reactive, FPT against CDF, each hybrid against its pure version).
+PAIRS = (("cdf", "reactive"), ("fpt", "reactive"), ("fpt", "cdf"), ("cdf+r", "cdf"),
+         ("fpt+r", "fpt"), ("fpt+r", "cdf+r"))  # fmt: skip
+PAIRED_FIGURES = ("reactive_changes", "mean_paths", "lost_share", "delay_p50_ms",
+                  *(f"later_{ms}ms" for ms in LATER_THAN_MS))  # fmt: skip
+
+
+def later_than(run: dict[str, Any]) -> dict[str, float]:
+    """Share of the window's offered records that arrived later than x ms or never, from a
+    compacted run (its delay CDF and lost share: the same window, ``window_stats``)."""
+    cdf = np.array(run["delay_cdf_s"]) * 1e3
+    lost = float(run["lost_share"])
+    return {
+        f"later_{ms}ms": lost + (1 - lost) * (float(np.mean(cdf > ms)) if len(cdf) else 1.0)
+        for ms in LATER_THAN_MS
+    }
+
+
+def queue_parts(run: dict[str, Any]) -> dict[str, Any]:
+    """What the queue the control saw was made of (``queue_parts``, every 10 ms): at the
+    reactive triggers (the largest sample of the 30 ms before each), and per active path by
+    its state over the whole run. Packets."""
+    parts = run.get("queue_parts")
+    if not parts:
+        return {}
+    n = len(run["queue_parts_paths"])
+    rows = np.array([[np.nan if v is None else v for v in p] for p in parts], dtype=float)
+    t, unsent, rlc = rows[:, 0], rows[:, 1], np.nan_to_num(rows[:, 2 : 2 + n])
+    active, los = rows[:, 2 + n : 2 + 2 * n] > 0, rows[:, 2 + 2 * n : 2 + 3 * n] > 0
+    rlc_active = (rlc * active).sum(axis=1)
+    at = []
+    for d in run["decisions"]:
+        if d["trigger"] == "reactive":
+            i = int(np.searchsorted(t, d["time"] - run["t0"]))
+            window = slice(max(0, i - 3), min(len(t), i + 1))
+            if window.stop > window.start:
+                at.append(window.start + int(np.argmax((unsent + rlc.sum(axis=1))[window])))
+    changes = [d for d in run["decisions"] if d["action"] != "none"]
+    gaps = [b["time"] - a["time"] for a, b in itertools.pairwise(changes)
+            if b["trigger"] == "reactive" and a["trigger"] == "predictive"
+            and a["action"] == "remove"]  # fmt: skip
+    return {
+        "at_reactive_triggers": {
+            # the change before it: a predictive REMOVE, and how long before (median)
+            "after_predictive_remove": len(gaps) / len(at) if at else None,
+            "after_predictive_remove_ms_p50": float(np.median(gaps) * 1e3) if gaps else None,
+            "unsent": float(unsent[at].mean()) if at else None,
+            "rlc_active_paths": float(rlc_active[at].mean()) if at else None,
+            "rlc_inactive_paths": float((rlc * ~active)[at].sum(axis=1).mean()) if at else None,
+            "active_paths": float(active[at].sum(axis=1).mean()) if at else None,
+        },
+        "rlc_per_active_path": {
+            "los": float(rlc[active & los].mean()) if (active & los).any() else None,
+            "nlos": float(rlc[active & ~los].mean()) if (active & ~los).any() else None,
+        },
+        "rlc_active_paths_mean": float(rlc_active.mean()),
+    }
+
+
+def paired(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per pair of schemes, the mean and 95 % CI of their per-run differences: the schemes of
+    a run see the same channel, so the channel's run-to-run spread cancels."""
+    rows = {(s["mode"], s["run"]): s | {"delay_p50_ms": (s["delay_ms"] or {}).get("50")}
+            for s in summary}  # fmt: skip
+    out = []
+    for a, b in PAIRS:
+        shared = sorted(run for mode, run in rows if mode == a and (b, run) in rows)
+        if not shared:
+            continue
+        row: dict[str, Any] = {"a": a, "b": b, "runs": len(shared)}
+        for name in PAIRED_FIGURES:
+            diffs = [rows[a, r][name] - rows[b, r][name] for r in shared
+                     if rows[a, r][name] is not None and rows[b, r][name] is not None]  # fmt: skip
+            row[name] = list(mean_ci95(diffs)) if diffs else None
+        out.append(row)
+    return out
 
 
 def per_scheme(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -693,10 +773,13 @@ def write_results(out: Path, settings: dict[str, Any], summary: list[dict[str, A
                   runs: list[dict[str, Any]], extra: dict[str, Any]) -> None:  # fmt: skip
     """emulated.json and the plots; the figures per scheme on stdout."""
     out.mkdir(parents=True, exist_ok=True)
+    for s, r in zip(summary, runs, strict=True):
+        s.update(later_than(r), queue_parts=queue_parts(r))
     schemes = per_scheme(summary)
     (out / "emulated.json").write_text(json.dumps({
         "command": " ".join(sys.argv), "environment": environment(), **extra,
-        "settings": settings, "schemes": schemes, "summary": summary, "runs": runs,
+        "settings": settings, "schemes": schemes, "paired": paired(summary),
+        "summary": summary, "runs": runs,
     }, default=str) + "\n")  # fmt: skip
     plot(runs, schemes, out, settings["scale"])
     for s in schemes:
