@@ -766,20 +766,26 @@ def merge(dirs: list[Path], out: Path) -> None:
     holds = [{"dir": str(d), "command": p["command"], "environment": p["environment"]}
              for d, p in parts]  # fmt: skip
     settings = reference | {"seed": seeds, "runs": len(seeds), "out": str(out)}
-    write_results(out, settings, summary, runs, {"holds": holds})
+    write_results(out, settings, summary, runs, {"holds": holds}, merged=True)
 
 
 def write_results(out: Path, settings: dict[str, Any], summary: list[dict[str, Any]],
-                  runs: list[dict[str, Any]], extra: dict[str, Any]) -> None:  # fmt: skip
+                  runs: list[dict[str, Any]], extra: dict[str, Any],
+                  merged: bool = False) -> None:  # fmt: skip
     """emulated.json and the plots; the figures per scheme on stdout."""
     out.mkdir(parents=True, exist_ok=True)
     for s, r in zip(summary, runs, strict=True):
-        s.update(later_than(r), queue_parts=queue_parts(r))
+        s.update(later_than(r))
+        if "queue_parts" in r:
+            s["queue_parts"] = queue_parts(r)
     schemes = per_scheme(summary)
+    # A merged result keeps what the queue's parts gave, not the 10 ms series themselves
+    # (~0.3 MB per run; they stay in each hold's own result).
+    kept = [{k: v for k, v in r.items() if k != "queue_parts"} for r in runs] if merged else runs
     (out / "emulated.json").write_text(json.dumps({
         "command": " ".join(sys.argv), "environment": environment(), **extra,
         "settings": settings, "schemes": schemes, "paired": paired(summary),
-        "summary": summary, "runs": runs,
+        "summary": summary, "runs": kept,
     }, default=str) + "\n")  # fmt: skip
     plot(runs, schemes, out, settings["scale"])
     for s in schemes:
