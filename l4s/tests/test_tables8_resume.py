@@ -56,8 +56,8 @@ def test_tables_7_2_3_take_each_row_from_its_source(tmp_path: Path) -> None:
         f"{t}/{c}": _method_row(60.0, 5) for t in ("spin", "delay") for c in ("prague", "cubic")
     }
     (tmp_path / "t71.json").write_text(json.dumps({"seconds": 60.0, "table": both}))
-    spin = {"0.1": {f"{t}/{c}": _method_row(20.0, 4) for t in ("spin", "delay")
-                    for c in ("prague", "cubic")}}  # fmt: skip
+    spin = {rate: {f"{t}/{c}": _method_row(20.0, 4) for t in ("spin", "delay")
+                   for c in ("prague", "cubic")} for rate in ("0", "0.1")}  # fmt: skip
     (tmp_path / "spin.json").write_text(json.dumps({"seconds": 30.0, "tables": spin}))
     guard = {"0.1": {f"spin/{c}": _method_row(59.0, 3) for c in ("prague", "cubic")}}
     (tmp_path / "guard.json").write_text(json.dumps({"seconds": 30.0, "tables": guard}))
@@ -74,6 +74,7 @@ def test_tables_7_2_3_take_each_row_from_its_source(tmp_path: Path) -> None:
     assert list(out) == ["0", "0.1"]
     assert out["0"]["delay/cubic"]["filtered_mean_ms"] == [60.0, 1.0]
     assert (out["0"]["spin/prague"]["runs"], out["0"]["spin/prague"]["seconds"]) == (5, 60.0)
+    assert out["0"]["spin/cubic"]["raw_mean_ms"] == [60.0, 1.0]  # 7.1's, not the spin runs' 0 %
     delay = out["0.1"]["delay/prague"]  # from Table 8.2, not from the spin runs' file
     assert delay["raw_mean_ms"][0] == 62.0 and delay["filtered_vs_tcp_p90_ms"][0] == 7.0
     assert (delay["runs"], delay["seconds"]) == (5, 60.0)

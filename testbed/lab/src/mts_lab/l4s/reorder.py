@@ -88,13 +88,13 @@ def assemble(
     table_7_1: Path, tables_8: Path | None, spin: Path | None, guard: Path | None
 ) -> Results:
     tables: dict[str, Any] = {}
-    _experiment_rows(table_7_1, tables)
-    if tables_8 is not None:
-        _tables8_rows(tables_8, tables)
     if spin is not None:
         _experiment_rows(spin, tables, only="spin")
     if guard is not None:
         _experiment_rows(guard, tables, only="spin", suffix="+guard")
+    if tables_8 is not None:
+        _tables8_rows(tables_8, tables)
+    _experiment_rows(table_7_1, tables)  # last: its runs are the 0 % rows
     ordered = dict(sorted(tables.items(), key=lambda item: float(item[0])))
     sources = [str(p) for p in (table_7_1, tables_8, spin, guard) if p is not None]
     return {"tables": ordered, "published": PUBLISHED_REORDER, "sources": sources}
