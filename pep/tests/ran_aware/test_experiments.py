@@ -21,8 +21,14 @@ from mts_lab.rapid import experiment as rapid
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.slow]
 
 
-def test_meld_small(build: tuple[Path, Path], tmp_path: Path) -> None:
-    results = meld.run(["reno"], ["off", "meld-de"], runs=1, size=3_000_000, out=tmp_path)
+# Each relay of the PEP (the compiled core runs the extension's hooks from its events).
+RELAY_ENV = {"python": {}, "uring": {"PEP_RELAY_CORE": "uring"}}
+
+
+@pytest.mark.parametrize("relay", RELAY_ENV)
+def test_meld_small(build: tuple[Path, Path], tmp_path: Path, relay: str) -> None:
+    results = meld.run(["reno"], ["off", "meld-de"], runs=1, size=3_000_000, out=tmp_path,
+                       pep_env=RELAY_ENV[relay])  # fmt: skip
     assert (tmp_path / "meld.png").stat().st_size > 0
     assert json.loads((tmp_path / "meld.json").read_text())["summary"]
     off, de = (results["summary"]["reno"][m]["verdicts"] for m in ("off", "meld-de"))
@@ -31,8 +37,10 @@ def test_meld_small(build: tuple[Path, Path], tmp_path: Path) -> None:
     assert de["no_data"] == 0
 
 
-def test_rapid_small(build: tuple[Path, Path], tmp_path: Path) -> None:
-    results = rapid.run(runs=1, size=10_000_000, udp_seconds=5, scenarios=["short"], out=tmp_path)
+@pytest.mark.parametrize("relay", RELAY_ENV)
+def test_rapid_small(build: tuple[Path, Path], tmp_path: Path, relay: str) -> None:
+    results = rapid.run(runs=1, size=10_000_000, udp_seconds=5, scenarios=["short"], out=tmp_path,
+                        pep_env=RELAY_ENV[relay])  # fmt: skip
     assert (tmp_path / "rapid.png").stat().st_size > 0
     short = results["summary"]["short"]
     assert set(short) == {"e2e", "pep", "rapid"}

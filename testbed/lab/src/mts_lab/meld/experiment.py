@@ -70,11 +70,14 @@ def one_download(bed: RanAwareBed, mode: str, size: int) -> dict[str, Any]:
 
 
 def run(ccas: list[str], modes: list[str], runs: int, size: int, out: Path,
-        scenario: Path = SCENARIO) -> dict[str, Any]:  # fmt: skip
+        scenario: Path = SCENARIO,
+        pep_env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """``pep_env``: PEP settings of the run (e.g. its relay, PEP_RELAY_CORE)."""
     workdir = Path(tempfile.mkdtemp(prefix="meld-"))
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for cca in ccas:
-        config = BedConfig(scenario, servers={PORT: cca}, intercepted=[PORT], ran_cca=cca)
+        config = BedConfig(scenario, servers={PORT: cca}, intercepted=[PORT], ran_cca=cca,
+                           pep_env=pep_env or {})  # fmt: skip
         raw[cca] = {m: [] for m in modes}
         with running_bed(config, workdir) as bed:
             for r, mode in alternating(runs, modes):
