@@ -199,6 +199,10 @@ kubelet_up() {
     for h in /sys/fs/cgroup/*/; do
         [[ -d $h && ! -L ${h%/} ]] && mkdir -p "$h${CGROUP_ROOT#/}"
     done
+    # Disk thresholds are absolute and image GC is off: a percentage of a large disk can
+    # exceed what a machine may really use (CI saw 4.7 GB free under a 5.4 GB = 2 %
+    # threshold), and the eviction that followed deleted the pause image, which the node
+    # cannot pull back without a registry. node.sh prunes the node's images itself.
     cat >"$node/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -223,9 +227,9 @@ resolvConf: /etc/resolv.conf
 podLogsDir: $node/pod-logs
 makeIPTablesUtilChains: false
 serializeImagePulls: false
-evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%}
-imageGCHighThresholdPercent: 98
-imageGCLowThresholdPercent: 95
+evictionHard: {memory.available: 100Mi, nodefs.available: 512Mi, imagefs.available: 512Mi}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 registerWithTaints: [${TAINTS[*]}]
 EOF
     start kubelet "${NS[@]}" "$bin/kubelet" --config "$node/kubelet.yaml" --kubeconfig "$dir/kubeconfig" \
