@@ -74,8 +74,9 @@ struct efm_config {
 	__u32 dynamic_t_max;	/* 1: T_max = max(t_max_us, 2 x SRTT) */
 	__u32 ect1;		/* 1: outgoing ECT(0) becomes ECT(1), the L4S identifier (this
 				 * kernel gives a BPF CCA no way to ask for ECT(1)) */
-	__u32 spin_guard;	/* 1: a received segment sets the spin value only if its seq and
-				 * ack are not below the highest seen (not the research's rule) */
+	__u32 spin_guard;	/* 1: a received segment sets the spin value only if it advances
+				 * the highest seq or ack seen, neither below (RFC 9000 §17.4's
+				 * rule; not the research's) */
 };
 
 /* Endpoint state of one socket (socket storage). */
@@ -104,7 +105,7 @@ enum efm_counter {
 	EFM_C_SAMPLES_IN = 7,	/* delay samples received */
 	EFM_C_UNPARSED = 8,	/* TCP/IPv4 packets whose headers could not be read */
 	EFM_C_ECT1 = 9,		/* ECT(0) packets sent as ECT(1) */
-	EFM_C_SPIN_GUARDED = 10, /* spin guard: segments below the highest, not followed */
+	EFM_C_SPIN_GUARDED = 10, /* spin guard: segments not advancing the highest, not followed */
 	EFM_C_RUN_CONTINUED = 11, /* delay with runs: marked segments received that continued
 				   * a run (not a new sample) */
 	EFM_C_COUNT = 12,

@@ -18,9 +18,9 @@
  *
  * The rules are the research's, in its order (§2.1, §3.2):
  *   spin:  receive: spin = time bit of every segment (no ordering guard, as TCP has no
- *          packet number; with the optional spin_guard, of the newest segments only:
- *          seq and ack not below the highest seen); send: the server echoes it, the
- *          client inverts it.
+ *          packet number; with the optional spin_guard, QUIC's rule: only a segment that
+ *          advances the highest seq or ack received, neither below); send: the server
+ *          echoes it, the client inverts it.
  *   delay: receive: a marked segment makes a sample pending; send: SYN -> handshake
  *          code; a segment carrying SACK is never marked (the sample stays pending);
  *          a pending sample marks the next segment (the client stamps ds_time); the
@@ -314,11 +314,20 @@ int efm_out(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-/* The spin guard: is this segment the newest received (seq and ack not below the highest
- * seen)? A reordered or retransmitted segment is not, and must not flip the wave. */
+/*
+ * The spin guard, RFC 9000 §17.4's rule with TCP's numbers in place of QUIC's packet
+ * number: a segment sets the spin value only if it advances the highest seq or ack
+ * received and takes neither below it. A reordered or retransmitted older segment is
+ * below; one that repeats the highest pair (a duplicate ACK, a window update) cannot be
+ * told from an older copy and is not followed either (the next advancing segment carries
+ * the same value). Sequence numbers compare modulo 2^32.
+ */
 static __always_inline bool newest(struct efm_sock *s, const struct tcp_seg *seg)
 {
-	if (s->ordered && ((__s32)(seg->seq - s->hi_seq) < 0 || (__s32)(seg->ack - s->hi_ack) < 0))
+	__s32 dseq = (__s32)(seg->seq - s->hi_seq);
+	__s32 dack = (__s32)(seg->ack - s->hi_ack);
+
+	if (s->ordered && (dseq < 0 || dack < 0 || (dseq == 0 && dack == 0)))
 		return false;
 	s->ordered = 1;
 	s->hi_seq = seg->seq;

@@ -146,3 +146,29 @@ class Capture:
 def flow(segs: list[Seg], port: int) -> list[Seg]:
     """The segments of the connection to server ``port``."""
     return [s for s in segs if port in (s.sport, s.dport)]
+
+
+def frame(
+    src: str,
+    dst: str,
+    sport: int,
+    dport: int,
+    *,
+    flags: int = ACK,
+    bits: int = 0,
+    seq: int = 1000,
+    ack: int = 1000,
+    payload: int = 0,
+    ihl: int = 5,
+    doff: int = 5,
+    tot_len: int | None = None,
+) -> bytes:
+    """An Ethernet frame with an IPv4/TCP packet, for BPF_PROG_TEST_RUN (checksums are not
+    the programs' concern)."""
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, (doff << 4) | bits, flags, 65535, 0, 0)
+    tcp += b"\x01" * (max(doff, 5) * 4 - 20) + b"p" * payload
+    opts = b"\x00" * (max(ihl, 5) * 4 - 20)
+    total = tot_len if tot_len is not None else 20 + len(opts) + len(tcp)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, total, 0, 0x4000, 64, 6, 0,
+                     socket.inet_aton(src), socket.inet_aton(dst))  # fmt: skip
+    return b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip + opts + tcp

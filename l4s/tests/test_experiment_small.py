@@ -40,6 +40,9 @@ def test_a_small_table_7_1() -> None:
             flow = run[cca]
             assert flow["mib"] > 0.5, (run["technique"], cca, flow)
             assert flow["truth"]["n"] > 10 and flow["truth"]["mean_ms"] >= 60 * 0.97
+            # TCP_INFO read at each sample's time too (a reader thread, every 5 ms)
+            assert flow["truth"]["reads_at_per_s"] > 50, (cca, flow["truth"])
+            assert "at_error_p90_ms" in flow["filtered"], (run["technique"], cca)
             assert flow["raw"]["n"] > 10 and flow["filtered"]["n"] > 10, (run["technique"], cca)
             # the sender's own samples: about one per round trip of >= 60 ms, not per ACK
             tcp = flow["tcp_mrtt"]

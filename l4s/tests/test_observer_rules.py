@@ -6,13 +6,11 @@ runs of the delay bit with GSO kept."""
 from __future__ import annotations
 
 import secrets
-import socket
-import struct
 import time
 from collections.abc import Iterator
 
 import pytest
-from l4s_support import NEEDS_ROOT, REPO
+from l4s_support import NEEDS_ROOT, REPO, frame
 
 from mec_common.bpf import BpfProgram
 from mec_l4s.observer import Kind, Observer, Rules, Sample
@@ -45,31 +43,6 @@ def prog(observer: Observer) -> Iterator[BpfProgram]:
         yield p
     finally:
         p.close()
-
-
-def frame(
-    src: str,
-    dst: str,
-    sport: int,
-    dport: int,
-    *,
-    flags: int = ACK,
-    bits: int = 0,
-    seq: int = 1000,
-    ack: int = 1000,
-    payload: int = 0,
-    ihl: int = 5,
-    doff: int = 5,
-    tot_len: int | None = None,
-) -> bytes:
-    """An Ethernet frame with an IPv4/TCP packet (checksums are not the observer's concern)."""
-    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, (doff << 4) | bits, flags, 65535, 0, 0)
-    tcp += b"\x01" * (max(doff, 5) * 4 - 20) + b"p" * payload
-    opts = b"\x00" * (max(ihl, 5) * 4 - 20)
-    total = tot_len if tot_len is not None else 20 + len(opts) + len(tcp)
-    ip = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, total, 0, 0x4000, 64, 6, 0,
-                     socket.inet_aton(src), socket.inet_aton(dst))  # fmt: skip
-    return b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip + opts + tcp
 
 
 def handshake(prog: BpfProgram, code: int, sport: int = 40000, sa_code: int | None = None) -> None:

@@ -36,6 +36,9 @@ def test_resume_keeps_earlier_runs_and_refuses_other_lengths(tmp_path: Path) -> 
                                            rate_mbps=100.0), "tables-8") == ([], [])  # fmt: skip
     with pytest.raises(SystemExit):
         earlier_runs(argparse.Namespace(out=tmp_path, seconds=15.0, rate_mbps=100.0), "tables-8")
+    with pytest.raises(SystemExit):  # runs with the endpoints' spin guard are not mixed in
+        earlier_runs(argparse.Namespace(out=tmp_path, seconds=60.0, rate_mbps=100.0,
+                                        spin_guard=True), "tables-8")  # fmt: skip
     merged = [*earlier, _run("8.3/30 ms", 1, 60.0)]
     tables = aggregate(merged, [s for s in SCENARIOS if key(s).startswith("8.3/")])
     assert tables["8.3/30 ms"]["runs"] == 2

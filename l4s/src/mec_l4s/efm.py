@@ -204,8 +204,9 @@ class Marker:
         spin_guard: bool = False,
     ) -> None:
         """``ect1``: send ECN-capable packets as ECT(1) (the sender of an L4S flow).
-        ``spin_guard``: follow a received spin value only from the newest segment (seq and
-        ack not below the highest seen), so reordering cannot flip the endpoint's wave;
+        ``spin_guard``: follow a received spin value only from a segment that advances the
+        highest seq or ack seen and takes neither below it (RFC 9000 §17.4's rule, TCP's
+        numbers for QUIC's packet number), so reordering cannot flip the endpoint's wave;
         off by default, as in the research."""
         if t_max_ms <= 0:
             raise ValueError(f"t_max_ms must be > 0, got {t_max_ms}")

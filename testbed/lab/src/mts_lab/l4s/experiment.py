@@ -5,9 +5,11 @@ One Prague and one CUBIC flow share the emulator's WAN bottleneck (100 Mbit/s Du
 marked with the spin bit in some runs and the delay bit in others (one technique per
 run, as the research; ``--techniques`` adds the delay bit with GSO kept, ``delay_run``).
 The observer on the MEC host gives each flow's RTT samples in both modes (raw =
-Spindump's rules, filtered = ours). Two truths: TCP_INFO's RTT of each sender every 100 ms
-(the research read ``ss`` every second: smoothed), and, like for like, the senders' own
-RTT samples (``mts_lab.l4s.truth``: TCP's mrtt, once per round trip).
+Spindump's rules, filtered = ours). Two truths: TCP_INFO's RTT of each sender (smoothed;
+the research read ``ss`` every second), read every 100 ms (a sample against the next read)
+and every 5 ms (a sample against the read when the sender measures the same round trip),
+and, like for like, the senders' own RTT samples (``mts_lab.l4s.truth``: TCP's mrtt, once
+per round trip).
 
 Per run and flow: throughput (MiB per run), retransmissions, truth mean/std, observer
 mean/std, and the error of each observer sample against the truth at its time (|sample −
@@ -99,6 +101,20 @@ class FlowRun:
     retrans: int = 0
     segs_in: int = 0  # segments the sender received (its ACKs)
     truth: list[tuple[int, float]] = field(default_factory=list)  # (monotonic ns, ms)
+    # TCP_INFO read every TRUTH_AT_PERIOD_S by a thread of its own: the value at the time
+    # of each observer sample, where ``truth`` (every 100 ms, the research's kind of
+    # polling) gives the value up to 100 ms after it
+    truth_at: list[tuple[int, float]] = field(default_factory=list)
+
+
+TRUTH_AT_PERIOD_S = 0.005
+# the sweep of TCP_INFO's time after an observer sample (ms), to show the error's dependence
+SHIFTS_MS = (0, 15, 30, 45, 60, 90)
+
+
+def _read_tcp_info(conn: socket.socket, flow: FlowRun, stop: threading.Event) -> None:
+    while not stop.wait(TRUTH_AT_PERIOD_S):
+        flow.truth_at.append((time.monotonic_ns(), tcp_info_rtt_ms(conn)))
 
 
 def _retrans_and_segs_in(sock: socket.socket) -> tuple[int, int]:
@@ -129,7 +145,10 @@ def _sender(
     ready.set()
     conn, _ = ls.accept()
     ls.close()
+    stop = threading.Event()
+    reader = threading.Thread(target=_read_tcp_info, args=(conn, flow, stop))
     with conn:
+        reader.start()
         end = time.monotonic() + seconds
         next_tick = time.monotonic()
         block = b"x" * 65536
@@ -138,6 +157,8 @@ def _sender(
             if time.monotonic() >= next_tick:
                 flow.truth.append((time.monotonic_ns(), tcp_info_rtt_ms(conn)))
                 next_tick += 0.1
+        stop.set()
+        reader.join()
         flow.retrans, flow.segs_in = _retrans_and_segs_in(conn)
 
 
@@ -301,12 +322,33 @@ def _summarise(
         i = bisect.bisect_left(info_times, t_ns)
         return flow.truth[i][1] if 0 < i < len(info_times) else None
 
+    at_times = [t for t, _ in flow.truth_at]
+
+    def tcp_info_near(t_ns: int) -> float | None:
+        """TCP_INFO read nearest to t (within two reading periods)."""
+        i = bisect.bisect_left(at_times, t_ns)
+        near = [j for j in (i - 1, i) if 0 <= j < len(at_times)]
+        j = min(near, key=lambda j: abs(at_times[j] - t_ns), default=None)
+        if j is None or abs(at_times[j] - t_ns) > 2 * TRUTH_AT_PERIOD_S * 1e9:
+            return None
+        return flow.truth_at[j][1]
+
     mrtts = [s.mrtt_ms for s in sender.samples]
     seconds = _span_s(sender.times)
     out: dict[str, Any] = {
         "mib": flow.received / MIB,
         "retrans": flow.retrans,
-        "truth": _stats([v for _, v in flow.truth[5:]]),
+        "truth": _stats([v for _, v in flow.truth[5:]])
+        | {"reads_at_per_s": len(at_times) / max(1e-9, _span_s(at_times))}
+        # how far TCP_INFO moves in 100 ms: what reading it up to 100 ms late can add
+        | _errors(
+            [
+                later - v
+                for t, v in flow.truth_at
+                if (later := tcp_info_near(t + 100_000_000)) is not None
+            ],
+            "change_100ms",
+        ),
         # TCP's own samples: how often against the ACKs the sender got; how far TCP_INFO
         # (smoothed, every 100 ms) is from them (the old measure's floor for any
         # per-round-trip sample); how far one is from the next (TCP against itself)
@@ -319,6 +361,10 @@ def _summarise(
             [s.mrtt_ms - v for s in sender.samples if (v := tcp_info_at(s.t_ns)) is not None],
             "vs_tcp_info",
         )
+        | _errors(
+            [s.mrtt_ms - v for s in sender.samples if (v := tcp_info_near(s.t_ns)) is not None],
+            "vs_tcp_info_at",
+        )
         | _errors(sender.round_to_round(), "round_to_round")
         | {"excess_share": sum(map(in_excess, sender.samples)) / max(1, len(mrtts))}
         | _ack_waits(sender.samples),
@@ -329,6 +375,19 @@ def _summarise(
         row |= _errors(
             [s.rtt_ms - v for s in e2e if (v := tcp_info_at(s.t_ns)) is not None], "abs_error"
         )
+        # the same truth read when the sender measures the same round trip: the segment
+        # that closed the sample is acked at the sender one way (observer -> sender: the
+        # WAN's delay, the client side being a veth) after the observer saw the sample end
+        # (docs/l4s.md); the sweep and the read at t itself show the dependence
+        shift_ns = round(line.delay_ms * 1e6)
+        row |= _errors(
+            [s.rtt_ms - v for s in e2e if (v := tcp_info_near(s.t_ns + shift_ns)) is not None],
+            "at_error",
+        )
+        for ms in SHIFTS_MS:
+            errors = [s.rtt_ms - v for s in e2e
+                      if (v := tcp_info_near(s.t_ns + ms * 1_000_000)) is not None]  # fmt: skip
+            row |= _errors(errors, f"shift{ms}_error")
         # against TCP's samples over the observer sample's round trip; apart: rounds where
         # one of them was in excess (> srtt + 5 ms) and the others ("calm")
         calm: list[float] = []
@@ -397,7 +456,9 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
 
 # per mode: the observer against TCP_INFO (abs_error) and against TCP's own samples
 OBSERVER_KEYS = (
-    "mean_ms", "std_ms", "abs_error_p50_ms", "abs_error_p90_ms", "vs_tcp_p50_ms",
+    "mean_ms", "std_ms", "abs_error_p50_ms", "abs_error_p90_ms", "at_error_p50_ms",
+    "at_error_p90_ms", "at_error_bias_ms", *(f"shift{ms}_error_p90_ms" for ms in SHIFTS_MS),
+    "vs_tcp_p50_ms",
     "vs_tcp_p90_ms", "vs_tcp_bias_ms", "vs_tcp_calm_p50_ms", "vs_tcp_calm_p90_ms",
     "vs_tcp_excess_p50_ms", "vs_tcp_excess_share", "own_excess_share", "vs_wire_p50_ms",
     "vs_wire_p90_ms", "from_client_mean_ms", "from_server_mean_ms",
@@ -406,6 +467,7 @@ OBSERVER_KEYS = (
 )  # fmt: skip
 TCP_KEYS = (
     "mean_ms", "per_s", "acks_in_per_s", "vs_tcp_info_p50_ms", "vs_tcp_info_p90_ms",
+    "vs_tcp_info_at_p90_ms",
     "round_to_round_p50_ms", "round_to_round_p90_ms", "excess_share", "ack_wait_p50_ms",
     "ack_wait_p90_ms", "ack_wait_excess_p50_ms", "ack_wait_calm_p50_ms", "ack_wait_known",
 )  # fmt: skip
@@ -429,6 +491,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "retrans": ci(lambda r: r["retrans"]),
                 "truth_mean_ms": ci(lambda r: r["truth"].get("mean_ms")),
                 "truth_std_ms": ci(lambda r: r["truth"].get("std_ms")),
+                "truth_change_100ms_p90_ms": ci(lambda r: r["truth"].get("change_100ms_p90_ms")),
                 **{
                     f"{mode}_{key}": ci(lambda r, m=mode, k=key: r[m].get(k))
                     for mode in ("raw", "filtered")
@@ -445,7 +508,7 @@ def table(results: Results) -> str:
         f"L4S Table 7.1 rebuilt: {results['runs']} run(s) x {results['seconds']} s per technique, "
         f"load before {results['load_before']}, after {results['load_after']}",
         f"{'technique/cca':14} {'MiB':>14} {'retx':>10} {'truth ms':>18} "
-        f"{'raw ms':>18} {'filtered ms':>18} {'|e| p90 info':>12} {'|e| p50/p90 tcp':>15} "
+        f"{'raw ms':>18} {'filtered ms':>18} {'|e| p90 info 100ms/at':>21} {'|e| p50/p90 tcp':>15} "
         f"{'tcp self p90':>12}  published (MiB, mean±std, retx)",
     ]
 
@@ -459,16 +522,18 @@ def table(results: Results) -> str:
             f"{f(row['truth_mean_ms'])}/{row['truth_std_ms'][0]:.1f} "
             f"{f(row['raw_mean_ms']):>12}/{row['raw_std_ms'][0]:.1f} "
             f"{f(row['filtered_mean_ms']):>12}/{row['filtered_std_ms'][0]:.1f} "
-            f"{row['filtered_abs_error_p90_ms'][0]:>12.2f} "
+            f"{row['filtered_abs_error_p90_ms'][0]:>12.2f}/"
+            f"{row['filtered_at_error_p90_ms'][0]:<8.2f} "
             f"{row['filtered_vs_tcp_p50_ms'][0]:>7.2f}/{row['filtered_vs_tcp_p90_ms'][0]:<7.2f} "
             f"{row['tcp_round_to_round_p90_ms'][0]:>12.2f}  "
             f"{pub['mib']}, {pub['rtt_mean_ms']}±{pub['rtt_std_ms']}, {pub['retrans']}"
         )
     lines.append(
         "(values: mean ± 95 % CI half-width over runs; '/x' = mean of the per-run std dev; "
-        "|e| info = filtered sample vs TCP_INFO at its time; |e| tcp = vs the median of the "
-        "sender's own RTT samples over the sample's round trip; tcp self = |mrtt - previous "
-        "mrtt| of the sender)"
+        "|e| info = filtered sample vs TCP_INFO read next after it (every 100 ms) / "
+        "read when the sender measures the same round trip (t + the WAN's one-way delay); "
+        "|e| tcp = vs the median of the sender's own RTT samples over the sample's round trip; "
+        "tcp self = |mrtt - previous mrtt| of the sender)"
     )
     return "\n".join(lines)
 
@@ -668,9 +733,11 @@ def main() -> None:
         results["table"] = aggregate(runs)
         save_results(results, args.out, name, plot, table)
         return
-    results["reorder_pct"] = rates
+    # every rate of the runs: an earlier hold may have run other rates (--resume)
+    all_rates = sorted({r["reorder_pct"] for r in runs})
+    results["reorder_pct"] = all_rates
     results["tables"] = {
-        f"{rate:g}": aggregate([r for r in runs if r["reorder_pct"] == rate]) for rate in rates
+        f"{rate:g}": aggregate([r for r in runs if r["reorder_pct"] == rate]) for rate in all_rates
     }
     results["published"] = PUBLISHED_REORDER
     save_results(results, args.out, name, plot_reorder, table_reorder)
@@ -685,7 +752,7 @@ def earlier_runs(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The runs and lock holds already in ``--out``'s ``<name>.json`` (none if absent), so a
     sweep can be split across measurement-lock holds; a file of another run length or rate
-    is refused rather than mixed in."""
+    or spin guard is refused rather than mixed in."""
     path = args.out / f"{name}.json"
     if not path.exists():
         return [], []
@@ -695,6 +762,8 @@ def earlier_runs(
             f"{path}: {old['seconds']} s at {old['rate_mbps']} Mbit/s, not "
             f"{args.seconds} s at {args.rate_mbps}: use another --out"
         )
+    if old.get("spin_guard", False) != getattr(args, "spin_guard", False):
+        raise SystemExit(f"{path}: spin guard {old.get('spin_guard')}: use another --out")
     holds = old.get("holds") or [{"load_before": old["load_before"],
                                   "load_after": old["load_after"]}]  # fmt: skip
     return old["per_run"], holds
