@@ -93,6 +93,47 @@ def test_up_with_two_paths_and_api(bed: TunnelBed) -> None:
     assert 'tunnel_path_up{path="1"} 1' in metrics
 
 
+RECEIVE_UDP = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 9000))
+s.settimeout(5)
+print("ready", flush=True)
+for _ in range(int(sys.argv[2])):
+    print(s.recv(4096).hex(), flush=True)
+"""
+
+SEND_UDP_GSO = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_UDP, 103, 1000)  # UDP_SEGMENT: the kernel cuts 1000 B datagrams
+s.sendto(bytes(range(256)) * 31 + bytes(64), (sys.argv[1], 9000))  # 7,999 B: 8 datagrams
+"""
+
+
+def test_udp_super_packets_cross_the_tunnel(bed: TunnelBed) -> None:
+    """With USO on both TUNs, a sender's UDP_SEGMENT send leaves the MEC's TUN as one
+    super-packet (cut into datagrams before the ingress queue) and the UE end writes the
+    datagrams it receives together as one super-packet or few: the receiving socket gets
+    the 8 datagrams intact and in order."""
+    assert len(ping_rtts(ping(bed, "ue", MEC_ADDR, 5))) == 5  # paths up
+    before, mec = bed.get("ue", "/tunnel/v1/stats"), bed.get("mec", "/tunnel/v1/stats")
+    assert before["tunOffload"] == mec["tunOffload"] == "tcp+udp", before
+    receiver = bed.popen("ue", sys.executable, "-c", RECEIVE_UDP, UE_ADDR, "8")
+    assert receiver.stdout is not None and receiver.stdout.readline().strip() == "ready"
+    bed.exec("mec", sys.executable, "-c", SEND_UDP_GSO, UE_ADDR)
+    out, _ = receiver.communicate(timeout=10)
+    sent = bytes(range(256)) * 31 + bytes(64)
+    got = [bytes.fromhex(line) for line in out.split()]
+    assert got == [sent[i : i + 1000] for i in range(0, len(sent), 1000)], [len(g) for g in got]
+    after = bed.get("ue", "/tunnel/v1/stats")
+    received = after["rxPackets"] - before["rxPackets"]  # and any IPv6 the MEC's kernel sent
+    assert received >= 8 and after["tunWrites"] - before["tunWrites"] <= received - 4, (before, after)
+    mec_after = bed.get("mec", "/tunnel/v1/stats")  # the MEC end read the send as one frame
+    assert mec_after["tunReads"] - mec["tunReads"] <= received - 7, (mec, mec_after)
+    assert not any(after["drops"].values()) and after["tunWriteFailures"] == 0, after
+
+
 def test_flow_survives_a_path_going_down(bed: TunnelBed) -> None:
     bed.exec("mec", "iperf3", "-s", "-D", "-1", "-B", MEC_ADDR)
     time.sleep(0.3)

@@ -174,6 +174,9 @@ type Stats struct {
 	RxBytes     uint64            `json:"rxBytes"`
 	TxPackets   uint64            `json:"txDatagrams"`
 	TUNFailures uint64            `json:"tunWriteFailures"`
+	TUNReads    uint64            `json:"tunReads"`  // frames read: with offloads a super-packet is one
+	TUNWrites   uint64            `json:"tunWrites"` // frames written: merged packets are one
+	TUNOffload  string            `json:"tunOffload"`
 	Reorder     ReorderStats      `json:"reorder"`
 	PeerUp      bool              `json:"peerAuthenticated"`
 }
@@ -193,12 +196,17 @@ type ReorderStats struct {
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	s := Stats{Drops: map[string]uint64{}, RxPackets: e.rxPackets.Load(), RxBytes: e.rxBytes.Load(),
-		TxPackets: e.txPackets.Load(), PeerUp: e.peer.Load() != nil}
+		TxPackets: e.txPackets.Load(), PeerUp: e.peer.Load() != nil, TUNReads: e.dev.Reads(), TUNOffload: "none"}
+	if e.dev.UDPOffload() {
+		s.TUNOffload = "tcp+udp"
+	} else if e.dev.Offload() {
+		s.TUNOffload = "tcp"
+	}
 	for r, n := range e.drops {
 		s.Drops[r] = n.Load()
 	}
 	e.rxMu.Lock()
-	s.TUNFailures = e.toTUN.Failed
+	s.TUNFailures, s.TUNWrites = e.toTUN.Failed, e.toTUN.Writes
 	b := e.reorder
 	s.Reorder = ReorderStats{Held: b.Held(), InOrder: b.InOrder, Reordered: b.Reordered, Late: b.Late,
 		Skipped: b.Skipped, Lost: b.Lost, Duplicates: b.Duplicates, Unordered: b.Unordered}

@@ -9,26 +9,35 @@ import (
 
 const (
 	maxItems = 64 // packets and super-packets held before a write
-	tcpACK   = 0x10
-	tcpPSH   = 0x08
+	// UDP datagrams per super-packet: the kernel refuses more than UDP_MAX_SEGMENTS (64
+	// before Linux 6.9, 128 since)
+	maxUDPSegs = 64
+	tcpACK     = 0x10
+	tcpPSH     = 0x08
 )
 
 // Coalescer writes packets to a device. With offloads it merges the consecutive segments
 // of a TCP flow (the same addresses, ports, ack, window, options and IP fields, each
 // seq following the last, all but the last of one size) into one super-packet whose
-// checksum the kernel completes; what it cannot merge goes out as it is, in order within
-// a flow. Without offloads every packet is written at once. Not safe for concurrent use.
+// checksum the kernel completes; with UDP offloads (USO) also consecutive datagrams of a
+// UDP flow (the same addresses, ports and IP fields, all but the last of one size), which
+// the kernel cuts up again before a UDP socket gets them. Their checksums are not checked:
+// the tunnel authenticated every packet. What it cannot merge goes out as it is, in order
+// within a flow. Without offloads every packet is written at once. Not safe for
+// concurrent use.
 type Coalescer struct {
 	dev    *Device
 	items  []groItem
 	used   int
 	Failed uint64 // packets the kernel refused (e.g. no route)
+	Writes uint64 // frames written (a super-packet is one)
 }
 
 type groItem struct {
 	buf     []byte // virtio header, then the packet (or merged segments)
-	ipLen   int    // offset of the TCP header in the packet; 0: not a TCP segment
-	hdrLen  int    // IP + TCP headers
+	ipLen   int    // offset of the TCP/UDP header in the packet; 0: not mergeable
+	hdrLen  int    // IP + TCP/UDP headers
+	proto   byte   // IPPROTO_TCP or IPPROTO_UDP
 	segSize int    // payload of the first segment
 	segs    int
 	nextSeq uint32
@@ -41,12 +50,13 @@ func NewCoalescer(d *Device) *Coalescer { return &Coalescer{dev: d} }
 // Add takes packet b (copied); it is written by Add itself or by the next Flush.
 func (c *Coalescer) Add(b []byte) {
 	if !c.dev.offload {
+		c.Writes++
 		if _, err := c.dev.Write(b); err != nil {
 			c.Failed++
 		}
 		return
 	}
-	ipLen, hdrLen, ok := mergeable(b)
+	ipLen, hdrLen, proto, ok := mergeable(b, c.dev.uso)
 	for i := c.used - 1; i >= 0; i-- {
 		it := &c.items[i]
 		if !it.open || !sameFlow(it.packet(), b, ipLen) {
@@ -69,24 +79,34 @@ func (c *Coalescer) Add(b []byte) {
 	it.buf = append(append(it.buf[:0], noOffload[:]...), b...)
 	it.segs, it.open = 1, ok
 	if ok {
-		it.ipLen, it.hdrLen, it.segSize = ipLen, hdrLen, len(b)-hdrLen
-		it.nextSeq = binary.BigEndian.Uint32(b[ipLen+4:]) + uint32(it.segSize)
-		it.open = b[ipLen+13]&tcpPSH == 0
+		it.ipLen, it.hdrLen, it.proto, it.segSize = ipLen, hdrLen, proto, len(b)-hdrLen
+		if proto == unix.IPPROTO_TCP {
+			it.nextSeq = binary.BigEndian.Uint32(b[ipLen+4:]) + uint32(it.segSize)
+			it.open = b[ipLen+13]&tcpPSH == 0
+		}
 	}
 }
 
 func (it *groItem) packet() []byte { return it.buf[vnetHdrLen:] }
 
-// merge appends segment b to the item if it continues it; false if it does not.
+// merge appends segment (or datagram) b to the item if it continues it; false if not.
 func (it *groItem) merge(b []byte, hdrLen int) bool {
 	p := it.packet()
 	payload := len(b) - hdrLen
 	if hdrLen != it.hdrLen || payload > it.segSize || len(p)+payload > 65535-vnetHdrLen ||
-		binary.BigEndian.Uint32(b[it.ipLen+4:]) != it.nextSeq || !sameHeaders(p, b, it.ipLen, hdrLen) {
+		!sameHeaders(p, b, it.ipLen, hdrLen) {
+		return false
+	}
+	tcp := it.proto == unix.IPPROTO_TCP
+	if tcp && binary.BigEndian.Uint32(b[it.ipLen+4:]) != it.nextSeq {
 		return false
 	}
 	it.buf = append(it.buf, b[hdrLen:]...)
 	it.segs++
+	if !tcp {
+		it.open = payload == it.segSize && it.segs < maxUDPSegs
+		return true
+	}
 	it.nextSeq += uint32(payload)
 	if psh := b[it.ipLen+13] & tcpPSH; psh != 0 || payload < it.segSize {
 		it.packet()[it.ipLen+13] |= psh
@@ -95,37 +115,44 @@ func (it *groItem) merge(b []byte, hdrLen int) bool {
 	return true
 }
 
-// mergeable: b is a TCP segment with data and only ACK (and PSH) set, in an unfragmented
-// IPv4 packet without options or an IPv6 packet without extension headers.
-func mergeable(b []byte) (ipLen, hdrLen int, ok bool) {
+// mergeable: b is a TCP segment with data and only ACK (and PSH) set, or (udp: the
+// device takes UDP super-packets) a UDP datagram with data, in an unfragmented IPv4
+// packet without options or an IPv6 packet without extension headers.
+func mergeable(b []byte, udp bool) (ipLen, hdrLen int, proto byte, ok bool) {
 	switch {
-	case len(b) >= 20 && b[0] == 0x45 && b[9] == unix.IPPROTO_TCP && binary.BigEndian.Uint16(b[6:])&0x3fff == 0 &&
+	case len(b) >= 20 && b[0] == 0x45 && binary.BigEndian.Uint16(b[6:])&0x3fff == 0 &&
 		int(binary.BigEndian.Uint16(b[2:])) == len(b):
-		ipLen = 20
-	case len(b) >= 40 && b[0]>>4 == 6 && b[6] == unix.IPPROTO_TCP && int(binary.BigEndian.Uint16(b[4:]))+40 == len(b):
-		ipLen = 40
+		ipLen, proto = 20, b[9]
+	case len(b) >= 40 && b[0]>>4 == 6 && int(binary.BigEndian.Uint16(b[4:]))+40 == len(b):
+		ipLen, proto = 40, b[6]
 	default:
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	if len(b) < ipLen+20 {
-		return 0, 0, false
+	switch {
+	case proto == unix.IPPROTO_TCP && len(b) >= ipLen+20:
+		hdrLen = ipLen + int(b[ipLen+12]>>4)*4
+		flags := b[ipLen+13]
+		if hdrLen >= ipLen+20 && len(b) > hdrLen && flags&^tcpPSH == tcpACK {
+			return ipLen, hdrLen, proto, true
+		}
+	case proto == unix.IPPROTO_UDP && udp && len(b) > ipLen+udpHdrLen &&
+		int(binary.BigEndian.Uint16(b[ipLen+4:])) == len(b)-ipLen:
+		return ipLen, ipLen + udpHdrLen, proto, true
 	}
-	hdrLen = ipLen + int(b[ipLen+12]>>4)*4
-	flags := b[ipLen+13]
-	return ipLen, hdrLen, hdrLen >= ipLen+20 && len(b) > hdrLen && flags&^tcpPSH == tcpACK
+	return 0, 0, 0, false
 }
 
-// sameFlow: b has p's addresses and, when TCP, ports (ipLen 0: any packet between the
-// same addresses counts, so nothing of that flow overtakes p).
+// sameFlow: b has p's addresses and, when mergeable, protocol and ports (ipLen 0: any
+// packet between the same addresses counts, so nothing of that flow overtakes p).
 func sameFlow(p, b []byte, ipLen int) bool {
 	if len(b) < 20 || len(p) < 20 || p[0]>>4 != b[0]>>4 {
 		return false
 	}
 	if p[0]>>4 == 4 {
-		if !bytes.Equal(p[12:20], b[12:20]) {
+		if !bytes.Equal(p[12:20], b[12:20]) || (ipLen != 0 && p[9] != b[9]) {
 			return false
 		}
-	} else if len(b) < 40 || !bytes.Equal(p[8:40], b[8:40]) {
+	} else if len(b) < 40 || !bytes.Equal(p[8:40], b[8:40]) || (ipLen != 0 && p[6] != b[6]) {
 		return false
 	}
 	return ipLen == 0 || bytes.Equal(p[ipLen:ipLen+4], b[ipLen:ipLen+4])
@@ -134,11 +161,14 @@ func sameFlow(p, b []byte, ipLen int) bool {
 // sameHeaders: what the merged packet's single header says holds for b too.
 func sameHeaders(p, b []byte, ipLen, hdrLen int) bool {
 	if ipLen == 20 { // TOS, DF, TTL, protocol
-		if p[1] != b[1] || p[6]&0x40 != b[6]&0x40 || p[8] != b[8] {
+		if p[1] != b[1] || p[6]&0x40 != b[6]&0x40 || p[8] != b[8] || p[9] != b[9] {
 			return false
 		}
-	} else if !bytes.Equal(p[:4], b[:4]) || p[7] != b[7] { // traffic class, flow label, hop limit
+	} else if !bytes.Equal(p[:4], b[:4]) || p[6] != b[6] || p[7] != b[7] { // traffic class, flow label, next header, hop limit
 		return false
+	}
+	if hdrLen == ipLen+udpHdrLen {
+		return true // UDP: ports in sameFlow; length and checksum are per datagram
 	}
 	tp, tb := p[ipLen:], b[ipLen:]
 	return bytes.Equal(tp[8:12], tb[8:12]) && tp[13]&^tcpPSH == tb[13]&^tcpPSH && // ack, flags
@@ -156,25 +186,30 @@ func (c *Coalescer) Flush() {
 			c.Failed += uint64(it.segs)
 		}
 	}
+	c.Writes += uint64(c.used)
 	c.used = 0
 }
 
-// finish makes a merged item one super-packet: lengths, IPv4 checksum, the TCP
+// finish makes a merged item one super-packet: lengths, IPv4 checksum, the TCP or UDP
 // pseudo-header sum for the kernel to complete, and the virtio header saying so.
 func (it *groItem) finish() {
 	p := it.packet()
-	gso := uint8(unix.VIRTIO_NET_HDR_GSO_TCPV6)
+	h := vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, gsoType: unix.VIRTIO_NET_HDR_GSO_TCPV6,
+		hdrLen: uint16(it.hdrLen), gsoSize: uint16(it.segSize), csumStart: uint16(it.ipLen), csumOffset: 16}
 	if it.ipLen == 20 {
-		gso = unix.VIRTIO_NET_HDR_GSO_TCPV4
+		h.gsoType = unix.VIRTIO_NET_HDR_GSO_TCPV4
 		binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
 		p[10], p[11] = 0, 0
 		binary.BigEndian.PutUint16(p[10:], ^fold(sum(p[:20], 0)))
 	} else {
 		binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
 	}
-	binary.BigEndian.PutUint16(p[it.ipLen+16:], fold(pseudoHeader(p, len(p)-it.ipLen)))
-	vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, gsoType: gso, hdrLen: uint16(it.hdrLen),
-		gsoSize: uint16(it.segSize), csumStart: uint16(it.ipLen), csumOffset: 16}.put(it.buf)
+	if it.proto == unix.IPPROTO_UDP {
+		h.gsoType, h.csumOffset = unix.VIRTIO_NET_HDR_GSO_UDP_L4, 6
+		binary.BigEndian.PutUint16(p[it.ipLen+4:], uint16(len(p)-it.ipLen))
+	}
+	binary.BigEndian.PutUint16(p[it.ipLen+int(h.csumOffset):], fold(pseudoHeader(p, len(p)-it.ipLen)))
+	h.put(it.buf)
 }
 
 // writeFrame writes a frame that starts with its virtio header.

@@ -11,16 +11,21 @@ import (
 )
 
 // With offloads (OpenOffload) every frame on the TUN starts with a virtio_net_hdr: the
-// kernel hands over TCP segments of up to 64 KiB (TSO) with their checksum left to us, and
-// takes such super-packets back (the receiving TCP then handles one instead of dozens).
+// kernel hands over TCP segments of up to 64 KiB (TSO) and, where it offers UDP
+// segmentation (USO, Linux 6.2+), UDP super-packets of a sender that used UDP_SEGMENT,
+// with their checksum left to us; and it takes such super-packets back (the receiving
+// stack then routes one instead of dozens, and a UDP socket gets them cut up again).
 // ReadBatch cuts a super-packet into ordinary packets (headers, sequence numbers, IP ids
-// and checksums of each); a Coalescer merges consecutive segments of a TCP flow into one.
+// and checksums of each); a Coalescer merges consecutive packets of a TCP or UDP flow into one.
 
 const (
 	vnetHdrLen = 10
 	maxFrame   = vnetHdrLen + 65535
-	// offloads asked of the kernel: checksums and TCP segmentation over IPv4 and IPv6.
-	offloads = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+	// offloads asked of the kernel: checksums and TCP segmentation over IPv4 and IPv6,
+	// and UDP segmentation where the kernel has it (else the TCP ones alone).
+	offloads    = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+	udpOffloads = unix.TUN_F_USO4 | unix.TUN_F_USO6
+	udpHdrLen   = 8
 )
 
 // vnetHdr is struct virtio_net_hdr (native byte order, as the TUN uses without TUNSETVNETBE).
@@ -47,9 +52,9 @@ func (h vnetHdr) put(b []byte) {
 	binary.NativeEndian.PutUint16(b[8:], h.csumOffset)
 }
 
-// OpenOffload is Open with the TUN's offloads on: ReadBatch then cuts TSO super-packets
-// into packets, and Write/Coalescer write with a virtio_net_hdr. An error means the
-// kernel refused; the caller may fall back to Open.
+// OpenOffload is Open with the TUN's offloads on: ReadBatch then cuts TSO (and USO)
+// super-packets into packets, and Write/Coalescer write with a virtio_net_hdr. An error
+// means the kernel refused; the caller may fall back to Open.
 func OpenOffload(netnsPath, name string) (*Device, error) {
 	d, err := open(netnsPath, name, unix.IFF_TUN|unix.IFF_NO_PI|unix.IFF_VNET_HDR)
 	if err != nil {
@@ -57,7 +62,12 @@ func OpenOffload(netnsPath, name string) (*Device, error) {
 	}
 	var serr error
 	if err := d.rc.Control(func(fd uintptr) {
-		serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, offloads)
+		// a kernel without USO refuses the whole set (EINVAL): then the TCP offloads alone
+		if serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, offloads|udpOffloads); serr == nil {
+			d.uso = true
+		} else {
+			serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, offloads)
+		}
 	}); err != nil || serr != nil {
 		d.Close()
 		return nil, fmt.Errorf("tun %s: TUNSETOFFLOAD: %w", name, errors.Join(err, serr))
@@ -70,14 +80,18 @@ func OpenOffload(netnsPath, name string) (*Device, error) {
 // Offload tells whether the device was opened with OpenOffload.
 func (d *Device) Offload() bool { return d.offload }
 
+// UDPOffload tells whether the kernel also takes and gives UDP super-packets (USO).
+func (d *Device) UDPOffload() bool { return d.uso }
+
 // segmenter walks one frame read from the TUN and yields its packets one by one.
 type segmenter struct {
 	frame   []byte // the IP packet (after the virtio header); nil when done
 	hdr     vnetHdr
-	ipLen   int // IP header(s) up to the TCP header
-	hdrLen  int // IP + TCP headers
-	off     int // next payload offset
-	index   int // segments yielded
+	ipLen   int  // IP header(s) up to the TCP/UDP header
+	hdrLen  int  // IP + TCP/UDP headers
+	udp     bool // a UDP super-packet (else TCP)
+	off     int  // next payload offset
+	index   int  // segments yielded
 	invalid uint64
 }
 
@@ -88,15 +102,21 @@ func (s *segmenter) start(b []byte) {
 		return
 	}
 	gso := s.hdr.gsoType &^ unix.VIRTIO_NET_HDR_GSO_ECN
-	s.ipLen = int(s.hdr.csumStart)
-	if (gso != unix.VIRTIO_NET_HDR_GSO_TCPV4 && gso != unix.VIRTIO_NET_HDR_GSO_TCPV6) || s.hdr.gsoSize == 0 ||
-		s.ipLen+20 > len(s.frame) {
+	s.ipLen, s.udp = int(s.hdr.csumStart), gso == unix.VIRTIO_NET_HDR_GSO_UDP_L4
+	tcp := gso == unix.VIRTIO_NET_HDR_GSO_TCPV4 || gso == unix.VIRTIO_NET_HDR_GSO_TCPV6
+	if (!tcp && !s.udp) || s.hdr.gsoSize == 0 || s.ipLen < 20 || s.ipLen+udpHdrLen > len(s.frame) ||
+		(tcp && s.ipLen+20 > len(s.frame)) {
 		s.drop()
 		return
 	}
-	s.hdrLen = s.ipLen + int(s.frame[s.ipLen+12]>>4)*4
-	if s.hdrLen < s.ipLen+20 || s.hdrLen > len(s.frame) || s.hdrLen+int(s.hdr.gsoSize) > pkt.BufSize ||
-		(gso == unix.VIRTIO_NET_HDR_GSO_TCPV4) != (s.frame[0]>>4 == 4) {
+	if s.udp {
+		s.hdrLen = s.ipLen + udpHdrLen
+	} else {
+		s.hdrLen = s.ipLen + int(s.frame[s.ipLen+12]>>4)*4
+	}
+	v4 := s.frame[0]>>4 == 4
+	if s.hdrLen < s.ipLen+udpHdrLen || s.hdrLen > len(s.frame) || s.hdrLen+int(s.hdr.gsoSize) > pkt.BufSize ||
+		(tcp && (s.hdrLen < s.ipLen+20 || (gso == unix.VIRTIO_NET_HDR_GSO_TCPV4) != v4)) {
 		s.drop()
 		return
 	}
@@ -129,7 +149,12 @@ func (s *segmenter) next(p *pkt.Packet) bool {
 	copy(b, s.frame[:s.hdrLen])
 	n := copy(b[s.hdrLen:], s.frame[s.off:end])
 	p.N = s.hdrLen + n
-	fixSegment(b[:p.N], s.ipLen, s.index, uint32(s.off-s.hdrLen), end == len(s.frame))
+	fixIP(b[:p.N], s.ipLen, s.index)
+	if s.udp {
+		fixUDP(b[:p.N], s.ipLen)
+	} else {
+		fixTCP(b[:p.N], s.ipLen, s.index, uint32(s.off-s.hdrLen), end == len(s.frame))
+	}
 	s.off = end
 	s.index++
 	return true
@@ -148,10 +173,9 @@ func (s *segmenter) finishChecksum() bool {
 	return true
 }
 
-// fixSegment makes a copy of a super-packet's headers right for segment index whose
-// payload starts at payloadOff: lengths, IPv4 id and checksum, TCP seq, flags, checksum.
-func fixSegment(b []byte, ipLen, index int, payloadOff uint32, last bool) {
-	tcp := b[ipLen:]
+// fixIP makes a copy of a super-packet's IP header right for segment index: its length,
+// and for IPv4 its id (one more per segment, as the kernel's own segmentation) and checksum.
+func fixIP(b []byte, ipLen, index int) {
 	if b[0]>>4 == 4 {
 		binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
 		binary.BigEndian.PutUint16(b[4:], binary.BigEndian.Uint16(b[4:])+uint16(index))
@@ -160,6 +184,24 @@ func fixSegment(b []byte, ipLen, index int, payloadOff uint32, last bool) {
 	} else {
 		binary.BigEndian.PutUint16(b[4:], uint16(len(b)-40))
 	}
+}
+
+// fixUDP sets a UDP segment's length and full checksum.
+func fixUDP(b []byte, ipLen int) {
+	udp := b[ipLen:]
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	udp[6], udp[7] = 0, 0
+	c := ^fold(sum(udp, pseudoHeader(b, len(udp))))
+	if c == 0 {
+		c = 0xffff // 0 would say "no checksum"
+	}
+	binary.BigEndian.PutUint16(udp[6:], c)
+}
+
+// fixTCP makes a copy of a super-packet's TCP header right for segment index whose
+// payload starts at payloadOff: seq, flags, checksum.
+func fixTCP(b []byte, ipLen, index int, payloadOff uint32, last bool) {
+	tcp := b[ipLen:]
 	binary.BigEndian.PutUint32(tcp[4:], binary.BigEndian.Uint32(tcp[4:])+payloadOff)
 	const fin, psh, cwr = 0x01, 0x08, 0x80
 	if !last {

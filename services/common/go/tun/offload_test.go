@@ -170,3 +170,120 @@ func TestCoalesceKeepsGapsApart(t *testing.T) {
 		}
 	}
 }
+
+// udpSuperPacket is an IPv4 UDP super-packet as the kernel hands it over with USO (a
+// sender's UDP_SEGMENT send): one header, the UDP checksum field holding the pseudo-header sum.
+func udpSuperPacket(payload, gsoSize int) []byte {
+	b := make([]byte, vnetHdrLen+20+udpHdrLen+payload)
+	p := b[vnetHdrLen:]
+	p[0], p[6], p[8], p[9] = 0x45, 0x40, 64, unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	binary.BigEndian.PutUint16(p[4:], 7)
+	copy(p[12:], []byte{10, 92, 0, 2, 10, 92, 0, 1})
+	u := p[20:]
+	binary.BigEndian.PutUint16(u[0:], 5201)
+	binary.BigEndian.PutUint16(u[2:], 40000)
+	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
+	for i := range payload {
+		u[udpHdrLen+i] = byte(i)
+	}
+	binary.BigEndian.PutUint16(u[6:], fold(pseudoHeader(p, len(u))))
+	vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, gsoType: unix.VIRTIO_NET_HDR_GSO_UDP_L4, hdrLen: 28,
+		gsoSize: uint16(gsoSize), csumStart: 20, csumOffset: 6}.put(b)
+	return b
+}
+
+func cutAll(t *testing.T, frame []byte) [][]byte {
+	t.Helper()
+	var s segmenter
+	s.start(frame)
+	var out [][]byte
+	for p := pkt.Get(); s.next(p); p = pkt.Get() {
+		out = append(out, append([]byte(nil), p.Bytes()...))
+	}
+	if s.invalid != 0 {
+		t.Fatalf("%d frames refused", s.invalid)
+	}
+	return out
+}
+
+func TestSegmentUDPSuperPacket(t *testing.T) {
+	got := cutAll(t, udpSuperPacket(2500, 1000))
+	if len(got) != 3 {
+		t.Fatalf("%d datagrams, want 3", len(got))
+	}
+	for i, b := range got {
+		if fold(sum(b[:20], 0)) != 0xffff || int(binary.BigEndian.Uint16(b[2:])) != len(b) {
+			t.Fatalf("datagram %d: IPv4 header wrong", i)
+		}
+		if fold(sum(b[20:], pseudoHeader(b, len(b)-20))) != 0xffff {
+			t.Fatalf("datagram %d: UDP checksum wrong", i)
+		}
+		if int(binary.BigEndian.Uint16(b[24:])) != len(b)-20 || binary.BigEndian.Uint16(b[20:]) != 5201 {
+			t.Fatalf("datagram %d: UDP header %x", i, b[20:28])
+		}
+		if id := binary.BigEndian.Uint16(b[4:]); id != uint16(7+i) || b[28] != byte(1000*i) {
+			t.Fatalf("datagram %d: IP id %d, payload starts with %d", i, id, b[28])
+		}
+	}
+	if len(got[2]) != 28+500 {
+		t.Fatalf("last datagram %d bytes", len(got[2]))
+	}
+}
+
+// Datagrams of a UDP flow become one super-packet (with USO), cut up again into the same
+// datagrams; a packet between the same addresses that cannot join (a ping) keeps its place.
+func TestCoalesceUDPDatagrams(t *testing.T) {
+	dgrams := cutAll(t, udpSuperPacket(3500, 1000)) // 1000, 1000, 1000, 500
+	icmp := []byte{0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, unix.IPPROTO_ICMP, 0, 0, 10, 92, 0, 2, 10, 92, 0, 1}
+	icmp = append(icmp, 8, 0, 0, 0, 0, 0, 0, 1)
+	other := append([]byte(nil), dgrams[1]...) // another flow: source port 5202
+	other[21]++
+	d, peer := seqpacketDevice(t)
+	d.uso = true
+	c := NewCoalescer(d)
+	for _, b := range [][]byte{dgrams[0], icmp, dgrams[1], other, dgrams[2], dgrams[3]} {
+		c.Add(b)
+	}
+	c.Flush()
+	buf := make([]byte, maxFrame)
+	read := func() (vnetHdr, []byte) {
+		n, err := unix.Read(peer, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parseVnetHdr(buf), buf[vnetHdrLen:n]
+	}
+	for _, want := range [][]byte{dgrams[0], icmp} {
+		if h, p := read(); h != (vnetHdr{}) || !bytes.Equal(p, want) {
+			t.Fatalf("frame %+v %x, want %x as it is", h, p, want)
+		}
+	}
+	h, p := read()
+	if h.gsoType != unix.VIRTIO_NET_HDR_GSO_UDP_L4 || h.gsoSize != 1000 || h.csumStart != 20 || h.csumOffset != 6 ||
+		h.flags != unix.VIRTIO_NET_HDR_F_NEEDS_CSUM || h.hdrLen != 28 {
+		t.Fatalf("virtio header %+v", h)
+	}
+	again := cutAll(t, append([]byte(nil), buf[:vnetHdrLen+len(p)]...))
+	if len(again) != 3 || !bytes.Equal(again[0], dgrams[1]) || !bytes.Equal(again[1], dgrams[2]) ||
+		!bytes.Equal(again[2], dgrams[3]) {
+		t.Fatalf("the super-packet cut up again is not the datagrams 1-3 (%d)", len(again))
+	}
+	if h, p := read(); h != (vnetHdr{}) || !bytes.Equal(p, other) {
+		t.Fatal("the other flow's datagram was not written as it is")
+	}
+	if c.Writes != 4 {
+		t.Fatalf("%d writes, want 4", c.Writes)
+	}
+	// without USO every datagram is written as it is
+	d.uso = false
+	for _, b := range dgrams {
+		c.Add(b)
+	}
+	c.Flush()
+	for i := range dgrams {
+		if h, p := read(); h != (vnetHdr{}) || !bytes.Equal(p, dgrams[i]) {
+			t.Fatalf("datagram %d merged without USO", i)
+		}
+	}
+}

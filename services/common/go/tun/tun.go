@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -21,8 +22,10 @@ type Device struct {
 	rc   syscall.RawConn
 
 	offload bool      // frames carry a virtio_net_hdr (OpenOffload)
+	uso     bool      // and UDP super-packets are allowed both ways
 	frame   []byte    // the last frame read (offload)
 	seg     segmenter // what of it is not yet handed out
+	reads   atomic.Uint64
 }
 
 // Open attaches to the TUN device name in the network namespace at netnsPath ("" = the
@@ -122,6 +125,7 @@ func (d *Device) ReadBatch(ps []*pkt.Packet) (int, error) {
 			if d.offload {
 				m, err := unix.Read(int(fd), d.frame)
 				if err == nil {
+					d.reads.Add(1)
 					if m >= vnetHdrLen {
 						d.seg.start(d.frame[:m])
 					}
@@ -151,6 +155,7 @@ func (d *Device) ReadBatch(ps []*pkt.Packet) (int, error) {
 				return true
 			}
 			ps[n].N = m
+			d.reads.Add(1)
 			n++
 		}
 		return true
@@ -218,6 +223,9 @@ var noOffload [vnetHdrLen]byte
 // Invalid counts the frames read that could not be cut into packets (offload); only
 // the goroutine that calls ReadBatch may ask.
 func (d *Device) Invalid() uint64 { return d.seg.invalid }
+
+// Reads counts the frames read so far (a super-packet is one); safe for concurrent use.
+func (d *Device) Reads() uint64 { return d.reads.Load() }
 
 // Close closes the device.
 func (d *Device) Close() error { return d.f.Close() }
