@@ -14,8 +14,10 @@ on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--c
   cap counts them): the wire's use, and the inner goodput per wire byte, which gives the
   tunnel's ceiling over the two paths (its 60 B per datagram of overhead: UDP/IP and the
   tunnel's short header, data seq and tag);
-- during the latency run: the machine's idle share, both ends' CPU and the CBR load's loss
-  at its receiver (whether the host, rather than the tunnel, is the bound).
+- during the latency run: the machine's idle share, both ends' CPU (also per Gbit/s of the
+  load), the CBR load's loss at its receiver (whether the host, rather than the tunnel, is
+  the bound), and the packets per TUN read at the MEC end and per TUN write at the UE end
+  (with the TUN's offloads a super-packet is one read or write).
 
 The goals (issue 13): >= 1.8 Gbit/s aggregate, >= 0.9x the sum of two equal paths, p99
 added latency <= 0.5 ms.
@@ -75,6 +77,17 @@ def cpu_idle() -> tuple[int, int]:
     return fields[3] + fields[4], sum(fields)
 
 
+def tun_crossings(bed: TunnelBed) -> tuple[int, int, int, int]:
+    """The MEC end's TUN reads and packets sent, the UE end's packets received and TUN
+    writes (0 for a binary without the counters)."""
+    mec, ue = bed.get("mec", "/tunnel/v1/stats"), bed.get("ue", "/tunnel/v1/stats")
+    return mec.get("tunReads", 0), mec["txDatagrams"], ue["rxPackets"], ue.get("tunWrites", 0)
+
+
+def per(a: int, b: int) -> float | None:
+    return a / b if b else None
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
@@ -122,12 +135,18 @@ def measure(
         time.sleep(1)
         count = str(seconds * 100)
         cpu0, idle0, start = sum(cpu_seconds(p) for p in pids), cpu_idle(), time.monotonic()
+        cross0 = tun_crossings(bed)
         through = bed.popen("mec", "ping", "-n", "-i", "0.01", "-c", count, UE_ADDR)
         under = bed.popen("mec", "ping", "-n", "-i", "0.01", "-c", count, path_addr(1, "ue"))
         tunnel_rtts = ping_rtts(through.communicate(timeout=seconds * 5)[0])
         underlay_rtts = ping_rtts(under.communicate(timeout=seconds * 5)[0])
         elapsed, idle1 = time.monotonic() - start, cpu_idle()
+        cross1 = tun_crossings(bed)
+        reads, sent, delivered, writes = (b - a for a, b in zip(cross0, cross1, strict=True))
         results["half_load_tunnel_cpu_cores"] = (sum(cpu_seconds(p) for p in pids) - cpu0) / elapsed
+        results["half_load_cores_per_gbps"] = results["half_load_tunnel_cpu_cores"] / (half / 1e9)
+        results["half_load_packets_per_tun_read"] = per(sent, reads)  # the MEC end
+        results["half_load_packets_per_tun_write"] = per(delivered, writes)  # the UE end
         results["half_load_machine_idle"] = (idle1[0] - idle0[0]) / (idle1[1] - idle0[1])
         cbr = json.loads(load.communicate(timeout=seconds * 5)[0])["end"]["sum"]
         results["half_load_cbr_lost_percent"] = float(cbr.get("lost_percent", 0.0))
@@ -145,6 +164,10 @@ def measure(
     results["ratio_to_sum"] = results["tunnel_bps"] / results["sum_of_paths_bps"]
     results["load_after"] = os.getloadavg()
     return results
+
+
+def fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
 
 
 def goal(ok: bool) -> str:
@@ -170,7 +193,11 @@ def table(r: Results) -> str:
         f" | p99 <= 0.5 ms: {goal(p99 <= 0.5)} |",
         f"| during it: machine idle / both ends / CBR lost at its receiver"
         f" | {r['half_load_machine_idle']:.0%} / {r['half_load_tunnel_cpu_cores']:.2f} cores"
+        f" ({r['half_load_cores_per_gbps']:.2f} per Gbit/s)"
         f" / {r['half_load_cbr_lost_percent']:.1f} % | |",
+        f"| during it: packets per TUN read (MEC end) / per TUN write (UE end)"
+        f" | {fmt(r.get('half_load_packets_per_tun_read'))}"
+        f" / {fmt(r.get('half_load_packets_per_tun_write'))} | |",
         f"| CPU (both ends) | {r['tunnel_cpu_cores']:.2f} cores,"
         f" {r['cpu_cores_per_gbps']:.2f} cores per Gbit/s | |",
         f"| machine load (1/5/15 min) before / after | {before[0]:.1f}/{before[1]:.1f}/"
