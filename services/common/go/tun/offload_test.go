@@ -11,18 +11,26 @@ import (
 	"mts.invalid/suite/services/common/go/pkt"
 )
 
-// superPacket is an IPv4 TCP super-packet as the kernel hands it over with TSO: one
-// header, payload bytes of data, the TCP checksum field holding the pseudo-header sum.
-func superPacket(payload, gsoSize int) []byte {
-	b := make([]byte, vnetHdrLen+20+32+payload)
-	p := b[vnetHdrLen:]
-	p[0], p[6], p[8], p[9] = 0x45, 0x40, 64, unix.IPPROTO_TCP
+// ipv4Frame is a frame (virtio header left zero) holding an IPv4 packet of protocol proto
+// with l4 bytes after the IP header, the first four of them ports 5201 -> 40000; b and p
+// are the frame and its packet.
+func ipv4Frame(proto byte, l4 int) (b, p []byte) {
+	b = make([]byte, vnetHdrLen+20+l4)
+	p = b[vnetHdrLen:]
+	p[0], p[6], p[8], p[9] = 0x45, 0x40, 64, proto
 	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
 	binary.BigEndian.PutUint16(p[4:], 7)
 	copy(p[12:], []byte{10, 92, 0, 2, 10, 92, 0, 1})
+	binary.BigEndian.PutUint16(p[20:], 5201)
+	binary.BigEndian.PutUint16(p[22:], 40000)
+	return b, p
+}
+
+// superPacket is an IPv4 TCP super-packet as the kernel hands it over with TSO: one
+// header, payload bytes of data, the TCP checksum field holding the pseudo-header sum.
+func superPacket(payload, gsoSize int) []byte {
+	b, p := ipv4Frame(unix.IPPROTO_TCP, 32+payload)
 	t := p[20:]
-	binary.BigEndian.PutUint16(t[0:], 5201)
-	binary.BigEndian.PutUint16(t[2:], 40000)
 	binary.BigEndian.PutUint32(t[4:], 1000)
 	binary.BigEndian.PutUint32(t[8:], 555)
 	t[12], t[13] = 8<<4, tcpACK|tcpPSH
@@ -174,15 +182,8 @@ func TestCoalesceKeepsGapsApart(t *testing.T) {
 // udpSuperPacket is an IPv4 UDP super-packet as the kernel hands it over with USO (a
 // sender's UDP_SEGMENT send): one header, the UDP checksum field holding the pseudo-header sum.
 func udpSuperPacket(payload, gsoSize int) []byte {
-	b := make([]byte, vnetHdrLen+20+udpHdrLen+payload)
-	p := b[vnetHdrLen:]
-	p[0], p[6], p[8], p[9] = 0x45, 0x40, 64, unix.IPPROTO_UDP
-	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
-	binary.BigEndian.PutUint16(p[4:], 7)
-	copy(p[12:], []byte{10, 92, 0, 2, 10, 92, 0, 1})
+	b, p := ipv4Frame(unix.IPPROTO_UDP, udpHdrLen+payload)
 	u := p[20:]
-	binary.BigEndian.PutUint16(u[0:], 5201)
-	binary.BigEndian.PutUint16(u[2:], 40000)
 	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
 	for i := range payload {
 		u[udpHdrLen+i] = byte(i)
