@@ -1,7 +1,7 @@
 # pep: the split-TCP PEP (Python mec_pep), its C clients, benchmark and experiment.
 APT_PACKAGES += gcc libc6-dev haproxy iperf3 clang libbpf-dev liburing-dev strace linux-perf
 BUILD_TARGETS += build/lib/libpep_preload.so build/lib/libmec_pep_core.so build/bin/tcpload build/bin/relay-floor \
-	build/bpf/relay_floor.bpf.o build/bin/relay-floor-uring
+	build/bpf/relay_floor.bpf.o build/bin/relay-floor-uring build/bin/uring-splice-check
 TEST_TARGETS += test-pep
 BENCH_TARGETS += bench-pep
 EXPERIMENT_TARGETS += experiment-pep-split experiment-pep-interactive experiment-pep-fairness experiment-pep-mmwave
@@ -33,12 +33,18 @@ build/bin/relay-floor-uring: testbed/relay-floor/relay_floor_uring.c testbed/rel
 	@mkdir -p $(@D)
 	gcc -O2 -Wall -Wextra -Werror -o $@ $< -lpthread -luring
 
+# Does io_uring's splice move TCP bytes, and where does the kernel run it (the core's
+# choice of splice(2) for its bulk path; pep/tests/test_core.py runs it).
+build/bin/uring-splice-check: testbed/relay-floor/uring_splice_check.c
+	@mkdir -p $(@D)
+	gcc -O2 -Wall -Wextra -Werror -o $@ $< -lpthread -luring
+
 build/bpf/relay_floor.bpf.o: testbed/relay-floor/relay_floor.bpf.c $(MELD_VMLINUX)
 	clang -target bpf -g -O2 -Wall -Werror -I$(dir $(MELD_VMLINUX)) -c $< -o $@.tmp
 	@mv $@.tmp $@
 
 .PHONY: test-pep bench-pep experiment-pep-split experiment-pep-interactive experiment-pep-fairness experiment-pep-mmwave
-test-pep: python rabbitmq $(PEP_PRELOAD) build/lib/libmec_pep_core.so build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)
+test-pep: python rabbitmq $(PEP_PRELOAD) build/lib/libmec_pep_core.so build/bin/uring-splice-check build/bin/ran-emulator build/bin/tcpload ## PEP tests in network namespaces (root)
 	@test -z "$$(gofmt -l testbed/tcpload)" || { gofmt -l testbed/tcpload; exit 1; }
 	go vet ./testbed/tcpload
 	uv run pytest -q pep/tests

@@ -14,6 +14,13 @@
  * buffer (100,000 idle flows in ~0.3 KiB of user memory each). FIN is forwarded with
  * shutdown(2); an error on either leg resets both (SO_LINGER 0). Sockets are set up with
  * plain system calls: io_uring's shutdown and socket ops go to its worker threads.
+ *
+ * Bulk: once a flow has relayed cfg.splice_after bytes, each direction moves to splice(2)
+ * socket -> pipe -> socket (no copy through user space), in this thread, with io_uring
+ * polls for readiness. Not IORING_OP_SPLICE: the kernel runs every io_uring splice in a
+ * worker thread (a hand-off per chunk, and with blocking sockets a worker waiting per idle
+ * direction; testbed/relay-floor/uring_splice_check.c). Pipes, like buffers, are held only
+ * while bytes are in them.
  */
 #define _GNU_SOURCE
 #include "pep_core.h"
@@ -24,12 +31,14 @@
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -42,8 +51,13 @@
 #define REQUESTS 1024	      /* pending resets per thread */
 #define EVENTS 8192	      /* flow events per thread not yet read by Python (power of 2) */
 #define BUFFER_GROUP 0
+#define SPARE_PIPES 256	      /* empty pipes a thread keeps for the next busy direction */
+#define SPLICE_ROUNDS 8	      /* a direction's splices per turn, then the others' turn */
 
-enum op { OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_WAKE, OP_SWEEP, OP_IGNORE };
+/* 8 operations: the user_data's low 3 bits */
+enum op { OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_WAKE, OP_SWEEP, OP_IGNORE, OP_POLL };
+
+struct pipe { int rd, wr; uint32_t size; };
 
 struct flow;
 struct pump { /* one direction of a flow */
@@ -52,6 +66,9 @@ struct pump { /* one direction of a flow */
 	int bid;		/* the provided buffer holding bytes, -1 = none */
 	uint32_t len, sent;	/* bytes in the buffer, bytes of them sent */
 	uint8_t done, to_ue;	/* FIN forwarded; direction */
+	uint8_t eof;		/* splice path: FIN read, bytes before it still in the pipe */
+	uint32_t in_pipe;	/* bytes in the pipe */
+	struct pipe pipe;	/* rd -1 = none held */
 	struct pump *next_starved; /* waiting for a free buffer */
 };
 
@@ -75,6 +92,8 @@ struct thread {
 	struct io_uring_buf_ring *buffers;
 	char *memory; /* config.buffers x config.buffer_bytes */
 	struct pump *starved;
+	struct pipe spare_pipes[SPARE_PIPES];
+	uint32_t spare;
 	struct flow *live;
 	int64_t now; /* CLOCK_MONOTONIC ns, once per batch of completions */
 	struct __kernel_timespec sweep_every;
@@ -267,6 +286,34 @@ static void unstarve(struct thread *t, struct flow *f) {
 	}
 }
 
+/* A pipe for a direction about to splice: a spare one, else a new one of cfg.pipe_bytes
+ * (or what the kernel grants: above fs.pipe-max-size it refuses without CAP_SYS_RESOURCE). */
+static int take_pipe(struct thread *t, struct pump *p) {
+	if (t->spare) {
+		p->pipe = t->spare_pipes[--t->spare];
+	} else {
+		int fd[2];
+		if (pipe2(fd, O_NONBLOCK | O_CLOEXEC)) return -1;
+		int size = fcntl(fd[1], F_SETPIPE_SZ, cfg.pipe_bytes);
+		p->pipe = (struct pipe){fd[0], fd[1], (uint32_t)(size > 0 ? size : fcntl(fd[1], F_GETPIPE_SZ))};
+	}
+	t->counters.pipes_in_use++;
+	return 0;
+}
+
+/* The pipe back to the spares once empty; one with bytes in it (a failed flow's) is closed. */
+static void give_pipe(struct thread *t, struct pump *p) {
+	if (p->pipe.rd < 0) return;
+	if (!p->in_pipe && t->spare < SPARE_PIPES) {
+		t->spare_pipes[t->spare++] = p->pipe;
+	} else {
+		close(p->pipe.rd);
+		close(p->pipe.wr);
+	}
+	p->pipe.rd = -1, p->in_pipe = 0;
+	t->counters.pipes_in_use--;
+}
+
 /* ---- events for Python's hooks (a single-producer, single-consumer ring) ---------------- */
 
 static void queue_event(struct thread *t, struct flow *f, enum pep_event_kind kind) {
@@ -338,6 +385,7 @@ static void maybe_end(struct thread *t, struct flow *f) {
 	for (int i = 0; i < 2; i++) {
 		struct pump *p = i ? &f->down : &f->up;
 		if (p->bid >= 0) give_buffer(t, p->bid), p->bid = -1;
+		give_pipe(t, p);
 	}
 	if (!f->failed) t->counters.closed++;
 	if (f->rec.established_ns) queue_event(t, f, PEP_EVENT_CLOSED);
@@ -408,8 +456,8 @@ static void init_flow(struct thread *t, struct flow *f, int ran, struct sockaddr
 	f->rec.created_ns = clock_ns(CLOCK_REALTIME);
 	f->rec.last_active_ns = t->now;
 	f->owner = t;
-	f->up = (struct pump){.flow = f, .bid = -1};
-	f->down = (struct pump){.flow = f, .bid = -1, .to_ue = 1};
+	f->up = (struct pump){.flow = f, .bid = -1, .pipe.rd = -1};
+	f->down = (struct pump){.flow = f, .bid = -1, .pipe.rd = -1, .to_ue = 1};
 	f->next = t->live;
 	if (t->live) t->live->prev = f;
 	t->live = f;
@@ -476,6 +524,89 @@ static void connected(struct thread *t, struct flow *f, int res) {
 	recv_more(t, &f->down);
 }
 
+/* ---- a direction's bytes: counted, and in the record for Python ------------------------ */
+
+static void relayed(struct thread *t, struct pump *p, uint64_t n) {
+	struct flow *f = p->flow;
+	uint64_t *bytes = p->to_ue ? &f->rec.bytes_to_ue : &f->rec.bytes_from_ue;
+	__atomic_store_n(bytes, *bytes + n, __ATOMIC_RELAXED);
+	*(p->to_ue ? &t->counters.bytes_to_ue : &t->counters.bytes_from_ue) += n;
+}
+
+static void set_buffered(struct pump *p, uint32_t n) {
+	struct flow *f = p->flow;
+	__atomic_store_n(p->to_ue ? &f->rec.buffered_to_ue : &f->rec.buffered_to_server, n,
+			 __ATOMIC_RELAXED);
+}
+
+static void saw_fin(struct flow *f, struct pump *p) {
+	*(p->to_ue ? &f->rec.server_eof : &f->rec.ue_eof) = 1;
+}
+
+/* Everything before the FIN is relayed: forward it (a system call: io_uring's shutdown op
+ * goes to a worker thread, measured as a context switch each). */
+static void forward_fin(struct flow *f, struct pump *p) {
+	shutdown(p->dst, SHUT_WR);
+	p->done = 1;
+	saw_fin(f, p);
+}
+
+/* ---- the bulk path: splice(2) through a pipe, io_uring polls for readiness --------------- */
+
+static void poll_side(struct thread *t, struct pump *p, int fd, unsigned events) {
+	io_uring_prep_poll_add(sqe_for(t, p, OP_POLL), fd, events);
+	p->flow->inflight++;
+}
+
+/* Move what the sockets allow now, a few rounds at most; then wait for the side that
+ * blocks: the receiver's room while the pipe holds bytes (backpressure: nothing more is
+ * read), else the sender's next bytes. An empty pipe goes back to the thread's spares. */
+static void splice_some(struct thread *t, struct pump *p) {
+	struct flow *f = p->flow;
+	for (int round = 0; round < SPLICE_ROUNDS; round++) {
+		int moved = 0;
+		if (!p->eof && p->pipe.rd < 0 && take_pipe(t, p))
+			return recv_more(t, p); /* no pipe (descriptors?): buffers, as before */
+		if (!p->eof && p->in_pipe < p->pipe.size) {
+			ssize_t n = splice(p->src, NULL, p->pipe.wr, NULL, p->pipe.size - p->in_pipe,
+					   SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+			if (n > 0) p->in_pipe += (uint32_t)n, moved = 1;
+			else if (n == 0) p->eof = 1, saw_fin(f, p);
+			else if (errno != EAGAIN) return fail(t, f, PEP_RESET_BY_PEER);
+		}
+		if (p->in_pipe) {
+			ssize_t n = splice(p->pipe.rd, NULL, p->dst, NULL, p->in_pipe,
+					   SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+			if (n > 0) p->in_pipe -= (uint32_t)n, moved = 1, relayed(t, p, (uint64_t)n);
+			else if (n < 0 && errno != EAGAIN) return fail(t, f, PEP_RESET_BY_PEER);
+		}
+		set_buffered(p, p->in_pipe);
+		if (p->eof && !p->in_pipe) {
+			give_pipe(t, p);
+			return forward_fin(f, p);
+		}
+		if (!moved) break;
+	}
+	if (!p->in_pipe) give_pipe(t, p);
+	if (p->in_pipe) poll_side(t, p, p->dst, POLLOUT);
+	else poll_side(t, p, p->src, POLLIN);
+}
+
+/* A direction that has relayed enough moves to the splice path (its buffer is back). */
+static void start_splicing(struct thread *t, struct pump *p) {
+	int on = 1; /* splice(2) waits on a blocking socket whatever its flags say; io_uring's
+		     * recv/send of the other direction poll on a non-blocking one as before */
+	if (ioctl(p->src, FIONBIO, &on) || ioctl(p->dst, FIONBIO, &on)) return recv_more(t, p);
+	t->counters.spliced++;
+	splice_some(t, p);
+}
+
+static void polled(struct thread *t, struct pump *p, int res) {
+	if (p->flow->failed) return;
+	if (res < 0) return fail(t, p->flow, PEP_RESET_BY_PEER);
+	splice_some(t, p);
+}
+
 static void received(struct thread *t, struct pump *p, int res, unsigned flags) {
 	struct flow *f = p->flow;
 	int bid = flags & IORING_CQE_F_BUFFER ? (int)(flags >> IORING_CQE_BUFFER_SHIFT) : -1;
@@ -488,16 +619,9 @@ static void received(struct thread *t, struct pump *p, int res, unsigned flags) 
 	if ((res <= 0 || f->failed) && bid >= 0) give_buffer(t, bid);
 	if (res < 0) return fail(t, f, PEP_RESET_BY_PEER);
 	if (f->failed) return;
-	if (res == 0) { /* FIN: forward it (a system call: io_uring's shutdown op goes to a
-			 * worker thread, measured as a context switch each) */
-		shutdown(p->dst, SHUT_WR);
-		p->done = 1;
-		*(p->to_ue ? &f->rec.server_eof : &f->rec.ue_eof) = 1;
-		return;
-	}
+	if (res == 0) return forward_fin(f, p);
 	p->bid = bid, p->len = (uint32_t)res, p->sent = 0;
-	__atomic_store_n(p->to_ue ? &f->rec.buffered_to_ue : &f->rec.buffered_to_server, p->len,
-			 __ATOMIC_RELAXED);
+	set_buffered(p, p->len);
 	send_rest(t, p);
 }
 
@@ -506,14 +630,13 @@ static void sent(struct thread *t, struct pump *p, int res) {
 	if (res < 0) return fail(t, f, PEP_RESET_BY_PEER);
 	if (f->failed) return;
 	p->sent += (uint32_t)res;
-	uint64_t *bytes = p->to_ue ? &f->rec.bytes_to_ue : &f->rec.bytes_from_ue;
-	__atomic_store_n(bytes, *bytes + (uint64_t)res, __ATOMIC_RELAXED);
-	*(p->to_ue ? &t->counters.bytes_to_ue : &t->counters.bytes_from_ue) += (uint64_t)res;
-	__atomic_store_n(p->to_ue ? &f->rec.buffered_to_ue : &f->rec.buffered_to_server,
-			 p->len - p->sent, __ATOMIC_RELAXED);
+	relayed(t, p, (uint64_t)res);
+	set_buffered(p, p->len - p->sent);
 	if (p->sent < p->len) return send_rest(t, p);
 	give_buffer(t, p->bid);
 	p->bid = -1;
+	if (cfg.splice_after && f->rec.bytes_to_ue + f->rec.bytes_from_ue >= cfg.splice_after)
+		return start_splicing(t, p);
 	recv_more(t, p);
 }
 
@@ -560,6 +683,7 @@ static void completed(struct thread *t, struct io_uring_cqe *cqe) {
 	f->rec.last_active_ns = t->now;
 	if (op == OP_CONNECT) connected(t, f, cqe->res);
 	else if (op == OP_RECV) received(t, ptr, cqe->res, cqe->flags);
+	else if (op == OP_POLL) polled(t, ptr, cqe->res);
 	else sent(t, ptr, cqe->res);
 	maybe_end(t, f);
 }
@@ -659,6 +783,11 @@ static void *relay(void *arg) {
 	}
 	reset_all(t);
 	io_uring_queue_exit(&t->ring); /* cancels what is still pending */
+	while (t->spare) {
+		struct pipe *spare = &t->spare_pipes[--t->spare];
+		close(spare->rd);
+		close(spare->wr);
+	}
 	return NULL;
 }
 

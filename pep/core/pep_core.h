@@ -52,6 +52,9 @@ struct pep_core_config {
 	uint32_t buffer_bytes;		/* one relay buffer, held only while bytes are in it */
 	uint32_t buffers;		/* per relay thread, a power of two */
 	uint8_t events;			/* queue flow events for Python's hooks (extensions) */
+	uint32_t pipe_bytes;		/* one splice pipe (F_SETPIPE_SZ), held only while bytes are in it */
+	uint32_t splice_after;		/* a flow's directions splice once it has relayed this many
+					 * bytes (buffers before: cheaper for short flows); 0 = never */
 };
 
 /* One network of an access list; an address matches if (address & mask) == network. */
@@ -80,7 +83,7 @@ struct pep_flow_record {
 	int64_t last_active_ns;			/* CLOCK_MONOTONIC */
 	uint64_t bytes_to_ue, bytes_from_ue;	/* relayed: written to the other leg */
 	int32_t ran_fd, wan_fd;
-	uint32_t buffered_to_ue, buffered_to_server; /* bytes in the core's buffers */
+	uint32_t buffered_to_ue, buffered_to_server; /* bytes in the core's buffer or pipe */
 };
 
 /* What the extensions' hooks need to hear, queued per relay thread (pep_core_events):
@@ -96,6 +99,8 @@ struct pep_core_counters {
 	uint64_t accepted, established, closed;
 	uint64_t events_lost; /* the event queue was full (Python's hooks lag far behind) */
 	uint64_t bytes_to_ue, bytes_from_ue; /* relayed, flows that ended included */
+	uint64_t spliced;		     /* directions that moved to the splice path */
+	uint64_t pipes_in_use;		     /* now: pipes holding a direction's bytes */
 	uint64_t refused[PEP_REASONS], aborted[PEP_REASONS];
 };
 

@@ -23,6 +23,10 @@ def test_bench_small(tmp_path: Path) -> None:
         for system in bench.SYSTEMS:
             assert results["throughput"][case][system]["gbps_median"] > 0.05, (case, system)
         assert results["throughput"][case]["pep"]["cpu_s_per_gbit_median"] > 0
+        ends = results["throughput"][case]["direct"]  # iperf3's two ends, perf's events
+        assert ends["sender_cpu_pct_median"] > 0 and ends["receiver_cpu_pct_median"] > 0
+        if bench.PERF:
+            assert ends["context_switches_per_gb_median"] > 0
     for system in bench.SYSTEMS:
         assert results["connections_per_second"][system]["median"] > 10
         assert results["connections_per_second"][system]["errors"] == 0

@@ -7,19 +7,48 @@ against both relays (their ``relay_settings`` fixture).
 
 from __future__ import annotations
 
+import contextlib
 import socket
-from collections.abc import Callable
+import struct
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pep_support import RELAYS, DataServer, PepProcess, connect_direct, request, wait_for
+from pep_support import (
+    RELAYS,
+    DataServer,
+    PepProcess,
+    connect_direct,
+    expected_digest,
+    receive_digest,
+    request,
+    wait_for,
+)
 
 from mec_pep.config import PepSettings
 from mec_pep.core import check_core_settings
 from mec_pep.flows import Flow, PepExtension
 from mec_pep.service import PepService
 from mts_lab.line import Lab, in_netns
+
+SPLICE_CHECK = Path(__file__).resolve().parents[2] / "build" / "bin" / "uring-splice-check"
+
+
+@pytest.mark.parametrize("method", ["uring-splice", "uring-splice-polled", "poll-splice", "copy"])
+def test_io_uring_splice_moves_tcp_bytes_but_in_worker_threads(method: str) -> None:
+    """64 MiB through a relay thread, checked byte by byte, every way the core could move
+    them. IORING_OP_SPLICE works on TCP sockets, but the kernel runs it in io_uring's worker
+    threads; the core's bulk path (poll + splice(2) in its own thread) needs none. If a
+    kernel runs io_uring's splice inline, this fails: then measure the choice again."""
+    out = subprocess.run([str(SPLICE_CHECK), method, "64"], capture_output=True, text=True,
+                         timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    fields = dict(f.split("=") for f in out.stdout.split()[1:])
+    assert fields["bad"] == "0" and fields["bytes"] == str(64 << 20)
+    assert (int(fields["uring_workers"]) > 0) == method.startswith("uring-splice"), fields
 
 
 def test_settings_the_core_lacks_are_all_named() -> None:
@@ -98,3 +127,93 @@ def test_hooks_come_from_the_core_and_for_flows_lends_the_sockets(
         service.dataplane.for_flows([flow], lambda f: pytest.fail("ended flows are skipped"))
     finally:
         in_netns(lab.pep_ns, service.stop)
+
+
+MB = 1 << 20
+
+
+@contextlib.contextmanager
+def core_service(lab: Lab, tmp_path: Path, **settings: Any) -> Iterator[PepService]:
+    """A PEP with the core in the lab's PEP namespace, in this process (its data plane's
+    counters can be read directly)."""
+    defaults = dict(
+        relay_core="uring", transparent_port=15999, allowed_clients="10.201.1.0/24",
+        allowed_destinations="10.201.2.0/24", backlog_interval_ms=0, ran_aware=False,
+        state_dir=tmp_path, tproxy_nft_table="mts_pep_core", tproxy_mark=0x61, tproxy_table=161,
+    )  # fmt: skip
+    service = PepService(PepSettings(**{**defaults, **settings}))
+    in_netns(lab.pep_ns, service.start)
+    try:
+        yield service
+    finally:
+        in_netns(lab.pep_ns, service.stop)
+
+
+@pytest.mark.netns
+def test_bulk_flows_splice_with_backpressure_half_close_and_counts(
+    lab: Lab, server: DataServer, tmp_path: Path
+) -> None:
+    """A flow moves to splice once it has relayed 64 KiB; a short one never does. A UE that
+    stops reading leaves bytes in the pipe (the pipe is held, the record shows them), not in
+    user space; every byte arrives, is counted, and the pipe goes back."""
+    with core_service(lab, tmp_path, ran_sndbuf=256 * 1024) as service:
+        dp = service.dataplane
+        with connect_direct(lab, server.address) as sock:  # a short flow: buffers only
+            sock.sendall(request(b"E") + b"x" * 10_000)
+            sock.shutdown(socket.SHUT_WR)
+            assert receive_digest(sock)[0] == 10_000
+        assert dp.spliced() == 0
+        before = dp.counters().bytes_to_ue
+        size = 64 * MB
+        with connect_direct(lab, server.address) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+            sock.sendall(request(b"D", size))
+            wait_for(lambda: dp.pipes_in_use() == 1, what="the download's pipe, the UE not reading")
+            (flow,) = list(service.flows)
+            assert flow._relay.buffered_to_ue > 0  # bytes in the pipe, shown as the PEP's
+            assert receive_digest(sock) == (size, expected_digest(size))
+        assert dp.counters().bytes_to_ue - before == size
+        with connect_direct(lab, server.address) as sock:  # half-close after both spliced
+            sock.sendall(request(b"E"))
+            sender = threading.Thread(target=lambda: (sock.sendall(b"y" * 4 * MB),
+                                                      sock.shutdown(socket.SHUT_WR)))  # fmt: skip
+            sender.start()
+            assert receive_digest(sock)[0] == 4 * MB
+            sender.join()
+        assert dp.spliced() == 3  # the download, the echo both ways
+        wait_for(lambda: dp.pipes_in_use() == 0 and len(service.flows) == 0, what="pipes back")
+
+
+def _reset_after(conn: socket.socket, size: int) -> None:
+    """A server that sends ``size`` bytes, then resets the connection."""
+    with conn:
+        conn.sendall(b"z" * size)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+@pytest.mark.netns
+def test_resets_cross_a_spliced_flow_both_ways(
+    lab: Lab, server: DataServer, tmp_path: Path
+) -> None:
+    with core_service(lab, tmp_path) as service:
+        dp = service.dataplane
+        # the client's RST reaches the server
+        errors = len(server.errors)
+        sock = connect_direct(lab, server.address)
+        sock.sendall(request(b"E") + b"e" * MB)
+        assert receive_digest(sock, MB)[0] == MB
+        wait_for(lambda: dp.spliced() == 2, what="both directions spliced")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        wait_for(lambda: len(server.errors) > errors, what="the RST at the server")
+        assert isinstance(server.errors[-1], (ConnectionResetError, BrokenPipeError))
+        # the server's RST reaches the client, after a spliced megabyte
+        listener = in_netns(lab.server_ns, lambda: socket.create_server((lab.server_ip, 0)))
+        with listener, connect_direct(lab, listener.getsockname()[:2]) as sock:
+            conn, _ = listener.accept()
+            threading.Thread(target=_reset_after, args=(conn, 4 * MB)).start()
+            with pytest.raises(ConnectionResetError):
+                while sock.recv(1 << 20):
+                    pass
+        assert dp.spliced() == 3
+        wait_for(lambda: dp.pipes_in_use() == 0 and len(service.flows) == 0, what="pipes back")

@@ -116,8 +116,9 @@ class PepSettings(ServiceSettings):
     )
     relay_method: Literal["splice", "copy"] = Field(
         "splice",
-        description="splice: socket → pipe → socket in the kernel; copy: recv_into/send "
-        "through a user-space buffer (see docs/results.md for which is faster where)",
+        description="splice: socket → pipe → socket in the kernel (the compiled core: once "
+        "a flow has relayed 64 KiB); copy: through a user-space buffer (see docs/results.md "
+        "for which is faster where)",
     )
     pipe_size: int = Field(
         1 * MiB,

@@ -64,6 +64,10 @@ RELAYING = 2
 # bytes are in it, so 64 busy flows use 128 of them and idle flows none.
 BUFFER_BYTES = 128 * 1024
 BUFFERS = 256
+# With PEP_RELAY_METHOD=splice, a flow's directions move to splice(2) through a pipe once
+# the flow has relayed this much: bulk bytes stay in the kernel, while short flows (most
+# connections) keep the buffer path, which needs no pipe and no extra system calls.
+SPLICE_AFTER = 64 * 1024
 
 
 class _Config(ctypes.Structure):
@@ -86,6 +90,8 @@ class _Config(ctypes.Structure):
         ("buffer_bytes", ctypes.c_uint32),
         ("buffers", ctypes.c_uint32),
         ("events", ctypes.c_uint8),
+        ("pipe_bytes", ctypes.c_uint32),
+        ("splice_after", ctypes.c_uint32),
     ]
 
 
@@ -141,6 +147,8 @@ class _Counters(ctypes.Structure):
         ("events_lost", ctypes.c_uint64),
         ("bytes_to_ue", ctypes.c_uint64),
         ("bytes_from_ue", ctypes.c_uint64),
+        ("spliced", ctypes.c_uint64),
+        ("pipes_in_use", ctypes.c_uint64),
         ("refused", ctypes.c_uint64 * len(REASONS)),
         ("aborted", ctypes.c_uint64 * len(REASONS)),
     ]
@@ -296,7 +304,7 @@ class CoreDataPlane:
         self.thread_count = threads
         self.flows = CoreFlowTable(self)
         self.addresses: dict[ProxyMode, tuple[str, int]] = {}
-        self.pipe_size = BUFFER_BYTES  # the core copies through buffers of this size
+        self.pipe_size = settings.pipe_size  # the splice path's pipes (F_SETPIPE_SZ)
         self._lib: ctypes.CDLL | None = None
         self._listeners: list[list[socket.socket]] = []  # per relay thread: IPv4, IPv6
         self._policies: list[_Policy] = []  # the core may read each while it is current
@@ -376,6 +384,8 @@ class CoreDataPlane:
         c.ran_cc = (lent[0] if lent else s.ran_congestion_control or "").encode()
         c.wan_cc = (s.wan_congestion_control or "").encode()
         c.buffer_bytes, c.buffers = BUFFER_BYTES, BUFFERS
+        c.pipe_bytes = s.pipe_size
+        c.splice_after = SPLICE_AFTER if s.relay_method == "splice" else 0
         c.events = bool(self.hooks.extensions)
         return c
 
@@ -495,9 +505,19 @@ class CoreDataPlane:
     def private_descriptor_tables(self) -> bool:
         return self._lib is not None and bool(self._lib.pep_core_private_tables())
 
+    def _per_thread(self, name: str) -> int:
+        if self._lib is None:
+            return 0
+        return sum(getattr(self._lib.pep_core_counters(i).contents, name)
+                   for i in range(self.thread_count))  # fmt: skip
+
     def pipes_in_use(self) -> int:
-        """The core has no pipes (it copies through its buffers)."""
-        return 0
+        """Pipes holding a direction's bytes now (the splice path of bulk flows)."""
+        return self._per_thread("pipes_in_use")
+
+    def spliced(self) -> int:
+        """Directions that have moved to the splice path since the start."""
+        return self._per_thread("spliced")
 
     def listener_buffers(self) -> tuple[int, int] | None:
         for pair in self._listeners:

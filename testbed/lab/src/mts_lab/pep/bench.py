@@ -26,6 +26,7 @@ import os
 import platform
 import resource
 import selectors
+import shutil
 import signal
 import socket
 import statistics
@@ -484,6 +485,31 @@ def rss_kib(proc: subprocess.Popen[Any] | None) -> int:
     raise RuntimeError("no VmRSS")
 
 
+# The kernel's software events while a bulk case runs, machine-wide (`perf stat -a`, when
+# perf is installed): context switches and migrations per GB show how often a stream's
+# stages hand off to each other. Software events only: this VM exposes no hardware counters.
+PERF = shutil.which("perf")
+PERF_EVENTS = ("context-switches", "cpu-migrations")
+PERF_KEYS = tuple(f"{e.replace('-', '_')}_per_gb" for e in PERF_EVENTS)  # in each sample
+
+
+def perf_stat_prefix(out: Path) -> str:
+    """A shell prefix that counts PERF_EVENTS machine-wide while its command runs."""
+    if PERF is None:
+        return ""
+    return f"{PERF} stat -a -x, -e {','.join(PERF_EVENTS)} -o {out} -- "
+
+
+def perf_counts(out: Path) -> dict[str, int]:
+    """The counts ``perf stat -x,`` wrote (empty without perf)."""
+    counts = {}
+    for line in out.read_text().splitlines() if out.exists() else []:
+        fields = line.split(",")
+        if len(fields) > 2 and fields[0].isdigit() and fields[2] in PERF_EVENTS:
+            counts[fields[2]] = int(fields[0])
+    return counts
+
+
 # ---- measurements ---------------------------------------------------------------------------
 
 
@@ -495,9 +521,11 @@ def iperf3(
     if download:
         cmd.append("-R")
     procs = bench.processes(system)
+    perf_out = bench.workdir / "iperf3.perf"
+    perf_out.unlink(missing_ok=True)
     cpu_before, kthreads_before = cpu_seconds(procs), kernel_threads_ticks()
     cpus_before, busy_before, started = per_cpu_seconds(), machine_busy_s(), time.monotonic()
-    out = bench.lab.sh(bench.lab.client_ns, " ".join(cmd))
+    out = bench.lab.sh(bench.lab.client_ns, perf_stat_prefix(perf_out) + " ".join(cmd))
     wall = time.monotonic() - started
     cpus = per_cpu_since(cpus_before, wall)
     busy = machine_busy_s() - busy_before
@@ -511,6 +539,10 @@ def iperf3(
         raise RuntimeError(f"iperf3 through {system}: {report['error']}")
     received = report["end"]["sum_received"]
     gbit = received["bytes"] * 8 / 1e9
+    ends = report["end"].get("cpu_utilization_percent", {})  # iperf3's own processes
+    host, remote = ends.get("host_total"), ends.get("remote_total")
+    events = perf_counts(perf_out)
+    gigabytes = received["bytes"] / 1e9
     # The whole machine's CPU per Gbit (iperf3's two ends, the proxy, softirq work, the
     # kernel's threads; other work on the machine too): on a saturated machine the
     # throughput of each system is the inverse of it, so the difference to direct
@@ -524,6 +556,14 @@ def iperf3(
         "softirq_s_per_gbit": sum(c["softirq"] for c in cpus) * wall / 100 / gbit if gbit else None,
         "kthreads_s_per_gbit": kthreads / gbit if gbit else None,
         "per_cpu_pct": cpus,
+        # the sending and the receiving iperf3, each % of one CPU (the client sends unless -R)
+        "sender_cpu_pct": remote if download else host,
+        "receiver_cpu_pct": host if download else remote,
+        **{
+            k: events[e] / gigabytes
+            for e, k in zip(PERF_EVENTS, PERF_KEYS, strict=True)
+            if e in events and gigabytes
+        },
     }
 
 
@@ -1027,6 +1067,11 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
         **{
             f"{k}_median": statistics.median(x[k] for x in runs)
             for k in ("machine_cpu_s_per_gbit", "softirq_s_per_gbit", "kthreads_s_per_gbit")
+        },
+        **{  # recorded where available (iperf3's report, perf)
+            f"{k}_median": statistics.median(values)
+            for k in ("sender_cpu_pct", "receiver_cpu_pct", *PERF_KEYS)
+            if (values := [x[k] for x in runs if x.get(k) is not None])
         },
         "load": [round(x["load"], 1) for x in runs],
     }
