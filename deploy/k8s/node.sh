@@ -70,7 +70,9 @@ bpffs_shared() {
     # The PEP mounts the node's bpffs with HostToContainer propagation, which the runtime
     # refuses on a private mount (systemd makes every mount shared; this machine has no
     # systemd). Made shared for the node's lifetime; down makes it private again.
-    [[ $(findmnt -no PROPAGATION /sys/fs/bpf 2>/dev/null) == private ]] || return 0
+    # Mounts can be stacked there (some machines bind sysfs's fs/bpf under the bpffs):
+    # findmnt lists each, the top one last, and that is the one the runtime sees.
+    [[ $(findmnt -no PROPAGATION --mountpoint /sys/fs/bpf 2>/dev/null | tail -n 1) == private ]] || return 0
     mount --make-shared /sys/fs/bpf
     touch "$node/bpffs.was-private"
 }
