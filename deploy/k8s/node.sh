@@ -70,11 +70,23 @@ bpffs_shared() {
     # The PEP mounts the node's bpffs with HostToContainer propagation, which the runtime
     # refuses on a private mount (systemd makes every mount shared; this machine has no
     # systemd). Made shared for the node's lifetime; down makes it private again.
-    # Mounts can be stacked there (some machines bind sysfs's fs/bpf under the bpffs):
-    # findmnt lists each, the top one last, and that is the one the runtime sees.
-    [[ $(findmnt -no PROPAGATION --mountpoint /sys/fs/bpf 2>/dev/null | tail -n 1) == private ]] || return 0
-    mount --make-shared /sys/fs/bpf
-    touch "$node/bpffs.was-private"
+    # Mounts can be stacked at /sys/fs/bpf (some machines bind sysfs's fs/bpf under the
+    # bpffs). containerd checks the first one listed, `mount --make-shared PATH` reaches
+    # only the top one, so a stack is made shared from /sys down, as systemd has it.
+    local props
+    props=$(findmnt -nl -o PROPAGATION --mountpoint /sys/fs/bpf 2>/dev/null | sort -u)
+    [[ $props == *private* ]] || return 0
+    if (($(findmnt -nl -o TARGET --mountpoint /sys/fs/bpf | wc -l) == 1)); then
+        mount --make-shared /sys/fs/bpf
+        touch "$node/bpffs.was-private"
+    elif [[ $(findmnt -R -nl -o PROPAGATION /sys | sort -u) == private ]]; then
+        mount --make-rshared /sys
+        touch "$node/sysfs.was-private"
+    else
+        echo "node: /sys/fs/bpf is stacked and private, and /sys mixes propagations;" \
+            "make /sys/fs/bpf shared by hand" >&2
+        return 1
+    fi
 }
 
 save_sysctls() {
@@ -379,6 +391,9 @@ down() {
     find /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" -depth -type d -exec rmdir {} + 2>/dev/null || true
     if [[ -f $node/bpffs.was-private ]]; then
         mount --make-private /sys/fs/bpf 2>/dev/null || true
+    fi
+    if [[ -f $node/sysfs.was-private ]]; then
+        mount --make-rprivate /sys 2>/dev/null || true
     fi
     if [[ -f $node/sysctls.saved ]]; then
         sysctl -q -p "$node/sysctls.saved" >/dev/null 2>&1 || true
