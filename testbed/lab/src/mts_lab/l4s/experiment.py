@@ -592,12 +592,14 @@ def plot_reorder(results: Results, path: Path) -> None:
                             yerr=[v[1] if v[1] == v[1] else 0 for _, v in points], fmt=style,
                             marker="o", capsize=3, label=f"{cca} {label}")  # fmt: skip
             guard = f"spin+guard/{cca}"
-            guarded = [(i, results["tables"][r][guard]["filtered_mean_ms"][0])
-                       for i, r in enumerate(rates)
-                       if technique == "spin" and guard in results["tables"][r]]  # fmt: skip
-            if guarded:
-                ax.scatter([i for i, _ in guarded], [v for _, v in guarded], marker="*", s=90,
-                           zorder=4, label=f"{cca} filtered + endpoint guard")  # fmt: skip
+            for field_, marker, label in (("filtered_mean_ms", "*", "filtered"),
+                                          ("raw_mean_ms", "^", "raw")):  # fmt: skip
+                guarded = [(i, results["tables"][r][guard][field_][0])
+                           for i, r in enumerate(rates)
+                           if technique == "spin" and guard in results["tables"][r]]  # fmt: skip
+                if guarded:
+                    ax.scatter([i for i, _ in guarded], [v for _, v in guarded], marker=marker,
+                               s=90, zorder=4, label=f"{cca} {label} + endpoint guard")  # fmt: skip
             pub = [results["published"].get(r, {}).get(cca, {}).get(technique) for r in rates]
             ax.scatter([i for i, p in enumerate(pub) if p], [p[0] for p in pub if p],
                        marker="x", color="k", zorder=3)  # fmt: skip
