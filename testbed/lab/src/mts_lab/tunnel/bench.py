@@ -2,7 +2,8 @@
 
 Two veth paths capped at 1 Gbit/s each by tbf on the MEC side (the downlink), the tunnel
 on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--cwnd``,
-``--cwnd-target`` and ``--scheduler`` change them). Measured:
+``--cwnd-target`` and ``--scheduler`` change them; ``--gomaxprocs`` sets both ends' Go
+``GOMAXPROCS``, recorded in ``tunnel_env``). Measured:
 
 - throughput: iperf3 TCP downlink (MEC -> UE, 4 streams) through the tunnel, beside the
   same iperf3 over each path alone without the tunnel (the sum of the paths);
@@ -95,11 +96,13 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure(
     seconds: int, load_bps: float | None = None, cwnd: str = "delay", target: str = "2ms",
-    scheduler: str = "lowrtt",
+    scheduler: str = "lowrtt", gomaxprocs: int | None = None,
 ) -> Results:  # fmt: skip
     paths = [PathSpec(1, rate_mbit=1000), PathSpec(2, rate_mbit=1000)]
     env = {"TUNNEL_SCHEDULER": scheduler, "TUNNEL_CWND": cwnd, "TUNNEL_CWND_BYTES": "200000",
            "TUNNEL_CWND_TARGET": target}  # fmt: skip
+    if gomaxprocs:
+        env["GOMAXPROCS"] = str(gomaxprocs)
     results: Results = {
         "seconds": seconds,
         "tunnel_env": env,
@@ -242,9 +245,10 @@ def main() -> None:
                         help="the paths' windows (TUNNEL_CWND; delay)")  # fmt: skip
     parser.add_argument("--cwnd-target", default="2ms", help="TUNNEL_CWND_TARGET (2ms)")
     parser.add_argument("--scheduler", default="lowrtt", choices=["lowrtt", "rr", "rnis"])
+    parser.add_argument("--gomaxprocs", type=int, help="both ends' GOMAXPROCS (Go's default)")
     args = parser.parse_args()
     results = measure(args.seconds, args.load_mbit * 1e6 if args.load_mbit else None,
-                      args.cwnd, args.cwnd_target, args.scheduler)  # fmt: skip
+                      args.cwnd, args.cwnd_target, args.scheduler, args.gomaxprocs)  # fmt: skip
     results["median_tunnel_rtt_ms"] = statistics.median(results["tunnel_rtt_ms"])
     save_results(results, args.out, "bench", plot, table)
 
