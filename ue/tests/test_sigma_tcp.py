@@ -157,6 +157,9 @@ def test_max_start_again_when_an_idle_connection_sends(sigma: Sigma, bed: Uplink
         assert counters is not None
         starts = counters.max_starts
         time.sleep(0.5)  # idle for longer than the RTO (200 ms + RTT)
+        # The grant is sized with RTT_min as it is when the segment leaves; that segment's
+        # own ACK may lower RTT_min before we look, so read it now, while nothing is in flight.
+        rtt_min_at_send_us = tcp_info(flow.sock)["min_rtt_us"]  # what SIGMA reads at TX_START
         flow.send_more(mss)  # one segment: Max Start lasts until IW segments are ACKed
         time.sleep(0.1)
         info, state = tcp_info(flow.sock), sigma.flow(flow.sock)
@@ -164,7 +167,7 @@ def test_max_start_again_when_an_idle_connection_sends(sigma: Sigma, bed: Uplink
         assert state is not None and counters is not None
         assert counters.max_starts == starts + 1
         assert Phase(state.phase) == Phase.MAX_START
-        assert state.iw_segs == w_max_segs(TBS, state.rtt_min_us, mss) > 10
+        assert state.iw_segs == w_max_segs(TBS, rtt_min_at_send_us, mss) > 10
         assert info["snd_cwnd"] == state.iw_segs  # not the kernel's restart window
     finally:
         flow.close()
