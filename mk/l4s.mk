@@ -1,6 +1,6 @@
 # l4s (issue 14): spin and delay bits over TCP with BPF (l4s/bpf/), the Python package
 # mec_l4s that loads and reads them (l4s/src/), their tests (l4s/tests/).
-APT_PACKAGES += clang libbpf-dev bpftool iproute2 nftables ethtool
+APT_PACKAGES += clang libbpf-dev bpftool iproute2 nftables ethtool tcpdump
 BUILD_TARGETS += build/bpf/efm_marker.bpf.o build/bpf/efm_observer.bpf.o build/bpf/prague.bpf.o
 TEST_TARGETS += test-l4s
 

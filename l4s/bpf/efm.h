@@ -60,6 +60,21 @@ struct efm_run {
 	__u32 parity;		/* its EFM_RUN_BIT (0/1) */
 };
 
+/*
+ * The spin guard's view of one direction of a connection, at an endpoint (the segments it
+ * receives) and in the observer's filtered mode (the packets of one direction): where the
+ * data received so far ends with nothing missing before it, the highest ack, and one
+ * block of data received beyond a hole (efm_follows in efm_packet.h).
+ */
+struct efm_order {
+	__u32 seen;		/* a first segment set the numbers (0/1) */
+	__u32 next;		/* in-order end: seq + payload with nothing missing before it */
+	__u32 hi_ack;		/* highest ack of a followed segment */
+	__u32 ooo_start;	/* the block beyond a hole: [start, end); start == end: none */
+	__u32 ooo_end;
+	__u32 pad;
+};
+
 /* Endpoint role, from the handshake (research: SYN_SENT->EST client, SYN_RECV->EST server). */
 enum efm_role {
 	EFM_ROLE_UNMANAGED = 0,	/* existed before the program: never marked */
@@ -82,14 +97,14 @@ struct efm_config {
 /* Endpoint state of one socket (socket storage). */
 struct efm_sock {
 	__u64 ds_time_ns;	/* client: when it last sent a delay sample (CLOCK_MONOTONIC, ns) */
+	__u64 edge_ns;		/* spin guard: when this endpoint's own spin value last changed */
 	__u32 role;		/* enum efm_role */
 	__u32 spin;		/* spin: time bit of the last segment received (0/1) */
 	__u32 sample_pending;	/* delay: a received sample waits for the next segment out (0/1) */
-	__u32 ordered;		/* spin guard: hi_seq and hi_ack hold a segment (0/1) */
-	__u32 hi_seq;		/* spin guard: highest seq and ack received */
-	__u32 hi_ack;
+	struct efm_order order;	/* spin guard: the segments received (efm_follows) */
 	struct efm_run run_in;	/* delay with runs: the run of marked segments received last */
 	__u32 parity_out;	/* delay with runs: the parity of the next sample sent (0/1) */
+	__u32 base_rtt_us;	/* spin guard: TCP's rtt_min when first read (the handshake's) */
 	__u32 pad;
 };
 
@@ -105,7 +120,7 @@ enum efm_counter {
 	EFM_C_SAMPLES_IN = 7,	/* delay samples received */
 	EFM_C_UNPARSED = 8,	/* TCP/IPv4 packets whose headers could not be read */
 	EFM_C_ECT1 = 9,		/* ECT(0) packets sent as ECT(1) */
-	EFM_C_SPIN_GUARDED = 10, /* spin guard: segments not advancing the highest, not followed */
+	EFM_C_SPIN_GUARDED = 10, /* spin guard: segments not followed (spin_follows) */
 	EFM_C_RUN_CONTINUED = 11, /* delay with runs: marked segments received that continued
 				   * a run (not a new sample) */
 	EFM_C_COUNT = 12,
@@ -135,20 +150,12 @@ struct obs_track {
 	__u32 seen;		/* spin: a first value was seen (it only initialises) */
 };
 
-/* Per-direction reordering state: the highest sequence and ack numbers seen. */
-struct obs_order {
-	__u32 max_seq;		/* highest seq + payload seen (serial arithmetic) */
-	__u32 max_ack;		/* highest ack seen */
-	__u32 seen;
-	__u32 pad;
-};
-
 struct obs_flow {
 	__u64 created_ns;
 	__u64 last_ns;			/* last packet, CLOCK_MONOTONIC ns */
 	__u64 srtt_ns[OBS_MODES];	/* EWMA 7/8 of the accepted e2e samples (gap rule) */
 	struct obs_track track[OBS_MODES][2];
-	struct obs_order order[2];
+	struct efm_order order[2];	/* filtered spin: per direction (efm_follows) */
 	struct efm_run run[2];		/* delay with runs: the last run per direction */
 	__u64 packets[2];		/* packets per direction (index: 0 = from a) */
 	__u8 technique;			/* enum efm_technique from the SYN, 0 until agreed */

@@ -18,9 +18,11 @@
  *
  * The rules are the research's, in its order (§2.1, §3.2):
  *   spin:  receive: spin = time bit of every segment (no ordering guard, as TCP has no
- *          packet number; with the optional spin_guard, QUIC's rule: only a segment that
- *          advances the highest seq or ack received, neither below); send: the server
- *          echoes it, the client inverts it.
+ *          packet number; with the optional spin_guard, efm_follows: QUIC's rule with
+ *          TCP's numbers, only a segment that brings something new, is not old and is
+ *          not the first beyond a hole, and a new value no sooner than the minimum RTT
+ *          after the endpoint's own last edge: spin_follows); send: the server echoes
+ *          it, the client inverts it.
  *   delay: receive: a marked segment makes a sample pending; send: SYN -> handshake
  *          code; a segment carrying SACK is never marked (the sample stays pending);
  *          a pending sample marks the next segment (the client stamps ds_time); the
@@ -314,24 +316,49 @@ int efm_out(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-/*
- * The spin guard, RFC 9000 §17.4's rule with TCP's numbers in place of QUIC's packet
- * number: a segment sets the spin value only if it advances the highest seq or ack
- * received and takes neither below it. A reordered or retransmitted older segment is
- * below; one that repeats the highest pair (a duplicate ACK, a window update) cannot be
- * told from an older copy and is not followed either (the next advancing segment carries
- * the same value). Sequence numbers compare modulo 2^32.
- */
-static __always_inline bool newest(struct efm_sock *s, const struct tcp_seg *seg)
-{
-	__s32 dseq = (__s32)(seg->seq - s->hi_seq);
-	__s32 dack = (__s32)(seg->ack - s->hi_ack);
+#define RTT_MIN_UNSET 0xffffffffU	/* tcp_sock's rtt_min before its first sample */
 
-	if (s->ordered && (dseq < 0 || dack < 0 || (dseq == 0 && dack == 0)))
+/*
+ * How long after this endpoint's own edge a new value is held back: the path's base RTT,
+ * taken as TCP's rtt_min the first time it is read here (the handshake's sample), or the
+ * smoothed RTT if that is lower (the path got faster). Not rtt_min as it goes on: Linux
+ * feeds it the newest segment an ACK or SACK covers, so the first segment that overtakes
+ * others lowers it to about one way of the path for the rest of the connection.
+ */
+static __always_inline __u64 hold_ns(struct efm_sock *s, struct bpf_sock *sk)
+{
+	struct bpf_tcp_sock *tp = bpf_tcp_sock(sk);
+	__u32 hold;
+
+	if (!tp)
+		return 0;
+	if (!s->base_rtt_us && tp->rtt_min != RTT_MIN_UNSET)
+		s->base_rtt_us = tp->rtt_min;
+	hold = s->base_rtt_us;
+	if (tp->srtt_us && tp->srtt_us / 8 < hold)
+		hold = tp->srtt_us / 8;	/* srtt_us is 8 x the smoothed RTT in µs */
+	return (__u64)hold * NSEC_PER_USEC;
+}
+
+/*
+ * The spin guard (spin_guard): may this segment set the spin value? A new value no sooner
+ * than hold_ns after this endpoint's own last edge (the peer cannot answer an edge sooner
+ * than a round trip after it; a segment that does skipped part of the path by overtaking
+ * others, and a pure ACK that overtook leaves no hole for efm_follows to see), and then
+ * efm_follows (efm_packet.h). A value held back this way leaves the ordering state as it
+ * was, so the overtaken segments are still followed and bring the edge at its own time.
+ */
+static __always_inline bool spin_follows(struct efm_sock *s, struct bpf_sock *sk,
+					 const struct tcp_seg *seg, bool time)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (time != s->spin && now - s->edge_ns < hold_ns(s, sk))
 		return false;
-	s->ordered = 1;
-	s->hi_seq = seg->seq;
-	s->hi_ack = seg->ack;
+	if (!efm_follows(&s->order, seg, true))
+		return false;
+	if (time != s->spin)
+		s->edge_ns = now;
 	return true;
 }
 
@@ -365,7 +392,7 @@ int efm_in(struct __sk_buff *skb)
 	if (!s || s->role == EFM_ROLE_UNMANAGED)
 		goto out;
 	if (cfg->technique == EFM_SPIN) {
-		if (cfg->spin_guard && !newest(s, &seg))
+		if (cfg->spin_guard && !spin_follows(s, sk, &seg, time))
 			count(EFM_C_SPIN_GUARDED);
 		else
 			s->spin = time;

@@ -19,9 +19,10 @@
  *             other direction's latest edge not yet matched to this edge. Delay: e2e =
  *             sample to sample in one direction, half = the other direction's latest
  *             sample to this one, each only if below the cut-off (225 ms).
- *   filtered  the same, plus what the research lacked: a spin packet counts only if it
- *             is the newest of its direction (seq and ack not below the highest seen:
- *             a reordered or retransmitted segment cannot flip the wave), and an edge or
+ *   filtered  the same, plus what the research lacked: a spin packet counts only if the
+ *             endpoints' guard would follow it (efm_follows, without the "something new"
+ *             condition: not old, not the first beyond a hole, so neither a reordered
+ *             or resent segment nor one that overtook others flips the wave), and an edge or
  *             sample sooner than min_gap_pct of the flow's smoothed RTT after the
  *             previous one in that direction is set aside (duplicates, reordering).
  *
@@ -167,33 +168,6 @@ static __always_inline void on_handshake(const struct obs_key *key, const struct
 	f->state = OBS_AGREED;
 }
 
-/* Serial-number "a is not below b" (RFC 1982 on 32 bits). */
-static __always_inline bool not_below(__u32 a, __u32 b)
-{
-	return (__s32)(a - b) >= 0;
-}
-
-/* Filtered mode: is this the newest packet of its direction? Updates the maxima. */
-static __always_inline bool in_order(struct obs_order *o, const struct tcp_seg *seg)
-{
-	__u32 end = seg->seq + seg->payload;
-	bool newest;
-
-	if (!o->seen) {
-		o->seen = 1;
-		o->max_seq = end;
-		o->max_ack = seg->ack;
-		return true;
-	}
-	/* a segment starting below the highest end seen is old (reordered or resent) */
-	newest = not_below(seg->seq, o->max_seq) && not_below(seg->ack, o->max_ack);
-	if (not_below(end, o->max_seq))
-		o->max_seq = end;
-	if (not_below(seg->ack, o->max_ack))
-		o->max_ack = seg->ack;
-	return newest;
-}
-
 /* Filtered mode: an edge this soon after the previous one is not believed. */
 static __always_inline bool too_soon(const struct obs_flow *f, const struct obs_track *t,
 				     __u64 now, const struct obs_config *cfg)
@@ -307,7 +281,7 @@ int efm_observe(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	time = seg.byte12 & EFM_TIME_BIT;
 	if (f->technique == EFM_SPIN) {
-		newest = in_order(&f->order[d & 1], &seg);
+		newest = efm_follows(&f->order[d & 1], &seg, false);
 		spin_packet(&key, f, OBS_RAW, d, time, now, cfg);
 		if (newest)
 			spin_packet(&key, f, OBS_FILTERED, d, time, now, cfg);

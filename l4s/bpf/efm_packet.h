@@ -107,4 +107,68 @@ static __always_inline bool efm_run_starts(struct efm_run *run, const struct tcp
 	return !continues;
 }
 
+/* Serial-number comparison (RFC 1982 on 32 bits): a comes after b. */
+static __always_inline bool efm_after(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) > 0;
+}
+
+/*
+ * The spin guard, one owner for the endpoints (efm_in) and the observer's filtered mode:
+ * may this segment's spin value be followed? RFC 9000 §17.4 follows only the packet with
+ * the highest number; TCP's numbers say more, and the rule uses it:
+ *
+ * - a segment whose data starts below the in-order end is old (reordered or resent);
+ * - one that starts beyond it, after a hole, and does not continue the block already
+ *   received beyond that hole is *the first segment beyond a new hole*: it overtook
+ *   segments still in flight (they were sent before it, with the value it replaces) or it
+ *   follows a lost one. Not followed: its value would come early by what it overtook,
+ *   and the segment after it in a loss continues the block and is followed;
+ * - its ack must not be below the highest of a followed segment;
+ * - with `need_new` (the endpoints), it must bring something new, data or a higher ack:
+ *   a repeat of the highest pair (a duplicate ACK) cannot be told from an older copy.
+ *
+ * One block beyond a hole is kept; the in-order end jumps over it when it reaches it. Two
+ * holes at once (rare) make the block span both, and the second hole's segments count as
+ * old.
+ */
+static __always_inline bool efm_follows(struct efm_order *o, const struct tcp_seg *seg,
+					bool need_new)
+{
+	__u32 end = seg->seq + seg->payload;
+	bool block = o->ooo_start != o->ooo_end;
+	__s32 dack = (__s32)(seg->ack - o->hi_ack);
+
+	if (!o->seen) {
+		o->seen = 1;
+		o->next = o->ooo_start = o->ooo_end = end;
+		o->hi_ack = seg->ack;
+		return true;
+	}
+	if (efm_after(seg->seq, o->next)) {
+		bool continues = block && seg->seq == o->ooo_end;
+
+		if (!block || efm_after(o->ooo_start, seg->seq))
+			o->ooo_start = seg->seq;
+		if (!block || efm_after(end, o->ooo_end))
+			o->ooo_end = end;
+		if (!continues || dack < 0)
+			return false;
+	} else {
+		bool in_order = seg->seq == o->next;
+
+		if (efm_after(end, o->next))
+			o->next = end;
+		if (block && !efm_after(o->ooo_start, o->next)) {
+			if (efm_after(o->ooo_end, o->next))
+				o->next = o->ooo_end;
+			o->ooo_start = o->ooo_end = o->next;
+		}
+		if (!in_order || dack < 0 || (need_new && seg->payload == 0 && dack == 0))
+			return false;
+	}
+	o->hi_ack = seg->ack;
+	return true;
+}
+
 #endif /* EFM_PACKET_H */

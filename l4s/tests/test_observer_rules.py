@@ -139,6 +139,34 @@ def test_filtered_spin_ignores_a_reordered_segment(observer: Observer, prog: Bpf
     assert observer.counters()["reordered"] >= 1
 
 
+def test_filtered_spin_ignores_a_segment_that_overtook_others(
+    observer: Observer, prog: BpfProgram
+) -> None:
+    """A server segment that overtook two in flight carries the next value 16 ms early: the
+    filtered tracker takes the edge from the segment in order, at its own time."""
+    handshake(prog, SPIN_CODE)
+    slot_s, period, seq0 = 0.004, 10, 5000  # a segment every 4 ms, an edge every 10 (40 ms)
+
+    def segment(k: int) -> None:
+        value = (k // period) % 2
+        prog.run_packet(frame(S, C, 80, 40000, bits=value * TIME, seq=seq0 + 100 * k, payload=100))
+
+    overtaker = 5 * period + 2  # the value after the edge at 5 * period
+    for k in range(8 * period):
+        if k == overtaker - 6:
+            segment(overtaker)  # sent later, arrives 6 slots early: 4 slots before the edge
+        if k != overtaker:
+            segment(k)
+        time.sleep(slot_s)
+    filtered = [
+        s.rtt_ms
+        for s in observer.poll()
+        if s.rules == Rules.FILTERED and s.kind == Kind.SPIN_E2E and not s.from_client
+    ]
+    # the rule that follows the newest segment gives one sample of 6 slots (24 ms)
+    assert len(filtered) >= 5 and min(filtered) > period * slot_s * 1000 * 0.9, filtered
+
+
 def test_filtered_delay_sets_aside_a_duplicate_sample(observer: Observer, prog: BpfProgram) -> None:
     handshake(prog, DELAY_CODE)
     for _ in range(5):  # one sample every 20 ms from the client

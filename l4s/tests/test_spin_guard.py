@@ -4,13 +4,14 @@ client ─ MEC host ═ 20 ms each way, 1 % of the packets reordered ═ server.
 guard (the research's rule) the client follows reordered segments and sends spurious
 spin edges itself, in order: the observer sees round trips far shorter than the path's
 on the client's own packets, which no observer filter can tell from real ones. With the
-guard the client ignores segments below the highest seq/ack it has seen, and the
-filtered spin RTT on its packets is the path's.
+guard (``spin_follows``) the client ignores old segments and the first beyond a hole, and
+holds a new value sooner than the minimum RTT after its own edge (a segment that overtook
+others would bring the edge early): the filtered spin RTT on its packets is the path's,
+without short samples.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterator
 
 import pytest
@@ -65,6 +66,8 @@ def test_the_spin_guard_keeps_the_clients_wave(line: WanLine, guard: bool) -> No
         assert min(raw) < BASE_RTT_MS / 2, f"no spurious edge on the client's packets: {raw}"
     else:
         assert guarded >= 1, "no segment was held back by the guard"
-        # median, not minimum: a loaded host can still stretch or squeeze single samples
-        p50 = statistics.median(filtered)
-        assert p50 >= BASE_RTT_MS * 0.9, f"filtered spin p50 {p50} ms with the guard"
+        # p10, not minimum: a loaded host can still squeeze a single sample. Following the
+        # newest segment (the guard until 26 Nov) took the edges that overtaking segments
+        # brought early: p10 29 ms, min 20 ms on this line (p10 40.5 with spin_follows)
+        p10 = sorted(filtered)[len(filtered) // 10]
+        assert p10 >= BASE_RTT_MS * 0.95, f"filtered spin p10 {p10} ms with the guard"

@@ -98,17 +98,30 @@ class EfmRun(ctypes.Structure):
     )
 
 
+class EfmOrder(ctypes.Structure):
+    """``struct efm_order``: the spin guard's view of the segments received."""
+
+    _fields_ = (
+        ("seen", ctypes.c_uint32),
+        ("next", ctypes.c_uint32),
+        ("hi_ack", ctypes.c_uint32),
+        ("ooo_start", ctypes.c_uint32),
+        ("ooo_end", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
 class EfmSock(ctypes.Structure):
     _fields_ = (
         ("ds_time_ns", ctypes.c_uint64),
+        ("edge_ns", ctypes.c_uint64),
         ("role", ctypes.c_uint32),
         ("spin", ctypes.c_uint32),
         ("sample_pending", ctypes.c_uint32),
-        ("ordered", ctypes.c_uint32),
-        ("hi_seq", ctypes.c_uint32),
-        ("hi_ack", ctypes.c_uint32),
+        ("order", EfmOrder),
         ("run_in", EfmRun),
         ("parity_out", ctypes.c_uint32),
+        ("base_rtt_us", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
     )
 
@@ -204,10 +217,12 @@ class Marker:
         spin_guard: bool = False,
     ) -> None:
         """``ect1``: send ECN-capable packets as ECT(1) (the sender of an L4S flow).
-        ``spin_guard``: follow a received spin value only from a segment that advances the
-        highest seq or ack seen and takes neither below it (RFC 9000 §17.4's rule, TCP's
-        numbers for QUIC's packet number), so reordering cannot flip the endpoint's wave;
-        off by default, as in the research."""
+        ``spin_guard``: follow a received spin value only from a segment that brings
+        something new, is not old and is not the first beyond a hole (``efm_follows`` in
+        ``efm_packet.h``: RFC 9000 §17.4's rule with TCP's numbers), and a new value no
+        sooner than the connection's minimum RTT after the endpoint's own last edge
+        (``spin_follows``), so neither a reordered segment nor one that overtook others
+        moves the endpoint's wave; off by default, as in the research."""
         if t_max_ms <= 0:
             raise ValueError(f"t_max_ms must be > 0, got {t_max_ms}")
         cfg = EfmConfig(

@@ -178,11 +178,13 @@ def one_run(
     dump: Path | None = None,
     spin_guard: bool = False,
     mss: int = 0,
+    objects: tuple[Path, Path] = (MARKER_OBJ, OBSERVER_OBJ),
 ) -> dict[str, Any]:
     """One run of both flows; ``dump``: write every sample of it there (JSON lines);
     ``spin_guard``: the endpoints' optional spin ordering guard on; ``mss``: the senders'
-    MSS (0: the path's)."""
-    observer = Observer.load(OBSERVER_OBJ, f"mts-obs-x{secrets.token_hex(3)}")
+    MSS (0: the path's); ``objects``: the marker's and observer's BPF objects."""
+    marker_obj, observer_obj = objects
+    observer = Observer.load(observer_obj, f"mts-obs-x{secrets.token_hex(3)}")
     markers: list[Marker] = []
     truth: SenderRtt | None = None
     try:
@@ -193,7 +195,7 @@ def one_run(
         truth = SenderRtt.load(SENDER_RTT_OBJ, sender_rtt_name())
         truth.watch_acks("wan0", line.server_ns)
         for ns, ifname, ect1 in ((line.client_ns, "c0", False), (line.server_ns, "wan0", True)):
-            m = Marker.load(MARKER_OBJ, f"mts-efm-x{secrets.token_hex(3)}")
+            m = Marker.load(marker_obj, f"mts-efm-x{secrets.token_hex(3)}")
             markers.append(m)
             m.configure(technique, dynamic_t_max=True, ect1=ect1, spin_guard=spin_guard)
             m.attach(ifname, ns)
