@@ -10,7 +10,7 @@ ensure)
     echo "rabbitmq: starting rabbitmq-server"
     mkdir -p /var/log/rabbitmq && chown rabbitmq:rabbitmq /var/log/rabbitmq 2>/dev/null || true
     # Debian's wrapper drops privileges to the rabbitmq user.
-    setsid nohup rabbitmq-server >>/var/log/rabbitmq/foreground.log 2>&1 < /dev/null &
+    "$(dirname "$0")/detach" rabbitmq-server >>/var/log/rabbitmq/foreground.log 2>&1 </dev/null &
     for _ in $(seq 1 120); do
         if running && rabbitmqctl -q await_startup >/dev/null 2>&1; then
             rabbitmq-plugins -q enable rabbitmq_management >/dev/null 2>&1 || true

@@ -17,7 +17,7 @@ ensure)
     running && exit 0
     echo "docker-engine: starting dockerd (log: $log)"
     # cgroupfs: there is no systemd to delegate cgroups to.
-    setsid nohup dockerd --pidfile "$pidfile" --exec-opt native.cgroupdriver=cgroupfs \
+    "$(dirname "$0")/../../scripts/detach" dockerd --pidfile "$pidfile" --exec-opt native.cgroupdriver=cgroupfs \
         >>"$log" 2>&1 </dev/null &
     for _ in $(seq 1 60); do
         if running; then echo "docker-engine: up"; exit 0; fi

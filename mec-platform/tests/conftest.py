@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from mec_platform.testing import Receiver, Running, running_platform
+from mec_platform.testing import Receiver, Running, end_leftover_apps, running_platform
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_apps(tmp_path: Path) -> Iterator[None]:
+    """Tests that start their own platform (restarts, other backends) leave no app behind."""
+    yield
+    end_leftover_apps(tmp_path)
 
 
 @pytest.fixture

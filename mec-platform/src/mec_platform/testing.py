@@ -3,7 +3,10 @@ HTTP callback receivers, and helpers to onboard apps and get app credentials."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import threading
 import time
@@ -74,6 +77,31 @@ def running_platform(state_dir: Path, **overrides: Any) -> Iterator[Running]:
         yield running
     finally:
         running.stop()
+        end_leftover_apps(state_dir)
+
+
+def end_leftover_apps(state_dir: Path) -> list[int]:
+    """Kill the app processes a test's platform started and left running.
+
+    An app outlives its platform by design (a restarted platform adopts it), so a test that
+    ends with an instance still instantiated would leave its process behind for good. The
+    process backend runs each app in its own directory under the state directory: that is
+    how its processes are found (including after the directory was deleted)."""
+    root = str(state_dir.resolve())
+    killed = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = str((proc / "cwd").readlink()).removesuffix(" (deleted)")
+        except OSError:  # gone, or not ours to read
+            continue
+        pid = int(proc.name)
+        if pid != os.getpid() and (cwd == root or cwd.startswith(root + os.sep)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
 
 
 def make_settings(state_dir: Path, **overrides: Any) -> PlatformSettings:
