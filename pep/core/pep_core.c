@@ -80,7 +80,6 @@ struct flow {
 	uint8_t failed;
 	struct flow *prev, *next; /* the thread's live flows, for the timeout sweep */
 	struct sockaddr_in6 dst; /* IPv4 or IPv6 (fits both); the connect op reads it */
-	struct __kernel_timespec connect_timeout;
 };
 
 struct request { uint32_t slot; uint64_t id; };
@@ -340,9 +339,24 @@ static void unlink_live(struct flow *f) {
 	if (f->next) f->next->prev = f->prev;
 }
 
+/* A socket closed with the ring's next submission, not a system call of its own (a
+ * socket's close runs inline in io_uring); at stop, when no submission follows, at once.
+ * Its number is not reused before the close ran, so readers (pep_core_hold) that check the
+ * flow's id under the stripe lock never reach another flow's socket. */
+static void close_later(struct thread *t, int fd) {
+	if (__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE)) {
+		close(fd);
+		return;
+	}
+	struct io_uring_sqe *sqe = sqe_for(t, NULL, OP_IGNORE);
+	io_uring_prep_close(sqe, fd);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+}
+
 /* Close both legs (RST if `reset`) and free the slot; the stripe lock makes a reader
  * holding the flow (pep_core_hold) finish before its fds can be reused. */
 static void end_flow(struct flow *f, int reset) {
+	struct thread *t = f->owner;
 	struct linger rst = {1, 0};
 	pthread_mutex_t *stripe = &stripes[f->rec.slot % STRIPES];
 	unlink_live(f);
@@ -352,7 +366,7 @@ static void end_flow(struct flow *f, int reset) {
 		int fd = i ? f->rec.wan_fd : f->rec.ran_fd;
 		if (fd < 0) continue;
 		if (reset) setsockopt(fd, SOL_SOCKET, SO_LINGER, &rst, sizeof rst);
-		close(fd);
+		close_later(t, fd);
 	}
 	pthread_mutex_unlock(stripe);
 	give_slot(f);
@@ -499,13 +513,8 @@ static void accepted(struct thread *t, int ran) {
 	f->up.src = f->down.dst = ran;
 	f->up.dst = f->down.src = f->rec.wan_fd;
 	f->rec.stage = PEP_CONNECTING;
-	if (io_uring_sq_space_left(&t->ring) < 2) io_uring_submit(&t->ring); /* one link: one batch */
-	struct io_uring_sqe *sqe = sqe_for(t, f, OP_CONNECT);
-	io_uring_prep_connect(sqe, f->rec.wan_fd, (struct sockaddr *)&f->dst, dlen);
-	sqe->flags |= IOSQE_IO_LINK; /* the connect is cancelled at the timeout */
-	f->connect_timeout.tv_sec = (long long)(cfg.connect_timeout_ms / 1000);
-	f->connect_timeout.tv_nsec = (long long)(cfg.connect_timeout_ms % 1000) * 1000000;
-	io_uring_prep_link_timeout(sqe_for(t, NULL, OP_IGNORE), &f->connect_timeout, 0);
+	/* No timer per connection: the sweep cancels a connect older than the timeout */
+	io_uring_prep_connect(sqe_for(t, f, OP_CONNECT), f->rec.wan_fd, (struct sockaddr *)&f->dst, dlen);
 	f->inflight = 1;
 }
 
@@ -645,6 +654,9 @@ static void sent(struct thread *t, struct pump *p, int res) {
 static void sweep(struct thread *t) {
 	for (struct flow *f = t->live, *next; f; f = next) {
 		next = f->next;
+		if (f->rec.stage == PEP_CONNECTING && !f->failed &&
+		    (uint64_t)(t->now - f->rec.last_active_ns) > cfg.connect_timeout_ms * 1000000ULL)
+			fail(t, f, PEP_CONNECT_FAILED); /* last_active_ns: the accept, until connected */
 		if (f->rec.stage != PEP_RELAYING) continue;
 		int half_open = f->up.done || f->down.done;
 		uint64_t limit_ms = half_open ? cfg.half_open_timeout_ms : cfg.idle_timeout_ms;
@@ -781,6 +793,7 @@ static void *relay(void *arg) {
 		}
 		io_uring_cq_advance(&t->ring, seen);
 	}
+	io_uring_submit(&t->ring); /* the closes queued last */
 	reset_all(t);
 	io_uring_queue_exit(&t->ring); /* cancels what is still pending */
 	while (t->spare) {

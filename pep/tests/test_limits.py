@@ -100,6 +100,27 @@ def test_idle_flow_is_reset_after_the_idle_timeout(
     assert _aborted(pep, "idle timeout") == before + 1
 
 
+def test_unanswered_wan_connect_is_refused_after_the_handshake_timeout(
+    lab: Lab, pep: PepProcess
+) -> None:
+    """The server's namespace drops the WAN leg's SYNs: the PEP resets the UE's connection
+    once the connect is older than the handshake timeout (1 s here; the relays check once
+    a second) and counts it as a failed connect."""
+    port, table = 7999, "pep_test_drop"
+    lab.sh(lab.server_ns, f"nft add table inet {table} && nft 'add chain inet {table} input "
+           f"{{ type filter hook input priority 0; }}' && "
+           f"nft add rule inet {table} input tcp dport {port} drop")  # fmt: skip
+    try:
+        before = _refused(pep, "connect failed")
+        with connect_direct(lab, (lab.server_ip, port)) as sock:
+            started = time.monotonic()
+            assert _closed_within(sock, 5)
+            assert 0.9 < time.monotonic() - started < 3.5
+        wait_for(lambda: _refused(pep, "connect failed") == before + 1, what="the refusal")
+    finally:
+        lab.sh(lab.server_ns, f"nft delete table inet {table}")
+
+
 def test_half_open_flow_is_reset_after_its_timeout(
     lab: Lab, pep: PepProcess, server: DataServer
 ) -> None:
