@@ -55,7 +55,8 @@ func OpenAPI(publicURL string) []byte {
 					"rxPackets": integer, "rxBytes": integer, "txDatagrams": integer, "tunWriteFailures": integer,
 					"tunReads": integer, "tunWrites": integer, "tunOffload": map[string]any{"enum": []any{"none", "tcp", "tcp+udp"}},
 					"peerAuthenticated": boolean, "reorder": obj(map[string]any{"held": integer, "inOrder": integer,
-						"reordered": integer, "late": integer, "skipped": integer, "lost": integer, "duplicates": integer, "unordered": integer})}),
+						"reordered": integer, "late": integer, "skipped": integer, "lost": integer, "duplicates": integer, "unordered": integer}),
+					"goSchedLatency": obj(map[string]any{"count": integer, "over100us": integer, "over1ms": integer, "over5ms": integer})}),
 			},
 		},
 		"paths": map[string]any{

@@ -124,10 +124,12 @@ type Engine struct {
 	out                 []outgoing   // the pump's, while it holds pumping
 	cands               []sched.Path // the pump's
 
-	peer    atomic.Pointer[peerKey]
-	rxMu    sync.Mutex
-	reorder *reorder.Buffer
-	toTUN   *tun.Coalescer // under rxMu: what the reorder buffer delivers, written per batch
+	peer      atomic.Pointer[peerKey]
+	rxMu      sync.Mutex
+	reorder   *reorder.Buffer
+	toTUN     *tun.Coalescer  // under rxMu: what the reorder buffer delivers, written per batch
+	deliverTo reorder.Deliver // e.deliver, made once
+	delivered []echo          // under rxMu: traced echoes delivered, not yet written
 
 	drops     map[string]*atomic.Uint64
 	rxPackets atomic.Uint64
@@ -174,6 +176,7 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 		}
 	}
 	e.toTUN = tun.NewCoalescer(e.dev)
+	e.deliverTo = e.deliver
 	return e, nil
 }
 
@@ -278,8 +281,8 @@ func (e *Engine) readTUN(ctx context.Context) {
 				continue
 			}
 			p.Born = now
-			if seq, ok := icmpEcho(p); ok && e.trace {
-				e.log.Debug("trace: read", "icmp_seq", seq, "batch", n, "read_us", (now-readFrom)/1e3)
+			if x, ok := icmpEcho(p.Bytes()); ok && e.trace {
+				e.traceEcho("read", x, "batch", n, "read_us", (now-readFrom)/1e3)
 			}
 			e.tunBytes.Add(uint64(p.N))
 			e.queue.Enqueue(p, now)
@@ -315,10 +318,10 @@ func (e *Engine) pump() {
 			if len(e.out) == 0 {
 				break
 			}
-			now, traced := e.now(), -1
+			now, traced := e.now(), echo{seq: -1}
 			for _, o := range e.out {
-				if seq, ok := icmpEcho(o.pkt); ok && e.trace {
-					traced = seq
+				if x, ok := icmpEcho(o.pkt.Bytes()); ok && e.trace {
+					traced = x
 				}
 				e.queueData(o)
 				pkt.Put(o.pkt)
@@ -326,8 +329,8 @@ func (e *Engine) pump() {
 			for _, p := range e.paths {
 				e.flush(p)
 			}
-			if traced >= 0 {
-				e.log.Debug("trace: sent", "icmp_seq", traced, "batch", len(e.out), "send_us", (e.now()-now)/1e3)
+			if traced.seq >= 0 {
+				e.traceEcho("sent", traced, "batch", len(e.out), "send_us", (e.now()-now)/1e3)
 			}
 		}
 		e.pumping.Store(false)
@@ -396,9 +399,8 @@ func (e *Engine) pull(out []outgoing, cands []sched.Path) []outgoing {
 			break
 		}
 		p := ios[e.sched.Pick(cands, pk.N+wire.Overhead)]
-		if seq, ok := icmpEcho(pk); ok && e.trace {
-			e.log.Debug("trace: dequeued", "icmp_seq", seq, "sojourn_us", (now-pk.Born)/1e3, "path", p.cfg.ID,
-				"paths_with_room", len(cands))
+		if x, ok := icmpEcho(pk.Bytes()); ok && e.trace {
+			e.traceEcho("dequeued", x, "sojourn_us", (now-pk.Born)/1e3, "path", p.cfg.ID, "paths_with_room", len(cands))
 		}
 		e.nextDataSeq++
 		seq := p.tx.OnSend(pk.N+wire.Overhead, now, false)
@@ -473,8 +475,8 @@ func (e *Engine) timers(ctx context.Context) {
 				e.sendAck(buf, p, now)
 			}
 		}
-		e.reorder.Expire(now, e.toTUN.Add)
-		e.toTUN.Flush()
+		e.reorder.Expire(now, e.deliverTo)
+		e.flushTUN()
 		e.rxMu.Unlock()
 	}
 }
@@ -516,7 +518,7 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 			}
 		}
 		e.rxMu.Lock()
-		e.toTUN.Flush()
+		e.flushTUN()
 		if p.rxData.Pending() >= 2 { // as one datagram in two when they come one by one
 			e.sendAck(ackBuf, p, e.now())
 		}
@@ -562,7 +564,10 @@ func (e *Engine) handle(p *pathIO, b []byte, from netip.AddrPort) (ackNow bool) 
 	if len(packet) > 0 {
 		e.rxPackets.Add(1)
 		e.rxBytes.Add(uint64(len(packet)))
-		e.reorder.Push(seq, p.index, packet, now, e.toTUN.Add)
+		if x, ok := icmpEcho(packet); ok && e.trace {
+			e.traceEcho("received", x, "path", p.cfg.ID, "held", e.reorder.Held())
+		}
+		e.reorder.Push(seq, p.index, packet, now, e.deliverTo)
 	}
 	return len(packet) == 0 || p.rxData.Pending() >= ackEvery // probes at once
 }
@@ -661,18 +666,4 @@ func (e *Engine) handleAck(p *pathIO, h wire.Header, body []byte, used, fresh *p
 	}
 	e.mu.Unlock()
 	e.pump()
-}
-
-// icmpEcho returns the sequence number of an IPv4 ICMP echo request or reply (the trace's
-// marker: a ping through the tunnel can be followed stage by stage).
-func icmpEcho(p *pkt.Packet) (int, bool) {
-	b := p.Bytes()
-	if len(b) < 28 || b[0]>>4 != 4 || b[9] != 1 || (b[20] != 0 && b[20] != 8) {
-		return 0, false
-	}
-	ihl := int(b[0]&0x0f) * 4
-	if len(b) < ihl+8 {
-		return 0, false
-	}
-	return int(binary.BigEndian.Uint16(b[ihl+6:])), true
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"net/netip"
+	"runtime/metrics"
 	"time"
 
 	"mts.invalid/suite/tunnel/internal/backlogfeed"
@@ -179,6 +180,39 @@ type Stats struct {
 	TUNOffload  string            `json:"tunOffload"`
 	Reorder     ReorderStats      `json:"reorder"`
 	PeerUp      bool              `json:"peerAuthenticated"`
+	GoSched     GoSchedStats      `json:"goSchedLatency"`
+}
+
+// GoSchedStats counts the times the process's goroutines waited runnable before they ran
+// (Go's /sched/latencies histogram, since the start): the Go scheduler's share of a delay.
+type GoSchedStats struct {
+	Count     uint64 `json:"count"`
+	Over100us uint64 `json:"over100us"`
+	Over1ms   uint64 `json:"over1ms"`
+	Over5ms   uint64 `json:"over5ms"`
+}
+
+func goSchedStats() GoSchedStats {
+	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(m)
+	var s GoSchedStats
+	if m[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return s
+	}
+	h := m[0].Value.Float64Histogram()
+	for i, n := range h.Counts { // bucket i is [Buckets[i], Buckets[i+1])
+		s.Count += n
+		lo := h.Buckets[i]
+		for _, c := range []struct {
+			min float64
+			to  *uint64
+		}{{100e-6, &s.Over100us}, {1e-3, &s.Over1ms}, {5e-3, &s.Over5ms}} {
+			if lo >= c.min {
+				*c.to += n
+			}
+		}
+	}
+	return s
 }
 
 // ReorderStats are the egress reorder buffer's counters.
@@ -196,7 +230,8 @@ type ReorderStats struct {
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	s := Stats{Drops: map[string]uint64{}, RxPackets: e.rxPackets.Load(), RxBytes: e.rxBytes.Load(),
-		TxPackets: e.txPackets.Load(), PeerUp: e.peer.Load() != nil, TUNReads: e.dev.Reads(), TUNOffload: "none"}
+		TxPackets: e.txPackets.Load(), PeerUp: e.peer.Load() != nil, TUNReads: e.dev.Reads(), TUNOffload: "none",
+		GoSched: goSchedStats()}
 	if e.dev.UDPOffload() {
 		s.TUNOffload = "tcp+udp"
 	} else if e.dev.Offload() {
