@@ -62,6 +62,10 @@ def test_up_with_two_paths_and_api(bed: TunnelBed) -> None:
     stats = bed.get("mec", "/tunnel/v1/stats")
     assert stats["peerAuthenticated"] and stats["rxPackets"] >= 40
     assert not any(stats["drops"].values()), stats
+    # the MEC end wrote each echo request to its TUN, and read the reply the kernel made
+    # within that write at once (TUNNEL_TUN_POLL), not through its TUN reader's wake-up
+    # (that reader may still win a race now and then)
+    assert stats["tunPolled"] >= 20, stats
 
     # the API: deny by default, ProblemDetails on bad input, and changes nothing then
     status, body = bed.api("ue", "GET", "/tunnel/v1/paths", auth=False)

@@ -52,6 +52,7 @@ type Config struct {
 	CwndTarget     time.Duration
 	ReorderTimeout time.Duration
 	ProbeInterval  time.Duration
+	TUNPoll        string // on, idle (while the ingress queue is empty), off: see pollTUN
 }
 
 // Drop reasons of received datagrams, and of packets at the ingress.
@@ -124,12 +125,13 @@ type Engine struct {
 	out                 []outgoing   // the pump's, while it holds pumping
 	cands               []sched.Path // the pump's
 
-	peer      atomic.Pointer[peerKey]
-	rxMu      sync.Mutex
-	reorder   *reorder.Buffer
-	toTUN     *tun.Coalescer  // under rxMu: what the reorder buffer delivers, written per batch
-	deliverTo reorder.Deliver // e.deliver, made once
-	delivered []echo          // under rxMu: traced echoes delivered, not yet written
+	peer       atomic.Pointer[peerKey]
+	rxMu       sync.Mutex
+	reorder    *reorder.Buffer
+	toTUN      *tun.Coalescer  // under rxMu: what the reorder buffer delivers, written per batch
+	deliverTo  reorder.Deliver // e.deliver, made once
+	delivered  []echo          // under rxMu: traced echoes delivered, not yet written
+	writesSeen uint64          // under rxMu: toTUN.Writes at the last flushTUN
 
 	drops     map[string]*atomic.Uint64
 	rxPackets atomic.Uint64
@@ -137,7 +139,11 @@ type Engine struct {
 	txPackets atomic.Uint64
 	tunBytes  atomic.Uint64 // read from the TUN and offered to the ingress queue
 
-	trace bool // log each ICMP echo's stages at the sending end (debug level)
+	tunRx     sync.Mutex    // held by the TUN's reader or a poller from a read until its packets are queued
+	badFrames uint64        // under tunRx: the TUN's invalid frames counted so far
+	polled    atomic.Uint64 // packets read by pollTUN (after a TUN write) rather than the reader
+
+	trace bool // log each ICMP echo's stages at both ends (debug level)
 }
 
 // New opens the TUN and the path sockets.
@@ -253,45 +259,76 @@ func (e *Engine) queueDropped(p *pkt.Packet, byAQM bool) {
 // readTUN enqueues what the TUN gives into the ingress queue.
 func (e *Engine) readTUN(ctx context.Context) {
 	ps := make([]*pkt.Packet, batch)
-	badFrames := uint64(0)
 	for ctx.Err() == nil {
-		for i := range ps {
-			if ps[i] == nil {
-				ps[i] = pkt.Get()
-			}
-		}
+		refill(ps)
 		readFrom := e.now()
-		n, err := e.dev.ReadBatch(ps)
+		n, err := e.dev.ReadBatchWith(&e.tunRx, ps)
+		if n > 0 {
+			e.ingress(ps[:n], readFrom, false)
+		}
 		if err != nil && ctx.Err() == nil {
 			e.log.Error("TUN read failed", "err", err)
 			time.Sleep(100 * time.Millisecond)
 		}
-		if bad := e.dev.Invalid(); bad != badFrames { // super-packets that cannot be cut up
-			e.drops[DropOversize].Add(bad - badFrames)
-			badFrames = bad
-		}
-		now := e.now()
+	}
+}
+
+// pollTUN reads what the TUN holds after this goroutine wrote to it, unless the reader is
+// at it: what the kernel answered within the write (an echo reply, an inner TCP's ACK or
+// next segments) then leaves without waiting for the reader to be woken and scheduled.
+func (e *Engine) pollTUN(ps []*pkt.Packet) {
+	switch e.cfg.TUNPoll {
+	case "off", "":
+		return
+	case "idle":
 		e.mu.Lock()
-		for i := 0; i < n; i++ {
-			p := ps[i]
-			ps[i] = nil
-			if p.N > e.cfg.MTU || p.Version() == 0 {
-				e.drop(DropOversize)
-				pkt.Put(p)
-				continue
-			}
-			p.Born = now
-			if x, ok := icmpEcho(p.Bytes()); ok && e.trace {
-				e.traceEcho("read", x, "batch", n, "read_us", (now-readFrom)/1e3)
-			}
-			e.tunBytes.Add(uint64(p.N))
-			e.queue.Enqueue(p, now)
-		}
+		queued := e.queue.Len()
 		e.mu.Unlock()
-		if n > 0 {
-			e.pump()
+		if queued > 0 {
+			return
 		}
 	}
+	refill(ps)
+	if n, _ := e.dev.Poll(&e.tunRx, ps); n > 0 { // a read error is the reader's to report
+		e.polled.Add(uint64(n))
+		e.ingress(ps[:n], e.now(), true)
+	}
+}
+
+func refill(ps []*pkt.Packet) {
+	for i := range ps {
+		if ps[i] == nil {
+			ps[i] = pkt.Get()
+		}
+	}
+}
+
+// ingress enqueues packets read from the TUN (under e.tunRx, which it releases: a read's
+// packets enter the queue before another read's) and pumps.
+func (e *Engine) ingress(ps []*pkt.Packet, readFrom int64, polled bool) {
+	if bad := e.dev.Invalid(); bad != e.badFrames { // super-packets that cannot be cut up
+		e.drops[DropOversize].Add(bad - e.badFrames)
+		e.badFrames = bad
+	}
+	now := e.now()
+	e.mu.Lock()
+	for i, p := range ps {
+		ps[i] = nil
+		if p.N > e.cfg.MTU || p.Version() == 0 {
+			e.drop(DropOversize)
+			pkt.Put(p)
+			continue
+		}
+		p.Born = now
+		if x, ok := icmpEcho(p.Bytes()); ok && e.trace {
+			e.traceEcho("read", x, "batch", len(ps), "read_us", (now-readFrom)/1e3, "polled", polled)
+		}
+		e.tunBytes.Add(uint64(p.N))
+		e.queue.Enqueue(p, now)
+	}
+	e.mu.Unlock()
+	e.tunRx.Unlock()
+	e.pump()
 }
 
 type outgoing struct {
@@ -445,6 +482,7 @@ func (e *Engine) timers(ctx context.Context) {
 	defer t.Stop()
 	buf := make([]byte, 256)
 	var probes []outgoing
+	ps := make([]*pkt.Packet, batch)
 	for {
 		select {
 		case <-ctx.Done():
@@ -476,8 +514,11 @@ func (e *Engine) timers(ctx context.Context) {
 			}
 		}
 		e.reorder.Expire(now, e.deliverTo)
-		e.flushTUN()
+		wrote := e.flushTUN()
 		e.rxMu.Unlock()
+		if wrote {
+			e.pollTUN(ps)
+		}
 	}
 }
 
@@ -497,6 +538,7 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 	buf := make([]byte, readBufSize)
 	oob := make([]byte, unix.CmsgSpace(4))
 	ackBuf := make([]byte, 256)
+	ps := make([]*pkt.Packet, batch)
 	for ctx.Err() == nil {
 		n, oobn, _, from, err := p.conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
@@ -518,11 +560,14 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 			}
 		}
 		e.rxMu.Lock()
-		e.flushTUN()
+		wrote := e.flushTUN()
 		if p.rxData.Pending() >= 2 { // as one datagram in two when they come one by one
 			e.sendAck(ackBuf, p, e.now())
 		}
 		e.rxMu.Unlock()
+		if wrote {
+			e.pollTUN(ps)
+		}
 	}
 }
 

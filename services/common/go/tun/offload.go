@@ -125,6 +125,15 @@ func (s *segmenter) start(b []byte) {
 
 func (s *segmenter) drop() { s.frame = nil; s.invalid++ }
 
+// take writes the frame's next packets into ps from index n while it has room, and
+// returns the new count.
+func (s *segmenter) take(ps []*pkt.Packet, n int) int {
+	for n < len(ps) && s.next(ps[n]) {
+		n++
+	}
+	return n
+}
+
 // next writes the next packet of the frame into p; false when the frame is done.
 func (s *segmenter) next(p *pkt.Packet) bool {
 	if s.frame == nil {
