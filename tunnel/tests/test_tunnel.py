@@ -42,7 +42,8 @@ def _built() -> None:
 
 @pytest.fixture
 def bed() -> Iterator[TunnelBed]:
-    with TunnelBed(env={"TUNNEL_SCHEDULER": "rr"}) as b:
+    # the TUN poll on (off by default): these tests then also cover its path (order kept)
+    with TunnelBed(env={"TUNNEL_SCHEDULER": "rr", "TUNNEL_TUN_POLL": "on"}) as b:
         yield b
 
 
@@ -63,7 +64,7 @@ def test_up_with_two_paths_and_api(bed: TunnelBed) -> None:
     assert stats["peerAuthenticated"] and stats["rxPackets"] >= 40
     assert not any(stats["drops"].values()), stats
     # the MEC end wrote each echo request to its TUN, and read the reply the kernel made
-    # within that write at once (TUNNEL_TUN_POLL), not through its TUN reader's wake-up
+    # within that write at once (TUNNEL_TUN_POLL=on), not through its TUN reader's wake-up
     # (that reader may still win a race now and then)
     assert stats["tunPolled"] >= 20, stats
 

@@ -52,7 +52,7 @@ type Config struct {
 	CwndTarget     time.Duration
 	ReorderTimeout time.Duration
 	ProbeInterval  time.Duration
-	TUNPoll        string // on, idle (while the ingress queue is empty), off: see pollTUN
+	TUNPoll        string // on or off: see pollTUN
 }
 
 // Drop reasons of received datagrams, and of packets at the ingress.
@@ -274,19 +274,14 @@ func (e *Engine) readTUN(ctx context.Context) {
 }
 
 // pollTUN reads what the TUN holds after this goroutine wrote to it, unless the reader is
-// at it: what the kernel answered within the write (an echo reply, an inner TCP's ACK or
-// next segments) then leaves without waiting for the reader to be woken and scheduled.
+// at it (TUNNEL_TUN_POLL=on): what the kernel answered within the write (an echo reply, an
+// inner TCP's ACK or next segments) then leaves without waiting for the reader to be
+// woken and scheduled. Off by default: measured, it takes a ping's reply-read wake-up out of
+// its round trip, but at the MEC end of a TCP download the path receiver then does the
+// sender's bulk work and the download lost a third of its throughput (docs/results.md).
 func (e *Engine) pollTUN(ps []*pkt.Packet) {
-	switch e.cfg.TUNPoll {
-	case "off", "":
+	if e.cfg.TUNPoll != "on" {
 		return
-	case "idle":
-		e.mu.Lock()
-		queued := e.queue.Len()
-		e.mu.Unlock()
-		if queued > 0 {
-			return
-		}
 	}
 	refill(ps)
 	if n, _ := e.dev.Poll(&e.tunRx, ps); n > 0 { // a read error is the reader's to report
