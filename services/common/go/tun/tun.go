@@ -177,36 +177,29 @@ func (d *Device) Poll(mu *sync.Mutex, ps []*pkt.Packet) (int, error) {
 // false when it stopped at EAGAIN with nothing read (the caller may wait for data).
 func (d *Device) drain(fd int, ps []*pkt.Packet) (n int, done bool, err error) {
 	for n < len(ps) {
-		if d.offload {
-			m, err := unix.Read(fd, d.frame)
-			switch err {
-			case nil:
-				d.reads.Add(1)
-				if m >= vnetHdrLen {
-					d.seg.start(d.frame[:m])
-				}
-				n = d.seg.take(ps, n)
-				continue
-			case unix.EAGAIN:
-				return n, n > 0, nil
-			case unix.EINTR:
-				continue
-			}
+		buf := d.frame // with offloads a frame (virtio header, packet) may be a super-packet
+		if !d.offload {
+			buf = ps[n].Buf()
+		}
+		m, err := unix.Read(fd, buf)
+		switch {
+		case err == unix.EAGAIN:
+			return n, n > 0, nil
+		case err == unix.EINTR:
+			continue
+		case err != nil:
 			return n, true, err
 		}
-		m, err := unix.Read(fd, ps[n].Buf())
-		switch err {
-		case nil:
+		d.reads.Add(1)
+		if !d.offload {
 			ps[n].N = m
-			d.reads.Add(1)
 			n++
 			continue
-		case unix.EAGAIN:
-			return n, n > 0, nil
-		case unix.EINTR:
-			continue
 		}
-		return n, true, err
+		if m >= vnetHdrLen {
+			d.seg.start(d.frame[:m])
+		}
+		n = d.seg.take(ps, n)
 	}
 	return n, true, nil
 }
