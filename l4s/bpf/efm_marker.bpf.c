@@ -20,9 +20,9 @@
  *   spin:  receive: spin = time bit of every segment (no ordering guard, as TCP has no
  *          packet number; with the optional spin_guard, efm_follows: QUIC's rule with
  *          TCP's numbers, only a segment that brings something new, is not old and is
- *          not the first beyond a hole, and a new value no sooner than the minimum RTT
- *          after the endpoint's own last edge: spin_follows); send: the server echoes
- *          it, the client inverts it.
+ *          not the first beyond a hole, and a new value no sooner than 7/8 of the base
+ *          RTT after the endpoint's own last edge: spin_follows); send: the server
+ *          echoes it, the client inverts it.
  *   delay: receive: a marked segment makes a sample pending; send: SYN -> handshake
  *          code; a segment carrying SACK is never marked (the sample stays pending);
  *          a pending sample marks the next segment (the client stamps ds_time); the

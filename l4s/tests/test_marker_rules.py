@@ -5,8 +5,8 @@ The guard (``efm_follows``) is RFC 9000 §17.4's rule with TCP's numbers: a rece
 segment sets the spin value only if it brings something new (data, or a higher ack), is
 not old (below the in-order end, or an older ack) and is not the first beyond a hole (it
 overtook segments still in flight, or follows a lost one; the segment after it in a loss
-continues the block and is followed); and a new value no sooner than the minimum RTT after
-the endpoint's own last edge (``spin_follows``; shown on a real path in
+continues the block and is followed); and a new value no sooner than 7/8 of the base RTT
+after the endpoint's own last edge (``spin_follows``; shown on a real path in
 ``test_spin_guard.py``). A loopback connection gives ``efm_in`` a socket to
 find (``bpf_sk_lookup_tcp``); its state is written and read through the socket-storage map
 by the socket's fd.
@@ -80,8 +80,8 @@ def run_spin_guard(guard: bool, client: socket.socket, server: socket.socket) ->
         order = EfmOrder(seen=1, next=NEXT, hi_ack=HI_ACK, ooo_start=NEXT, ooo_end=NEXT)
         states.update(fd, EfmSock(role=Role.CLIENT, spin=0, order=order))
         (s_ip, s_port), (c_ip, c_port) = server.getsockname(), client.getsockname()
-        # the guard holds a new value sooner than the minimum RTT after the client's own
-        # edge (spin_follows): the segments come further apart than that
+        # the guard holds a new value sooner than 7/8 of the base RTT (the handshake's
+        # rtt_min) after the client's own edge: the segments come further apart than that
         assert min_rtt_s(client) < GAP_S
         spins = []
         for seq, ack, payload, spin, _ in SEGMENTS:

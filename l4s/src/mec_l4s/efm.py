@@ -220,7 +220,7 @@ class Marker:
         ``spin_guard``: follow a received spin value only from a segment that brings
         something new, is not old and is not the first beyond a hole (``efm_follows`` in
         ``efm_packet.h``: RFC 9000 §17.4's rule with TCP's numbers), and a new value no
-        sooner than the connection's minimum RTT after the endpoint's own last edge
+        sooner than 7/8 of the path's base RTT after the endpoint's own last edge
         (``spin_follows``), so neither a reordered segment nor one that overtook others
         moves the endpoint's wave; off by default, as in the research."""
         if t_max_ms <= 0:
