@@ -5,7 +5,7 @@ guard (the research's rule) the client follows reordered segments and sends spur
 spin edges itself, in order: the observer sees round trips far shorter than the path's
 on the client's own packets, which no observer filter can tell from real ones. With the
 guard (``spin_follows``) the client ignores old segments and the first beyond a hole, and
-holds a new value sooner than the minimum RTT after its own edge (a segment that overtook
+holds a new value sooner than 7/8 of the base RTT after its own edge (a segment that overtook
 others would bring the edge early): the filtered spin RTT on its packets is the path's,
 without short samples.
 """
