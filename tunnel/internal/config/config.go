@@ -41,7 +41,6 @@ type Config struct {
 	CwndBytes             int
 	CwndTarget            time.Duration
 	ReorderTimeout        time.Duration
-	TUNPoll               string
 	ProbeInterval         time.Duration
 
 	AMQPURL, RnisExchange string
@@ -71,7 +70,6 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("CWND_TARGET", "2ms", "the delay window's queueing delay target per path", svc.Duration(&c.CwndTarget)),
 		svc.Var("CWND_BYTES", "50000", "default cwnd_bytes of a path (static window, adaptive start)", svc.Int(&c.CwndBytes)),
 		svc.Var("REORDER_TIMEOUT", "20ms", "how long the egress waits for a missing packet before skipping it (0: no ordering, packets leave as they come)", svc.Duration(&c.ReorderTimeout)),
-		svc.Var("TUN_POLL", "off", "on: after writing to the TUN, the writing goroutine reads what the kernel answered within the write (an echo reply, an inner TCP's ACK or next segments) at once instead of waiting for the TUN reader to be woken; off (measured: removes that wake-up from a ping's round trip, but at the MEC end of a TCP download it costs a third of the throughput, docs/results.md)", svc.OneOf(&c.TUNPoll, "on", "off")),
 		svc.Var("PROBE_INTERVAL", "100ms", "an idle or down path is probed this often (RTT, liveness)", svc.Duration(&c.ProbeInterval)),
 		svc.Var("AMQP_URL", "", "RabbitMQ URL of the RNIS feed (for the rnis scheduler) and of the backlog feed; empty: neither", svc.Str(&c.AMQPURL)),
 		svc.Var("RNIS_EXCHANGE", "rnis", "topic exchange of the RNIS feed", svc.Str(&c.RnisExchange)),
@@ -130,7 +128,7 @@ func (c *Config) Engine() (engine.Config, error) {
 	}
 	return engine.Config{Role: role, PeerID: uint32(c.PeerID), PSK: psk, TUN: c.TUN, MTU: c.MTU, Paths: paths,
 		Queue: q, Scheduler: c.Scheduler, CwndMode: c.CwndMode, CwndBytes: c.CwndBytes, CwndTarget: c.CwndTarget,
-		ReorderTimeout: c.ReorderTimeout, ProbeInterval: c.ProbeInterval, TUNPoll: c.TUNPoll}, nil
+		ReorderTimeout: c.ReorderTimeout, ProbeInterval: c.ProbeInterval}, nil
 }
 
 func (c *Config) psk() ([]byte, error) {
@@ -204,7 +202,7 @@ func (c *Config) Public() map[string]any {
 		"queue": map[string]any{"discipline": c.Queue, "limitBytes": c.QueueLimit, "targetMs": ms(c.Target),
 			"intervalMs": ms(c.Interval), "flows": c.Flows, "quantum": c.Quantum},
 		"scheduler": c.Scheduler, "cwndMode": c.CwndMode, "cwndBytes": c.CwndBytes, "cwndTargetMs": ms(c.CwndTarget),
-		"reorderTimeoutMs": ms(c.ReorderTimeout), "probeIntervalMs": ms(c.ProbeInterval), "tunPoll": c.TUNPoll,
+		"reorderTimeoutMs": ms(c.ReorderTimeout), "probeIntervalMs": ms(c.ProbeInterval),
 		"rnisFeed": c.AMQPURL != "", "backlogFeed": c.BacklogExchange, "platform": c.PlatformURL != ""}
 }
 

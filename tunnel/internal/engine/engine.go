@@ -52,7 +52,6 @@ type Config struct {
 	CwndTarget     time.Duration
 	ReorderTimeout time.Duration
 	ProbeInterval  time.Duration
-	TUNPoll        string // on or off: see pollTUN
 }
 
 // Drop reasons of received datagrams, and of packets at the ingress.
@@ -125,13 +124,12 @@ type Engine struct {
 	out                 []outgoing   // the pump's, while it holds pumping
 	cands               []sched.Path // the pump's
 
-	peer       atomic.Pointer[peerKey]
-	rxMu       sync.Mutex
-	reorder    *reorder.Buffer
-	toTUN      *tun.Coalescer  // under rxMu: what the reorder buffer delivers, written per batch
-	deliverTo  reorder.Deliver // e.deliver, made once
-	delivered  []echo          // under rxMu: traced echoes delivered, not yet written
-	writesSeen uint64          // under rxMu: toTUN.Writes at the last flushTUN
+	peer      atomic.Pointer[peerKey]
+	rxMu      sync.Mutex
+	reorder   *reorder.Buffer
+	toTUN     *tun.Coalescer  // under rxMu: what the reorder buffer delivers, written per batch
+	deliverTo reorder.Deliver // e.deliver, made once
+	delivered []echo          // under rxMu: traced echoes delivered, not yet written
 
 	drops     map[string]*atomic.Uint64
 	rxPackets atomic.Uint64
@@ -139,9 +137,7 @@ type Engine struct {
 	txPackets atomic.Uint64
 	tunBytes  atomic.Uint64 // read from the TUN and offered to the ingress queue
 
-	tunRx     sync.Mutex    // held by the TUN's reader or a poller from a read until its packets are queued
-	badFrames uint64        // under tunRx: the TUN's invalid frames counted so far
-	polled    atomic.Uint64 // packets read by pollTUN (after a TUN write) rather than the reader
+	badFrames uint64 // the TUN reader's: the TUN's invalid frames counted so far
 
 	trace bool // log each ICMP echo's stages at both ends (debug level)
 }
@@ -262,31 +258,14 @@ func (e *Engine) readTUN(ctx context.Context) {
 	for ctx.Err() == nil {
 		refill(ps)
 		readFrom := e.now()
-		n, err := e.dev.ReadBatchWith(&e.tunRx, ps)
+		n, err := e.dev.ReadBatch(ps)
 		if n > 0 {
-			e.ingress(ps[:n], readFrom, false)
+			e.ingress(ps[:n], readFrom)
 		}
 		if err != nil && ctx.Err() == nil {
 			e.log.Error("TUN read failed", "err", err)
 			time.Sleep(100 * time.Millisecond)
 		}
-	}
-}
-
-// pollTUN reads what the TUN holds after this goroutine wrote to it, unless the reader is
-// at it (TUNNEL_TUN_POLL=on): what the kernel answered within the write (an echo reply, an
-// inner TCP's ACK or next segments) then leaves without waiting for the reader to be
-// woken and scheduled. Off by default: measured, it takes a ping's reply-read wake-up out of
-// its round trip, but at the MEC end of a TCP download the path receiver then does the
-// sender's bulk work and the download lost a third of its throughput (docs/results.md).
-func (e *Engine) pollTUN(ps []*pkt.Packet) {
-	if e.cfg.TUNPoll != "on" {
-		return
-	}
-	refill(ps)
-	if n, _ := e.dev.Poll(&e.tunRx, ps); n > 0 { // a read error is the reader's to report
-		e.polled.Add(uint64(n))
-		e.ingress(ps[:n], e.now(), true)
 	}
 }
 
@@ -298,9 +277,8 @@ func refill(ps []*pkt.Packet) {
 	}
 }
 
-// ingress enqueues packets read from the TUN (under e.tunRx, which it releases: a read's
-// packets enter the queue before another read's) and pumps.
-func (e *Engine) ingress(ps []*pkt.Packet, readFrom int64, polled bool) {
+// ingress enqueues packets the TUN reader read and pumps.
+func (e *Engine) ingress(ps []*pkt.Packet, readFrom int64) {
 	if bad := e.dev.Invalid(); bad != e.badFrames { // super-packets that cannot be cut up
 		e.drops[DropOversize].Add(bad - e.badFrames)
 		e.badFrames = bad
@@ -316,13 +294,12 @@ func (e *Engine) ingress(ps []*pkt.Packet, readFrom int64, polled bool) {
 		}
 		p.Born = now
 		if x, ok := icmpEcho(p.Bytes()); ok && e.trace {
-			e.traceEcho("read", x, "batch", len(ps), "read_us", (now-readFrom)/1e3, "polled", polled)
+			e.traceEcho("read", x, "batch", len(ps), "read_us", (now-readFrom)/1e3)
 		}
 		e.tunBytes.Add(uint64(p.N))
 		e.queue.Enqueue(p, now)
 	}
 	e.mu.Unlock()
-	e.tunRx.Unlock()
 	e.pump()
 }
 
@@ -477,7 +454,6 @@ func (e *Engine) timers(ctx context.Context) {
 	defer t.Stop()
 	buf := make([]byte, 256)
 	var probes []outgoing
-	ps := make([]*pkt.Packet, batch)
 	for {
 		select {
 		case <-ctx.Done():
@@ -509,11 +485,8 @@ func (e *Engine) timers(ctx context.Context) {
 			}
 		}
 		e.reorder.Expire(now, e.deliverTo)
-		wrote := e.flushTUN()
+		e.flushTUN()
 		e.rxMu.Unlock()
-		if wrote {
-			e.pollTUN(ps)
-		}
 	}
 }
 
@@ -533,7 +506,6 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 	buf := make([]byte, readBufSize)
 	oob := make([]byte, unix.CmsgSpace(4))
 	ackBuf := make([]byte, 256)
-	ps := make([]*pkt.Packet, batch)
 	for ctx.Err() == nil {
 		n, oobn, _, from, err := p.conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
@@ -555,14 +527,11 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 			}
 		}
 		e.rxMu.Lock()
-		wrote := e.flushTUN()
+		e.flushTUN()
 		if p.rxData.Pending() >= 2 { // as one datagram in two when they come one by one
 			e.sendAck(ackBuf, p, e.now())
 		}
 		e.rxMu.Unlock()
-		if wrote {
-			e.pollTUN(ps)
-		}
 	}
 }
 

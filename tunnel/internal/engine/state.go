@@ -178,7 +178,6 @@ type Stats struct {
 	TUNReads    uint64            `json:"tunReads"`  // frames read: with offloads a super-packet is one
 	TUNWrites   uint64            `json:"tunWrites"` // frames written: merged packets are one
 	TUNOffload  string            `json:"tunOffload"`
-	TUNPolled   uint64            `json:"tunPolled"` // packets read right after a TUN write by the writer, not the reader
 	Reorder     ReorderStats      `json:"reorder"`
 	PeerUp      bool              `json:"peerAuthenticated"`
 	GoSched     GoSchedStats      `json:"goSchedLatency"`
@@ -232,7 +231,7 @@ type ReorderStats struct {
 func (e *Engine) Stats() Stats {
 	s := Stats{Drops: map[string]uint64{}, RxPackets: e.rxPackets.Load(), RxBytes: e.rxBytes.Load(),
 		TxPackets: e.txPackets.Load(), PeerUp: e.peer.Load() != nil, TUNReads: e.dev.Reads(), TUNOffload: "none",
-		GoSched: goSchedStats(), TUNPolled: e.polled.Load()}
+		GoSched: goSchedStats()}
 	if e.dev.UDPOffload() {
 		s.TUNOffload = "tcp+udp"
 	} else if e.dev.Offload() {

@@ -73,15 +73,11 @@ func (e *Engine) deliver(b []byte) {
 	e.toTUN.Add(b)
 }
 
-// flushTUN writes what the reorder buffer delivered (under rxMu) and logs the echoes in
-// it; it tells whether anything was written to the TUN since the last call (pollTUN's cue).
-func (e *Engine) flushTUN() bool {
+// flushTUN writes what the reorder buffer delivered (under rxMu) and logs the echoes in it.
+func (e *Engine) flushTUN() {
 	e.toTUN.Flush()
 	for _, x := range e.delivered {
 		e.traceEcho("written", x)
 	}
 	e.delivered = e.delivered[:0]
-	wrote := e.toTUN.Writes != e.writesSeen
-	e.writesSeen = e.toTUN.Writes
-	return wrote
 }

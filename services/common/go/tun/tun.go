@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -113,62 +112,21 @@ func inNetns(path string, fn func() error) error {
 // device is drained or ps is full. It returns how many it read. With offloads, a
 // super-packet becomes several packets, and what does not fit into ps comes next call.
 func (d *Device) ReadBatch(ps []*pkt.Packet) (int, error) {
-	return d.ReadBatchWith(nil, ps)
-}
-
-// ReadBatchWith is ReadBatch for a device that several goroutines read (see Poll): each
-// attempt to read holds mu (if not nil), and when it returns packets (n > 0) mu is still
-// held, so that the caller hands them on before another reader's packets can pass them
-// and then unlocks; with n == 0 mu is not held. The wait for data is outside mu.
-func (d *Device) ReadBatchWith(mu *sync.Mutex, ps []*pkt.Packet) (int, error) {
-	lock(mu)
 	n := d.seg.take(ps, 0)
 	if n > 0 {
 		return n, nil
 	}
-	unlock(mu)
 	var rerr error
 	err := d.rc.Read(func(fd uintptr) bool {
-		lock(mu)
 		var done bool
 		n, done, rerr = d.drain(int(fd), ps)
-		if n == 0 {
-			unlock(mu)
-		}
-		return done || n > 0
+		return done
 	})
 	if err != nil && n > 0 {
 		return n, nil // the packets first; the error comes again next call
 	}
 	if err != nil {
 		return 0, err
-	}
-	return n, rerr
-}
-
-// Poll reads what the device holds now, without waiting, unless another reader holds mu.
-// It returns with mu held when it read packets (n > 0), as ReadBatchWith. A goroutine
-// that has just written to the device calls it: what the kernel answered within that
-// write (an echo reply, a TCP ACK) is then read at once, not after a wake-up of the
-// reading goroutine.
-func (d *Device) Poll(mu *sync.Mutex, ps []*pkt.Packet) (int, error) {
-	if !mu.TryLock() {
-		return 0, nil
-	}
-	n := d.seg.take(ps, 0)
-	var rerr error
-	if n < len(ps) {
-		err := d.rc.Control(func(fd uintptr) {
-			var m int
-			m, _, rerr = d.drain(int(fd), ps[n:])
-			n += m
-		})
-		if rerr == nil {
-			rerr = err
-		}
-	}
-	if n == 0 {
-		mu.Unlock()
 	}
 	return n, rerr
 }
@@ -202,18 +160,6 @@ func (d *Device) drain(fd int, ps []*pkt.Packet) (n int, done bool, err error) {
 		n = d.seg.take(ps, n)
 	}
 	return n, true, nil
-}
-
-func lock(mu *sync.Mutex) {
-	if mu != nil {
-		mu.Lock()
-	}
-}
-
-func unlock(mu *sync.Mutex) {
-	if mu != nil {
-		mu.Unlock()
-	}
 }
 
 // WriteBatch writes every packet; a packet the kernel refuses (e.g. no route) is
@@ -272,7 +218,6 @@ var noOffload [vnetHdrLen]byte
 
 // Invalid counts the frames read that could not be cut into packets (offload); only
 // the goroutine that calls ReadBatch may ask.
-// (with ReadBatchWith and Poll: under their mu)
 func (d *Device) Invalid() uint64 { return d.seg.invalid }
 
 // Reads counts the frames read so far (a super-packet is one); safe for concurrent use.
