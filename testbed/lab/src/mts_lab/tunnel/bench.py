@@ -3,7 +3,8 @@
 Two veth paths capped at 1 Gbit/s each by tbf on the MEC side (the downlink), the tunnel
 on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--cwnd``,
 ``--cwnd-target`` and ``--scheduler`` change them; ``--gomaxprocs`` sets both ends' Go
-``GOMAXPROCS``, recorded in ``tunnel_env``). Measured:
+``GOMAXPROCS``, ``--sched-slice-us`` their EEVDF slice, both recorded in ``tunnel_env``;
+``tunnel_thread_slices_ns`` is what the kernel gave each end's threads). Measured:
 
 - throughput: iperf3 TCP downlink (MEC -> UE, 4 streams) through the tunnel, beside the
   same iperf3 over each path alone without the tunnel (the sum of the paths);
@@ -48,6 +49,18 @@ def cpu_seconds(pid: int) -> float:
 def tunnel_pids(bed: TunnelBed) -> list[int]:
     """The tunnel processes (children of `ip netns exec`, which execs into them)."""
     return [p.pid for p in bed.procs.values()]
+
+
+def thread_slices(pid: int) -> list[int]:
+    """The EEVDF slice (ns) of each thread of a process (``se.slice`` in its sched file)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            lines = (task / "sched").read_text().splitlines()
+        except FileNotFoundError:  # the thread exited
+            continue
+        out += [int(line.split(":")[1]) for line in lines if line.startswith("se.slice")]
+    return out
 
 
 def iperf_tcp(bed: TunnelBed, server: str, seconds: int, streams: int) -> float:
@@ -96,13 +109,15 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure(
     seconds: int, load_bps: float | None = None, cwnd: str = "delay", target: str = "2ms",
-    scheduler: str = "lowrtt", gomaxprocs: int | None = None,
+    scheduler: str = "lowrtt", gomaxprocs: int | None = None, slice_us: int = 0,
 ) -> Results:  # fmt: skip
     paths = [PathSpec(1, rate_mbit=1000), PathSpec(2, rate_mbit=1000)]
     env = {"TUNNEL_SCHEDULER": scheduler, "TUNNEL_CWND": cwnd, "TUNNEL_CWND_BYTES": "200000",
            "TUNNEL_CWND_TARGET": target}  # fmt: skip
     if gomaxprocs:
         env["GOMAXPROCS"] = str(gomaxprocs)
+    if slice_us:
+        env["TUNNEL_SCHED_SLICE_US"] = str(slice_us)
     results: Results = {
         "seconds": seconds,
         "tunnel_env": env,
@@ -127,6 +142,7 @@ def measure(
         results["tunnel_cpu_cores"] = cpu / elapsed
         results["cpu_cores_per_gbps"] = cpu / elapsed / (results["tunnel_bps"] / 1e9)
         results["tunnel_paths"] = bed.get("mec", "/tunnel/v1/paths")
+        results["tunnel_thread_slices_ns"] = sorted({s for p in pids for s in thread_slices(p)})
 
         half = load_bps or results["tunnel_bps"] / 2
         bed.exec("ue", "iperf3", "-s", "-D", "-1", "-B", UE_ADDR)
@@ -246,9 +262,13 @@ def main() -> None:
     parser.add_argument("--cwnd-target", default="2ms", help="TUNNEL_CWND_TARGET (2ms)")
     parser.add_argument("--scheduler", default="lowrtt", choices=["lowrtt", "rr", "rnis"])
     parser.add_argument("--gomaxprocs", type=int, help="both ends' GOMAXPROCS (Go's default)")
+    parser.add_argument(
+        "--sched-slice-us", type=int, default=0, help="both ends' TUNNEL_SCHED_SLICE_US (0: off)"
+    )
     args = parser.parse_args()
     results = measure(args.seconds, args.load_mbit * 1e6 if args.load_mbit else None,
-                      args.cwnd, args.cwnd_target, args.scheduler, args.gomaxprocs)  # fmt: skip
+                      args.cwnd, args.cwnd_target, args.scheduler, args.gomaxprocs,
+                      args.sched_slice_us)  # fmt: skip
     results["median_tunnel_rtt_ms"] = statistics.median(results["tunnel_rtt_ms"])
     save_results(results, args.out, "bench", plot, table)
 
