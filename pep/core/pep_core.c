@@ -79,6 +79,7 @@ struct flow {
 	int inflight;	      /* operations submitted and not completed */
 	uint8_t failed;
 	struct flow *prev, *next; /* the thread's live flows, for the timeout sweep */
+	struct pep_ue_total *ue_total; /* its UE's bytes from servers; NULL: table full */
 	struct sockaddr_in6 dst; /* IPv4 or IPv6 (fits both); the connect op reads it */
 };
 
@@ -158,8 +159,36 @@ static void client_remove(struct client *gap) {
 	}
 }
 
-/* A free slot for a client's new flow, or -1 with the reason. */
-static struct flow *take_slot(const uint8_t *ue, enum pep_reason *why) {
+/* ---- per-UE bytes from servers (the backlog feed's arrival count) ---------------------- */
+
+/* Dense, in order of first sight, so Python copies ue_count entries and no empty ones; the
+ * index (open addressing, entry + 1, 0 = empty) has the client table's size and stays at
+ * most half full: beyond max_flows UEs since the start, new UEs are not counted. Entries are
+ * never removed: the count covers ended flows, as the Python relay's read_for_ue does. */
+static struct pep_ue_total *ue_totals;
+static uint32_t *ue_index, ue_mask, ue_count;
+
+/* Under slots_lock. */
+static struct pep_ue_total *ue_total_of(int family, const uint8_t *ue) {
+	uint32_t i = client_hash(ue) & ue_mask;
+	for (uint32_t k; (k = ue_index[i]); i = (i + 1) & ue_mask) {
+		struct pep_ue_total *u = &ue_totals[k - 1];
+		if (u->family == family && !memcmp(u->address, ue, 16)) return u;
+	}
+	if (ue_count >= cfg.max_flows) return NULL;
+	struct pep_ue_total *u = &ue_totals[ue_count];
+	u->family = (uint8_t)family;
+	memcpy(u->address, ue, 16);
+	ue_index[i] = ue_count + 1;
+	__atomic_store_n(&ue_count, ue_count + 1, __ATOMIC_RELEASE); /* after the entry: Python */
+	return u;
+}
+
+/* Per slot: the core read bytes toward the flow's UE since the backlog feed last looked. */
+static uint8_t *toward_ue_marks;
+
+/* A free slot for a client's new flow (with its UE's total), or NULL with the reason. */
+static struct flow *take_slot(int family, const uint8_t *ue, enum pep_reason *why) {
 	struct flow *f = NULL;
 	pthread_mutex_lock(&slots_lock);
 	struct client *c = client_entry(ue);
@@ -170,6 +199,7 @@ static struct flow *take_slot(const uint8_t *ue, enum pep_reason *why) {
 		c->flows++;
 		f = &flows[free_slots[--free_count]];
 		if (f->rec.slot + 1 > high_water) high_water = f->rec.slot + 1;
+		f->ue_total = ue_total_of(family, ue);
 	}
 	pthread_mutex_unlock(&slots_lock);
 	return f;
@@ -463,8 +493,12 @@ static int64_t clock_ns(clockid_t clock) {
 
 static void init_flow(struct thread *t, struct flow *f, int ran, struct sockaddr_storage *ue) {
 	uint32_t slot = f->rec.slot;
+	struct pep_ue_total *total = f->ue_total; /* take_slot's */
 	memset(f, 0, sizeof *f);
 	f->rec.slot = slot, f->rec.thread = t->index;
+	f->ue_total = total;
+	if (!total) t->counters.ues_uncounted++;
+	__atomic_store_n(&toward_ue_marks[slot], 0, __ATOMIC_RELAXED); /* not the last flow's */
 	f->rec.family = (uint8_t)ue->ss_family;
 	f->rec.ran_fd = ran, f->rec.wan_fd = -1;
 	f->rec.created_ns = clock_ns(CLOCK_REALTIME);
@@ -492,7 +526,8 @@ static void accepted(struct thread *t, int ran) {
 		return;
 	}
 	address_of(&ue, ue_address, &ue_port);
-	struct flow *f = client_allowed(ue.ss_family, ue_address) ? take_slot(ue_address, &why) : NULL;
+	struct flow *f = client_allowed(ue.ss_family, ue_address) ? take_slot(ue.ss_family, ue_address, &why)
+								  : NULL;
 	if (!f) {
 		t->counters.refused[why]++;
 		setsockopt(ran, SOL_SOCKET, SO_LINGER, &rst, sizeof rst);
@@ -542,6 +577,12 @@ static void relayed(struct thread *t, struct pump *p, uint64_t n) {
 	*(p->to_ue ? &t->counters.bytes_to_ue : &t->counters.bytes_from_ue) += n;
 }
 
+/* Bytes read from the server: counted for the UE, and the flow marked for the backlog feed. */
+static void took_for_ue(struct flow *f, uint64_t n) {
+	if (f->ue_total) __atomic_fetch_add(&f->ue_total->received, n, __ATOMIC_RELAXED);
+	__atomic_store_n(&toward_ue_marks[f->rec.slot], 1, __ATOMIC_RELAXED);
+}
+
 static void set_buffered(struct pump *p, uint32_t n) {
 	struct flow *f = p->flow;
 	__atomic_store_n(p->to_ue ? &f->rec.buffered_to_ue : &f->rec.buffered_to_server, n,
@@ -579,7 +620,10 @@ static void splice_some(struct thread *t, struct pump *p) {
 		if (!p->eof && p->in_pipe < p->pipe.size) {
 			ssize_t n = splice(p->src, NULL, p->pipe.wr, NULL, p->pipe.size - p->in_pipe,
 					   SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-			if (n > 0) p->in_pipe += (uint32_t)n, moved = 1;
+			if (n > 0) {
+				p->in_pipe += (uint32_t)n, moved = 1;
+				if (p->to_ue) took_for_ue(f, (uint64_t)n);
+			}
 			else if (n == 0) p->eof = 1, saw_fin(f, p);
 			else if (errno != EAGAIN) return fail(t, f, PEP_RESET_BY_PEER);
 		}
@@ -630,6 +674,7 @@ static void received(struct thread *t, struct pump *p, int res, unsigned flags) 
 	if (f->failed) return;
 	if (res == 0) return forward_fin(f, p);
 	p->bid = bid, p->len = (uint32_t)res, p->sent = 0;
+	if (p->to_ue) took_for_ue(f, (uint64_t)res);
 	set_buffered(p, p->len);
 	send_rest(t, p);
 }
@@ -817,9 +862,14 @@ static int allocate_tables(void) {
 	free_slots = malloc(n * sizeof *free_slots);
 	for (clients_mask = 1; clients_mask < 2 * n; clients_mask <<= 1) {}
 	clients = calloc(clients_mask, sizeof *clients);
+	ue_index = calloc(clients_mask, sizeof *ue_index);
 	clients_mask--;
+	ue_mask = clients_mask, ue_count = 0;
+	ue_totals = calloc(n, sizeof *ue_totals);
+	toward_ue_marks = calloc(n, 1);
 	threads = calloc(cfg.threads, sizeof *threads);
-	if (!flows || !free_slots || !clients || !threads) return -ENOMEM;
+	if (!flows || !free_slots || !clients || !ue_index || !ue_totals || !toward_ue_marks || !threads)
+		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++) { /* low slots first: they are reused while warm */
 		flows[i].rec.slot = i;
 		free_slots[i] = n - 1 - i;
@@ -829,9 +879,10 @@ static int allocate_tables(void) {
 	return 0;
 }
 
-const uint32_t pep_core_abi[6] = {sizeof(struct pep_core_config), sizeof(struct pep_range),
+const uint32_t pep_core_abi[7] = {sizeof(struct pep_core_config), sizeof(struct pep_range),
 				  sizeof(struct pep_policy), sizeof(struct pep_flow_record),
-				  sizeof(struct pep_core_counters), sizeof(struct pep_flow_event)};
+				  sizeof(struct pep_core_counters), sizeof(struct pep_flow_event),
+				  sizeof(struct pep_ue_total)};
 
 int pep_core_start(const struct pep_core_config *config, const struct pep_policy *first) {
 	cfg = *config;
@@ -958,4 +1009,33 @@ int pep_core_reset(uint32_t slot, uint64_t id) {
 	if (slot >= cfg.max_flows || !id || flows[slot].rec.id != id) return -1;
 	post(&threads[flows[slot].rec.thread], slot, id);
 	return 0;
+}
+
+uint32_t pep_core_toward_ue(uint32_t *cursor, struct pep_flow_record *out, uint32_t room) {
+	uint32_t n = 0, i = *cursor, end = flows ? __atomic_load_n(&high_water, __ATOMIC_ACQUIRE) : 0;
+	for (; i < end && n < room; i++) {
+		if (!__atomic_load_n(&toward_ue_marks[i], __ATOMIC_RELAXED) ||
+		    !__atomic_exchange_n(&toward_ue_marks[i], 0, __ATOMIC_ACQ_REL))
+			continue; /* cleared before the sockets are read: bytes read meanwhile mark again */
+		pthread_mutex_lock(&stripes[i % STRIPES]);
+		if (flows[i].rec.id) out[n++] = flows[i].rec;
+		pthread_mutex_unlock(&stripes[i % STRIPES]);
+	}
+	*cursor = i;
+	return n;
+}
+
+void pep_core_mark_toward_ue(uint32_t slot, uint64_t id) {
+	if (flows && slot < cfg.max_flows && id && flows[slot].rec.id == id)
+		__atomic_store_n(&toward_ue_marks[slot], 1, __ATOMIC_RELAXED);
+}
+
+uint32_t pep_core_ue_totals(struct pep_ue_total *out, uint32_t room) {
+	uint32_t n = flows ? __atomic_load_n(&ue_count, __ATOMIC_ACQUIRE) : 0;
+	if (n > room) n = room;
+	for (uint32_t i = 0; i < n; i++) {
+		out[i] = ue_totals[i];
+		out[i].received = __atomic_load_n(&ue_totals[i].received, __ATOMIC_RELAXED);
+	}
+	return n;
 }

@@ -101,11 +101,21 @@ struct pep_core_counters {
 	uint64_t bytes_to_ue, bytes_from_ue; /* relayed, flows that ended included */
 	uint64_t spliced;		     /* directions that moved to the splice path */
 	uint64_t pipes_in_use;		     /* now: pipes holding a direction's bytes */
+	uint64_t ues_uncounted;		     /* flows of UEs beyond the per-UE table's room:
+					      * their bytes from servers are not in pep_core_ue_totals */
 	uint64_t refused[PEP_REASONS], aborted[PEP_REASONS];
 };
 
+/* Bytes the core read from servers for one UE since it started, over all its flows (ended
+ * ones included): the arrival count of the UE's backlog (the backlog feed's received_bytes). */
+struct pep_ue_total {
+	uint8_t family; /* AF_INET or AF_INET6; IPv4 in the first 4 bytes */
+	uint8_t address[16];
+	uint64_t received;
+};
+
 /* sizeof of each structure above, in order: core.py checks its mirror against them. */
-extern const uint32_t pep_core_abi[6];
+extern const uint32_t pep_core_abi[7];
 
 /* 0, or a negative errno with pep_core_error() saying what failed. */
 int pep_core_start(const struct pep_core_config *config, const struct pep_policy *policy);
@@ -127,5 +137,15 @@ int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]);
 int pep_core_private_tables(void);
 /* Reset a flow (RST on both legs) in its relay thread; -1 if it has ended. */
 int pep_core_reset(uint32_t slot, uint64_t id);
+
+/* The backlog feed's input (mec_pep/backlog.py holds the formula). A flow is marked when the
+ * core reads bytes toward its UE; pep_core_toward_ue copies the records of marked flows from
+ * slot *cursor on, clears their marks and moves *cursor past the last slot looked at (call
+ * again while it returns `room`). The feed marks again (pep_core_mark_toward_ue) a flow it
+ * found still holding bytes, so it is sampled until its backlog is seen at zero. */
+uint32_t pep_core_toward_ue(uint32_t *cursor, struct pep_flow_record *out, uint32_t room);
+void pep_core_mark_toward_ue(uint32_t slot, uint64_t id);
+/* Every UE's bytes read from servers so far, in the order they were first seen. */
+uint32_t pep_core_ue_totals(struct pep_ue_total *out, uint32_t room);
 
 #endif

@@ -7,12 +7,11 @@ against both relays (their ``relay_settings`` fixture).
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import struct
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from pep_support import (
     DataServer,
     PepProcess,
     connect_direct,
+    core_service,
     expected_digest,
     receive_digest,
     request,
@@ -52,15 +52,12 @@ def test_io_uring_splice_moves_tcp_bytes_but_in_worker_threads(method: str) -> N
 
 
 def test_settings_the_core_lacks_are_all_named() -> None:
-    settings = PepSettings(
-        transparent_port=5999, socks5_port=1080, tlv_port=8181, ran_mptcp=True,
-        backlog_interval_ms=50,
-    )  # fmt: skip
+    settings = PepSettings(transparent_port=5999, socks5_port=1080, tlv_port=8181, ran_mptcp=True)
     with pytest.raises(ValueError) as refused:
         check_core_settings(settings)
-    for name in ("PEP_SOCKS5_PORT", "PEP_TLV_PORT", "PEP_RAN_MPTCP", "PEP_BACKLOG_INTERVAL_MS"):
+    for name in ("PEP_SOCKS5_PORT", "PEP_TLV_PORT", "PEP_RAN_MPTCP"):
         assert name in str(refused.value)
-    check_core_settings(PepSettings(transparent_port=5999, backlog_interval_ms=0))
+    check_core_settings(PepSettings(transparent_port=5999, backlog_interval_ms=50))
 
 
 @pytest.mark.netns
@@ -130,23 +127,6 @@ def test_hooks_come_from_the_core_and_for_flows_lends_the_sockets(
 
 
 MB = 1 << 20
-
-
-@contextlib.contextmanager
-def core_service(lab: Lab, tmp_path: Path, **settings: Any) -> Iterator[PepService]:
-    """A PEP with the core in the lab's PEP namespace, in this process (its data plane's
-    counters can be read directly)."""
-    defaults = dict(
-        relay_core="uring", transparent_port=15999, allowed_clients="10.201.1.0/24",
-        allowed_destinations="10.201.2.0/24", backlog_interval_ms=0, ran_aware=False,
-        state_dir=tmp_path, tproxy_nft_table="mts_pep_core", tproxy_mark=0x61, tproxy_table=161,
-    )  # fmt: skip
-    service = PepService(PepSettings(**{**defaults, **settings}))
-    in_netns(lab.pep_ns, service.start)
-    try:
-        yield service
-    finally:
-        in_netns(lab.pep_ns, service.stop)
 
 
 @pytest.mark.netns

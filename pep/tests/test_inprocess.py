@@ -7,8 +7,10 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from ipaddress import IPv4Address
+from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
@@ -17,8 +19,11 @@ import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
 from pep_support import (
+    RELAYS,
     TOKEN,
     DataServer,
+    connect_direct,
+    core_service,
     expected_digest,
     receive_digest,
     recv_exact,
@@ -32,7 +37,7 @@ from mec_common.auth import TokenVerifier
 from mec_common.bus.backlog import PepBacklog, backlog_routing_key
 from mec_common.bus.flowrtt import FlowRttSummary, Rtt, RulesRtt
 from mec_pep.api import build_app
-from mec_pep.backlog import BacklogFeed
+from mec_pep.backlog import BacklogFeed, BacklogSource
 from mec_pep.config import PepSettings
 from mec_pep.dataplane import DataPlane
 from mec_pep.flows import Flow, FlowTable, Hooks, PepExtension
@@ -190,11 +195,33 @@ def exchange() -> Iterator[str]:
         yield name
 
 
+Connect = Callable[[tuple[str, int]], socket.socket]
+
+
+@pytest.fixture(params=sorted(RELAYS))
+def backlog_source(
+    request: pytest.FixtureRequest, lab: Lab, tmp_path: Path
+) -> Iterator[tuple[BacklogSource, Connect]]:
+    """A data plane of each relay for the backlog feed, and how a UE reaches a server
+    through it: SOCKS5 on the Python relay, transparent on the compiled core."""
+    if request.param == "uring":
+        with core_service(lab, tmp_path) as service:
+            yield service.dataplane, partial(connect_direct, lab)
+        return
+    dp = DataPlane(settings(), FlowTable(), Hooks(), threads=2)
+    in_netns(lab.pep_ns, dp.start)
+    try:
+        yield dp, partial(socks_connect, lab)
+    finally:
+        dp.stop()
+
+
 def test_backlog_toward_the_ue_is_published(
-    lab: Lab, dataplane: DataPlane, server: DataServer, exchange: str
+    lab: Lab, backlog_source: tuple[BacklogSource, Connect], server: DataServer, exchange: str
 ) -> None:
     """The contract test of the backlog feed: every message the PEP publishes validates
     against the committed JSON Schema and reads as the consumers' model, under its key."""
+    dataplane, connect = backlog_source
     schema = json.loads((REPO / "docs/schemas/pep-backlog.v2.json").read_text())
     validator = jsonschema_rs.validator_for(schema)
     messages: list[dict[str, Any]] = []
@@ -212,7 +239,7 @@ def test_backlog_toward_the_ue_is_published(
     assert consumer.connected.wait(10) and publisher.connected.wait(10)
     feed.start()
     try:
-        sock = socks_connect(lab, server.address)
+        sock = connect(server.address)
         sock.sendall(request(b"D", 32 << 20))  # and do not read: the PEP holds the rest
         wait_for(
             lambda: any(m["backlog_bytes"] > 8 << 20 for m in messages),

@@ -17,16 +17,23 @@ import threading
 import time
 from dataclasses import dataclass
 from ipaddress import IPv4Address
+from typing import Protocol
 
 from mec_common.amqp import AmqpPublisher
 from mec_common.bus.backlog import SCHEMA_VERSION, PepBacklog
 from mec_common.logging import get_logger
-from mec_pep.dataplane import DataPlane
-from mec_pep.relay import Relay
-from mec_pep.relay.flow_view import backlog_toward_ue
-from mec_pep.sockets import SIOCINQ, queued
 
 log = get_logger(__name__)
+
+
+class BacklogSource(Protocol):
+    """What the feed reads from a data plane (the Python relay's ``DataPlane``, the compiled
+    core's ``CoreDataPlane``); the per-UE sums are the feed's own (``tick``)."""
+
+    def held_toward_ue(self) -> tuple[list[tuple[str, dict[str, int]]], dict[str, int]]:
+        """(UE, ``relay.flow_view.toward_ue``) of every flow holding bytes toward its UE, and
+        the bytes read from servers per UE since the start (ended flows included)."""
+        ...
 
 
 @dataclass
@@ -36,37 +43,20 @@ class UeBacklog:
     received_bytes: int = 0  # taken from servers for this UE since start (cumulative)
     flows: int = 0  # flows holding bytes
 
-    def add(self, other: UeBacklog) -> None:
-        self.backlog_bytes += other.backlog_bytes
-        self.unsent_bytes += other.unsent_bytes
-        self.received_bytes += other.received_bytes
-        self.flows += other.flows
-
-
-def sample(relay: Relay) -> tuple[dict[str, UeBacklog], dict[str, int]]:
-    """Runs in the relay thread: (backlog of the flows that may hold bytes toward a UE,
-    bytes read from servers per UE so far)."""
-    found: dict[str, UeBacklog] = {}
-    for conn in list(relay.busy):
-        total, unsent = backlog_toward_ue(conn)
-        if total == 0:
-            relay.busy.discard(conn)
-            continue
-        ue = found.setdefault(conn.flow.ue, UeBacklog())
-        ue.backlog_bytes += total
-        ue.unsent_bytes += unsent
-        ue.flows += 1
-        wan = conn.flow.wan
-        if wan is not None:  # arrived from the server, not read yet
-            ue.received_bytes += queued(wan.fileno(), SIOCINQ)
-    return found, dict(relay.read_for_ue)
+    def add_flow(self, q: dict[str, int]) -> None:
+        """One flow's bytes toward the UE (``toward_ue``); what waits in its WAN leg's
+        receive queue has arrived from the server too."""
+        self.backlog_bytes += q["total"]
+        self.unsent_bytes += q["total"] - q["ran_send_queue"] + q["ran_send_unsent"]
+        self.received_bytes += q["wan_receive_queue"]
+        self.flows += 1
 
 
 class BacklogFeed:
     """A thread sampling every ``interval`` seconds; ``latest`` is what it saw last."""
 
     def __init__(
-        self, dataplane: DataPlane, publisher: AmqpPublisher | None, interval: float
+        self, dataplane: BacklogSource, publisher: AmqpPublisher | None, interval: float
     ) -> None:
         self.dataplane = dataplane
         self.publisher = publisher
@@ -97,13 +87,10 @@ class BacklogFeed:
             self._stop.wait(delay)
 
     def tick(self) -> dict[str, UeBacklog]:
+        held, read = self.dataplane.held_toward_ue()
         merged: dict[str, UeBacklog] = {}
-        read: dict[str, int] = {}
-        for part, read_part in self.dataplane.collect(sample, timeout=5.0):
-            for ue, b in part.items():
-                merged.setdefault(ue, UeBacklog()).add(b)
-            for ue, n in read_part.items():
-                read[ue] = read.get(ue, 0) + n
+        for ue, q in held:
+            merged.setdefault(ue, UeBacklog()).add_flow(q)
         for ue, b in merged.items():
             b.received_bytes += read.get(ue, 0)
         drained = {ue: UeBacklog(received_bytes=read.get(ue, 0)) for ue in self.latest}

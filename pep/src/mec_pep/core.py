@@ -10,8 +10,10 @@ answers what ``DataPlane`` answers for the API.
 Extensions (MELD/RAPID) get their hooks from the core's event queue, read here every
 ``EVENTS_EVERY_S``, after the fact; ``for_flows`` lends them copies of the sockets.
 
-What the core does not do, it refuses at start (``check_core_settings``): SOCKS5, TLV,
-MPTCP on the RAN leg and the backlog feed need the Python relay.
+The backlog feed reads it through ``held_toward_ue``, as it reads the Python relay's.
+
+What the core does not do, it refuses at start (``check_core_settings``): SOCKS5, TLV and
+MPTCP on the RAN leg need the Python relay.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from mec_pep.config import PepSettings
 from mec_pep.flows import Flow, FlowTable, Hooks, Leg, ProxyMode, flow_record, leg_record
 from mec_pep.policy import AccessPolicy
 from mec_pep.relay.descriptors import raise_fd_limit
-from mec_pep.relay.flow_view import held
+from mec_pep.relay.flow_view import held, toward_ue
 from mec_pep.relay.legs import listen_socket
 from mec_pep.relay.listeners import NO_IPV6
 from mec_pep.relay.loop import RelayCounters, relay_cpus
@@ -149,6 +151,7 @@ class _Counters(ctypes.Structure):
         ("bytes_from_ue", ctypes.c_uint64),
         ("spliced", ctypes.c_uint64),
         ("pipes_in_use", ctypes.c_uint64),
+        ("ues_uncounted", ctypes.c_uint64),
         ("refused", ctypes.c_uint64 * len(REASONS)),
         ("aborted", ctypes.c_uint64 * len(REASONS)),
     ]
@@ -156,6 +159,14 @@ class _Counters(ctypes.Structure):
 
 class _Event(ctypes.Structure):
     _fields_ = [("id", ctypes.c_uint64), ("slot", ctypes.c_uint32), ("kind", ctypes.c_uint32)]
+
+
+class _UeTotal(ctypes.Structure):
+    _fields_ = [
+        ("family", ctypes.c_uint8),
+        ("address", ctypes.c_uint8 * 16),
+        ("received", ctypes.c_uint64),
+    ]
 
 
 ESTABLISHED, CLOSED = 1, 2  # enum pep_event_kind
@@ -176,7 +187,7 @@ def _load() -> ctypes.CDLL:
     if not path.exists():
         raise OSError(f"PEP_RELAY_CORE=uring: {path} is missing (make build)")
     lib = ctypes.CDLL(str(path))
-    mirrors = (_Config, _Range, _Policy, _Record, _Counters, _Event)
+    mirrors = (_Config, _Range, _Policy, _Record, _Counters, _Event, _UeTotal)
     sizes = (ctypes.c_uint32 * len(mirrors)).in_dll(lib, "pep_core_abi")
     if list(sizes) != [ctypes.sizeof(m) for m in mirrors]:
         raise OSError(f"{path} does not match mec_pep.core's structures (rebuild: make build)")
@@ -193,6 +204,13 @@ def _load() -> ctypes.CDLL:
     lib.pep_core_events.argtypes = [ctypes.POINTER(_Event), ctypes.c_uint32]
     lib.pep_core_events.restype = ctypes.c_uint32
     lib.pep_core_record.argtypes = [ctypes.c_uint32, ctypes.c_uint64, ctypes.POINTER(_Record)]
+    lib.pep_core_toward_ue.argtypes = [
+        ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(_Record), ctypes.c_uint32
+    ]  # fmt: skip
+    lib.pep_core_toward_ue.restype = ctypes.c_uint32
+    lib.pep_core_mark_toward_ue.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
+    lib.pep_core_ue_totals.argtypes = [ctypes.POINTER(_UeTotal), ctypes.c_uint32]
+    lib.pep_core_ue_totals.restype = ctypes.c_uint32
     return lib
 
 
@@ -208,7 +226,6 @@ def check_core_settings(settings: PepSettings) -> None:
             (s.socks5_port is not None, "PEP_SOCKS5_PORT (SOCKS5 mode)"),
             (s.tlv_port is not None, "PEP_TLV_PORT (TLV mode)"),
             (s.ran_mptcp, "PEP_RAN_MPTCP"),
-            (s.backlog_interval_ms > 0, "PEP_BACKLOG_INTERVAL_MS > 0 (the backlog feed)"),
             (s.transparent_port is None, "no PEP_TRANSPARENT_PORT (nothing to relay)"),
         )
         if on
@@ -308,6 +325,9 @@ class CoreDataPlane:
         self._lib: ctypes.CDLL | None = None
         self._listeners: list[list[socket.socket]] = []  # per relay thread: IPv4, IPv6
         self._policies: list[_Policy] = []  # the core may read each while it is current
+        self._toward_ue_batch = (_Record * 256)()  # the backlog feed's, reused every sample
+        self._totals_batch = (_UeTotal * 64)()
+        self._uncounted = 0  # flows whose UE the core could not count (logged once each rise)
 
     # ---- life -------------------------------------------------------------------------
 
@@ -556,6 +576,39 @@ class CoreDataPlane:
                 if fd >= 0:
                     os.close(fd)
 
+    def held_toward_ue(self) -> tuple[list[tuple[str, dict[str, int]]], dict[str, int]]:
+        """``backlog.BacklogSource``: the flows the core marked (it read bytes toward their
+        UE since the last call) and still holding some, marked again so they are sampled
+        until seen at zero; and the core's bytes read from servers per UE."""
+        if self._lib is None:
+            return [], {}
+        found: list[tuple[str, dict[str, int]]] = []
+        cursor, batch = ctypes.c_uint32(0), self._toward_ue_batch
+        while True:
+            n = self._lib.pep_core_toward_ue(ctypes.byref(cursor), batch, len(batch))
+            for rec in batch[:n]:
+                flow = _flow(rec)
+                q = self._held(flow, partial(_toward_ue, rec))
+                if q is not None and q["total"] > 0:
+                    found.append((flow.ue, q))
+                    self._lib.pep_core_mark_toward_ue(rec.slot, rec.id)
+            if n < len(batch):
+                break
+        return found, self._ue_totals()
+
+    def _ue_totals(self) -> dict[str, int]:
+        assert self._lib is not None
+        uncounted = self._per_thread("ues_uncounted")
+        if uncounted > self._uncounted:  # the core's per-UE table is full (max_flows UEs)
+            log.warning("flows of new UEs not in received_bytes", flows=uncounted)
+            self._uncounted = uncounted
+        while True:
+            room = len(self._totals_batch)
+            n = self._lib.pep_core_ue_totals(self._totals_batch, room)
+            if n < room:
+                return {_ip(u.family, u.address): u.received for u in self._totals_batch[:n]}
+            self._totals_batch = (_UeTotal * (2 * room))()
+
     def reset(self, flow: Flow, reason: str) -> None:
         """RST on both legs, in the flow's relay thread (counted as "reset by API")."""
         rec = flow._relay
@@ -582,6 +635,10 @@ def _state(flow: Flow, fds: tuple[int, int], *, tcp: bool) -> dict[str, Any]:
         ran=leg_record(flow.ran, _tcp_info(fds[0]) if tcp else None, with_tcp=tcp),
         wan=leg_record(flow.wan, _tcp_info(fds[1]) if wan_tcp else None, with_tcp=wan_tcp),
     )
+
+
+def _toward_ue(rec: _Record, fds: tuple[int, int]) -> dict[str, int]:
+    return toward_ue(fds[0], fds[1] if rec.stage == RELAYING else -1, rec.buffered_to_ue)
 
 
 def _held_bytes(flow: Flow, fds: tuple[int, int]) -> dict[str, dict[str, int]]:

@@ -20,7 +20,7 @@ from mec_pep.flows import Flow, FlowTable, Hooks, ProxyMode
 from mec_pep.policy import AccessPolicy
 from mec_pep.relay import Conn, Relay, RelayCounters, Shared, Stage
 from mec_pep.relay.collector import collector
-from mec_pep.relay.flow_view import buffered, flow_state
+from mec_pep.relay.flow_view import buffered, flow_state, held_toward_ue
 from mec_pep.relay.loop import relay_cpus
 
 log = get_logger(__name__)
@@ -166,6 +166,16 @@ class DataPlane:
     ) -> list[tuple[Flow, dict[str, dict[str, int]]]]:
         """Bytes each live flow holds per direction (``state.buffered``)."""
         return self._read(flows, lambda c: (c.flow, buffered(c)), timeout)
+
+    def held_toward_ue(self) -> tuple[list[tuple[str, dict[str, int]]], dict[str, int]]:
+        """The backlog feed's input (``backlog.BacklogSource``), from every relay thread."""
+        held: list[tuple[str, dict[str, int]]] = []
+        read: dict[str, int] = {}
+        for part, read_part in self.collect(held_toward_ue, timeout=5.0):
+            held += part
+            for ue, n in read_part.items():
+                read[ue] = read.get(ue, 0) + n
+        return held, read
 
     def reset(self, flow: Flow, reason: str) -> None:
         """Reset a flow (RST on both legs); nothing if it has closed."""

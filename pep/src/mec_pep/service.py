@@ -88,7 +88,6 @@ class PepService:
             )
             self.health.set("amqp", False, "connecting", required=False)
             self.publisher.start()
-            assert isinstance(self.dataplane, DataPlane)  # check_core_settings
             self.backlog = BacklogFeed(self.dataplane, self.publisher, s.backlog_interval_ms / 1e3)
             self.backlog.start()
         if s.flowrtt_exchange:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mec_pep.flows import Leg, flow_record, leg_record
-from mec_pep.relay import Conn
+from mec_pep.relay import Conn, Relay
 from mec_pep.sockets import SIOCINQ, SIOCOUTQ, SIOCOUTQNSD, queued, tcp_info
 
 
@@ -27,33 +27,46 @@ def held(ran_fd: int, wan_fd: int, up_pipe: int, down_pipe: int) -> dict[str, di
     A send queue counts bytes not sent yet plus bytes sent and not acknowledged (the PEP
     must keep those to retransmit); ``*_unsent`` is the part not sent yet.
     """
-    to_ue = {
-        "wan_receive_queue": queued(wan_fd, SIOCINQ) if wan_fd >= 0 else 0,
-        "pipe": down_pipe,
-        "ran_send_queue": queued(ran_fd, SIOCOUTQ),
-        "ran_send_unsent": queued(ran_fd, SIOCOUTQNSD),
-    }
     to_server = {
         "ran_receive_queue": queued(ran_fd, SIOCINQ),
         "pipe": up_pipe,
         "wan_send_queue": queued(wan_fd, SIOCOUTQ) if wan_fd >= 0 else 0,
         "wan_send_unsent": queued(wan_fd, SIOCOUTQNSD) if wan_fd >= 0 else 0,
     }
-    to_ue["total"] = to_ue["wan_receive_queue"] + to_ue["pipe"] + to_ue["ran_send_queue"]
     to_server["total"] = (
         to_server["ran_receive_queue"] + to_server["pipe"] + to_server["wan_send_queue"]
     )
-    return {"toward_ue": to_ue, "toward_server": to_server}
+    return {"toward_ue": toward_ue(ran_fd, wan_fd, down_pipe), "toward_server": to_server}
 
 
-def backlog_toward_ue(conn: Conn) -> tuple[int, int]:
-    """(total, not yet sent) bytes held toward the UE: the path manager's signal."""
-    flow = conn.flow
-    if flow.wan is None or conn.down is None:
-        return 0, 0
-    unsent = queued(conn.ran_fd, SIOCOUTQNSD)
-    held = queued(flow.wan.fileno(), SIOCINQ) + conn.down.fill
-    return held + queued(conn.ran_fd, SIOCOUTQ), held + unsent
+def toward_ue(ran_fd: int, wan_fd: int, in_relay: int) -> dict[str, int]:
+    """Bytes a flow holds toward the UE (the path manager's backlog, whichever relay holds
+    them): the WAN leg's receive queue, the relay's pipe or buffer (``in_relay``), the RAN
+    leg's send queue (sent and unacknowledged included; ``ran_send_unsent`` is its unsent
+    part, ``SIOCOUTQNSD``)."""
+    q = {
+        "wan_receive_queue": queued(wan_fd, SIOCINQ) if wan_fd >= 0 else 0,
+        "pipe": in_relay,
+        "ran_send_queue": queued(ran_fd, SIOCOUTQ),
+        "ran_send_unsent": queued(ran_fd, SIOCOUTQNSD),
+    }
+    q["total"] = q["wan_receive_queue"] + q["pipe"] + q["ran_send_queue"]
+    return q
+
+
+def held_toward_ue(relay: Relay) -> tuple[list[tuple[str, dict[str, int]]], dict[str, int]]:
+    """Runs in the relay thread: (UE, ``toward_ue``) of each flow that may hold bytes toward
+    its UE and does (a flow seen at zero leaves the sampled set until it moves bytes toward
+    the UE again), and the bytes read from servers per UE since the start."""
+    found = []
+    for conn in list(relay.busy):
+        wan, down = conn.flow.wan, conn.down
+        q = None if wan is None or down is None else toward_ue(conn.ran_fd, wan.fileno(), down.fill)
+        if q is None or q["total"] == 0:
+            relay.busy.discard(conn)
+        else:
+            found.append((conn.flow.ue, q))
+    return found, dict(relay.read_for_ue)
 
 
 def flow_state(conn: Conn, *, tcp: bool = True) -> dict[str, Any]:
