@@ -137,8 +137,7 @@ class PepSettings(ServiceSettings):
         "python",
         description="python: the relay threads of mec_pep.relay (every mode and feature); "
         "uring: the compiled io_uring relay core (pep/core), transparent mode only, without "
-        "the backlog feed or the MPTCP RAN leg (the PEP refuses to start with those on; "
-        "docs/pep.md)",
+        "the MPTCP RAN leg (the PEP refuses to start with those on; docs/pep.md)",
     )
 
     # Relay threads: each has its own descriptor table (RLIMIT_NOFILE counts per table).
