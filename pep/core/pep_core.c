@@ -544,6 +544,7 @@ static void accepted(struct thread *t, int ran) {
 		return refuse(t, f, PEP_DESTINATION_NOT_ALLOWED);
 	if (cfg.ran_cc[0] && setsockopt(ran, IPPROTO_TCP, TCP_CONGESTION, cfg.ran_cc, strlen(cfg.ran_cc)))
 		return refuse(t, f, PEP_WAN_SETUP_FAILED);
+	if (cfg.ran_nodelay) set_int(ran, IPPROTO_TCP, TCP_NODELAY, 1);
 	if ((f->rec.wan_fd = wan_socket(f)) < 0) return refuse(t, f, PEP_WAN_SETUP_FAILED);
 	f->up.src = f->down.dst = ran;
 	f->up.dst = f->down.src = f->rec.wan_fd;

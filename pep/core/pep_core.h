@@ -12,7 +12,9 @@
 #include <stdint.h>
 
 #define PEP_CORE_MAX_THREADS 64
-#define PEP_CORE_LISTENERS 2 /* per relay thread: the transparent IPv4 and IPv6 listener */
+/* Per relay thread: the transparent IPv4 and IPv6 listener, then with an MPTCP RAN leg one
+ * listener per intercepted port for the UEs' MP_JOINs (docs/pep.md, "MPTCP RAN leg"). */
+#define PEP_CORE_LISTENERS 18
 #define PEP_CORE_MAX_RANGES 256
 #define PEP_CORE_CC_NAME 16 /* TCP_CA_NAME_MAX */
 
@@ -52,6 +54,8 @@ struct pep_core_config {
 	uint32_t buffer_bytes;		/* one relay buffer, held only while bytes are in it */
 	uint32_t buffers;		/* per relay thread, a power of two */
 	uint8_t events;			/* queue flow events for Python's hooks (extensions) */
+	uint8_t ran_nodelay;		/* TCP_NODELAY on each RAN leg: an accepted MPTCP socket
+					 * does not inherit it from its listener (a TCP one does) */
 	uint32_t pipe_bytes;		/* one splice pipe (F_SETPIPE_SZ), held only while bytes are in it */
 	uint32_t splice_after;		/* a flow's directions splice once it has relayed this many
 					 * bytes (buffers before: cheaper for short flows); 0 = never */

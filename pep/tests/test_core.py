@@ -29,7 +29,7 @@ from pep_support import (
 )
 
 from mec_pep.config import PepSettings
-from mec_pep.core import check_core_settings
+from mec_pep.core import JOIN_PORTS, check_core_settings
 from mec_pep.flows import Flow, PepExtension
 from mec_pep.service import PepService
 from mts_lab.line import Lab, in_netns
@@ -52,12 +52,18 @@ def test_io_uring_splice_moves_tcp_bytes_but_in_worker_threads(method: str) -> N
 
 
 def test_settings_the_core_lacks_are_all_named() -> None:
-    settings = PepSettings(transparent_port=5999, socks5_port=1080, tlv_port=8181, ran_mptcp=True)
+    settings = PepSettings(
+        transparent_port=5999, socks5_port=1080, tlv_port=8181, ran_mptcp=True,
+        tproxy_ports=list(range(8000, 8000 + JOIN_PORTS + 1)),  # a join listener each
+    )  # fmt: skip
     with pytest.raises(ValueError) as refused:
         check_core_settings(settings)
     for name in ("PEP_SOCKS5_PORT", "PEP_TLV_PORT", "PEP_RAN_MPTCP"):
         assert name in str(refused.value)
-    check_core_settings(PepSettings(transparent_port=5999, backlog_interval_ms=50))
+    check_core_settings(
+        PepSettings(transparent_port=5999, backlog_interval_ms=50, ran_mptcp=True,
+                    tproxy_ports=list(range(8000, 8000 + JOIN_PORTS)))
+    )  # fmt: skip
 
 
 @pytest.mark.netns

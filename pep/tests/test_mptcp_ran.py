@@ -22,9 +22,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from ipaddress import IPv4Address
+from typing import Any
 
 import pytest
 from pep_support import (
+    RELAYS,
     DataServer,
     PepProcess,
     connect_socks5,
@@ -44,6 +46,12 @@ pytestmark = pytest.mark.netns
 CELL = {1: "10.201.1.2", 2: "10.201.3.2"}
 CELL_RATE = "40mbit"
 DOWNLOAD = 60_000_000  # bytes: ~6 s at the two cells' 80 Mbit/s, enough for three phases
+
+
+@pytest.fixture(scope="module", params=RELAYS)
+def relay_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Every test here runs against both relays (conftest's ``relay_settings``)."""
+    return RELAYS[request.param]
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +194,7 @@ def test_transparent_download_uses_both_cells_and_follows_the_path_manager(
     assert server.peers[-1][0] == lab.pep_server_side_ip
 
 
+@pytest.mark.explicit_modes
 def test_socks5_download_over_mptcp(
     lab: Lab, mptcp_pep: PepProcess, server: DataServer, actuator: MptcpActuator
 ) -> None:

@@ -136,8 +136,8 @@ class PepSettings(ServiceSettings):
     relay_core: Literal["python", "uring"] = Field(
         "python",
         description="python: the relay threads of mec_pep.relay (every mode and feature); "
-        "uring: the compiled io_uring relay core (pep/core), transparent mode only, without "
-        "the MPTCP RAN leg (the PEP refuses to start with those on; docs/pep.md)",
+        "uring: the compiled io_uring relay core (pep/core), transparent mode only (the PEP "
+        "refuses to start with SOCKS5 or TLV on; docs/pep.md)",
     )
 
     # Relay threads: each has its own descriptor table (RLIMIT_NOFILE counts per table).

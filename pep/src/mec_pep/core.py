@@ -10,10 +10,12 @@ answers what ``DataPlane`` answers for the API.
 Extensions (MELD/RAPID) get their hooks from the core's event queue, read here every
 ``EVENTS_EVERY_S``, after the fact; ``for_flows`` lends them copies of the sockets.
 
-The backlog feed reads it through ``held_toward_ue``, as it reads the Python relay's.
+The backlog feed reads it through ``held_toward_ue``, as it reads the Python relay's. With
+``PEP_RAN_MPTCP`` its RAN-side listeners are MPTCP sockets, opened here as for the Python
+relay, with a listener per intercepted port for the UEs' MP_JOINs.
 
-What the core does not do, it refuses at start (``check_core_settings``): SOCKS5, TLV and
-MPTCP on the RAN leg need the Python relay.
+What the core does not do, it refuses at start (``check_core_settings``): SOCKS5 and TLV
+need the Python relay.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ T = TypeVar("T")
 
 # ---- pep_core.h, mirrored (change both together) -----------------------------------------
 
-MAX_THREADS, LISTENERS, MAX_RANGES, CC_NAME = 64, 2, 256, 16
+MAX_THREADS, LISTENERS, MAX_RANGES, CC_NAME = 64, 18, 256, 16
+JOIN_PORTS = LISTENERS - 2  # MPTCP join listeners a relay thread takes beside IPv4 and IPv6
 # enum pep_reason, in order: the Python relay's texts for the same events
 REASONS = (
     "client not allowed",
@@ -92,6 +95,7 @@ class _Config(ctypes.Structure):
         ("buffer_bytes", ctypes.c_uint32),
         ("buffers", ctypes.c_uint32),
         ("events", ctypes.c_uint8),
+        ("ran_nodelay", ctypes.c_uint8),
         ("pipe_bytes", ctypes.c_uint32),
         ("splice_after", ctypes.c_uint32),
     ]
@@ -225,7 +229,10 @@ def check_core_settings(settings: PepSettings) -> None:
         for on, text in (
             (s.socks5_port is not None, "PEP_SOCKS5_PORT (SOCKS5 mode)"),
             (s.tlv_port is not None, "PEP_TLV_PORT (TLV mode)"),
-            (s.ran_mptcp, "PEP_RAN_MPTCP"),
+            (
+                s.ran_mptcp and len(s.tproxy_ports) > JOIN_PORTS,
+                f"PEP_RAN_MPTCP with more than {JOIN_PORTS} PEP_TPROXY_PORTS",
+            ),
             (s.transparent_port is None, "no PEP_TRANSPARENT_PORT (nothing to relay)"),
         )
         if on
@@ -359,6 +366,8 @@ class CoreDataPlane:
         self._close_listeners()
 
     def _open_listeners(self, port: int) -> None:
+        """Per relay thread, as the Python relay's ``relay.listeners.Listeners`` opens them:
+        IPv4, IPv6 if the namespace has it, and with MPTCP the join listeners."""
         s, cpus = self.settings, relay_cpus(self.settings, self.thread_count)
         for _ in range(self.thread_count):
             pair = [listen_socket(s, ProxyMode.TRANSPARENT, "0.0.0.0", port)]
@@ -371,10 +380,16 @@ class CoreDataPlane:
                     if exc.errno not in NO_IPV6:
                         raise
                     log.warning("no IPv6 listener", mode="transparent", error=str(exc))
+            if s.ran_mptcp:  # Listeners._open_joins: why a listener per intercepted port
+                pair += [listen_socket(s, ProxyMode.TRANSPARENT, "0.0.0.0", p)
+                         for p in s.tproxy_ports]  # fmt: skip
+            self._listeners.append(pair)
             if cpus is not None:
                 for sock in pair:
-                    select_listener_by_cpu(sock, cpus)
-            self._listeners.append(pair)
+                    try:
+                        select_listener_by_cpu(sock, cpus)
+                    except OSError as exc:  # an MPTCP listener: the kernel's hash spreads
+                        log.warning("no CPU selector on a listener", error=str(exc))
         self.addresses[ProxyMode.TRANSPARENT] = ("0.0.0.0", port)
 
     def _close_listeners(self) -> None:
@@ -407,6 +422,7 @@ class CoreDataPlane:
         c.pipe_bytes = s.pipe_size
         c.splice_after = SPLICE_AFTER if s.relay_method == "splice" else 0
         c.events = bool(self.hooks.extensions)
+        c.ran_nodelay = s.ran_mptcp
         return c
 
     # ---- the extensions' hooks, from the core's events -------------------------------------
