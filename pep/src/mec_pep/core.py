@@ -580,7 +580,11 @@ class CoreDataPlane:
         """``read(fds)`` on copies of the flow's sockets (they live in their relay thread's
         descriptor table); None if the flow has ended."""
         rec = flow._relay
-        if self._lib is None or not isinstance(rec, _Record):
+        return self._hold(rec, read) if isinstance(rec, _Record) else None
+
+    def _hold(self, rec: _Record, read: Callable[[tuple[int, int]], T]) -> T | None:
+        """``_held`` for a record (the backlog feed's: no ``Flow`` made per sample)."""
+        if self._lib is None:
             return None
         fds = (ctypes.c_int32 * 2)(-1, -1)
         if self._lib.pep_core_hold(rec.slot, rec.id, fds):
@@ -603,10 +607,9 @@ class CoreDataPlane:
         while True:
             n = self._lib.pep_core_toward_ue(ctypes.byref(cursor), batch, len(batch))
             for rec in batch[:n]:
-                flow = _flow(rec)
-                q = self._held(flow, partial(_toward_ue, rec))
+                q = self._hold(rec, partial(_toward_ue, rec))
                 if q is not None and q["total"] > 0:
-                    found.append((flow.ue, q))
+                    found.append((_ip(rec.family, rec.ue), q))
                     self._lib.pep_core_mark_toward_ue(rec.slot, rec.id)
             if n < len(batch):
                 break
