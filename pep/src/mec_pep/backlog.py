@@ -6,8 +6,8 @@ since the PEP started, over all its flows: bytes read from the WAN legs plus wha
 their receive queues. It is the arrival count of the backlog, so the arrival rate is its
 growth over time; it never decreases except by what a reset flow drops unread.
 
-Only UEs with something buffered are sampled (flows that moved bytes toward the UE since
-their backlog was last seen at zero), plus one final message with a zero backlog when a
+Only UEs with something buffered are sampled (flows that took bytes from the server for
+the UE since their backlog was last seen at zero), plus one final message with a zero backlog when a
 UE's backlog has drained, so consumers see the drop. Idle flows cost nothing.
 """
 

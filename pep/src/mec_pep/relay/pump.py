@@ -168,11 +168,13 @@ class Mover:
         if p.to_ue:
             conn.flow.bytes_to_ue += n
             self.counters.bytes_to_ue += n
-            self.busy.add(conn)
         else:
             conn.flow.bytes_from_ue += n
             self.counters.bytes_from_ue += n
 
     def _took_for_ue(self, conn: Conn, n: int) -> None:
+        """Bytes read from the server: counted for the UE, and the flow sampled by the
+        backlog feed from now until its backlog is seen at zero (as the core marks it)."""
         ue = conn.flow.ue
         self.read_for_ue[ue] = self.read_for_ue.get(ue, 0) + n
+        self.busy.add(conn)
