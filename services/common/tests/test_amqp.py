@@ -40,7 +40,7 @@ class RecordingHealth(Health):
         super().__init__()
         self.failures: list[tuple[str, str]] = []
 
-    def set(self, name: str, ok: bool, detail: str = "", *, required: bool = True) -> None:
+    def set(self, name: str, ok: bool, detail: str = "", *, required: bool | None = None) -> None:
         if not ok:
             self.failures.append((name, detail))
         super().set(name, ok, detail, required=required)
@@ -215,6 +215,22 @@ def test_publisher_keeps_messages_while_the_broker_is_unreachable(exchange: str)
         assert wait(lambda: not health.ok())
         assert "cannot connect" in health.report()["checks"]["amqp_publisher"]["detail"]
         assert publisher.dropped == 2, "the oldest messages beyond max_pending are dropped"
+    finally:
+        publisher.close()
+
+
+def test_an_optional_broker_stays_optional_when_the_client_reports(exchange: str) -> None:
+    """A service that relays without its broker (the PEP's backlog feed) registers the
+    check as not required; the client's reports must not make it required again."""
+    health = Health()
+    health.set("amqp", False, "connecting", required=False)
+    publisher = AmqpPublisher("amqp://guest:guest@127.0.0.1:1/%2F", exchange, health=health,
+                              health_name="amqp")  # fmt: skip
+    publisher.start()
+    try:
+        assert wait(lambda: "cannot connect" in health.report()["checks"]["amqp"]["detail"])
+        assert health.report()["checks"]["amqp"]["required"] is False
+        assert health.ok(), "an optional broker that is down leaves the service healthy"
     finally:
         publisher.close()
 

@@ -45,7 +45,7 @@ class OptionalHealth(Health):
         super().__init__()
         self._target = target
 
-    def set(self, name: str, ok: bool, detail: str = "", *, required: bool = True) -> None:
+    def set(self, name: str, ok: bool, detail: str = "", *, required: bool | None = None) -> None:
         self._target.set(name, ok, detail, required=False)
 
 

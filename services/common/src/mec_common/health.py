@@ -25,10 +25,16 @@ class Health:
         self._lock = threading.Lock()
         self._checks: dict[str, _Check] = {}
 
-    def set(self, name: str, ok: bool, detail: str = "", *, required: bool = True) -> None:
-        """Record a dependency's state; ``since`` only moves when ``ok`` changes."""
+    def set(self, name: str, ok: bool, detail: str = "", *, required: bool | None = None) -> None:
+        """Record a dependency's state; ``since`` only moves when ``ok`` changes.
+
+        ``required`` None keeps what the check was registered with (True for a new one): a
+        service marks a dependency optional once, and the client that reports on it (the
+        AMQP client, say) need not know."""
         with self._lock:
             old = self._checks.get(name)
+            if required is None:
+                required = True if old is None else old.required
             if old is not None and old.ok == ok:
                 old.detail, old.required = detail, required
             else:
