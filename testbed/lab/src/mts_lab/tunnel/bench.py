@@ -17,7 +17,8 @@ on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--c
   tunnel's ceiling over the two paths (its 60 B per datagram of overhead: UDP/IP and the
   tunnel's short header, data seq and tag);
 - during the latency run: the machine's idle share, both ends' CPU (also per Gbit/s of the
-  load), the CBR load's loss at its receiver (whether the host, rather than the tunnel, is
+  load) and the time their threads waited, runnable, for a CPU (run delay, per second and
+  end), the CBR load's loss at its receiver (whether the host, rather than the tunnel, is
   the bound), and the packets per TUN read at the MEC end and per TUN write at the UE end
   (with the TUN's offloads a super-packet is one read or write).
 
@@ -34,6 +35,7 @@ import statistics
 import time
 from pathlib import Path
 
+from mts_lab.pep.bench import run_queue_wait_s
 from mts_lab.results import Results, pyplot, save_results
 from mts_lab.tunnel.bed import MEC_ADDR, UE_ADDR, PathSpec, TunnelBed, path_addr, ping_rtts
 
@@ -155,12 +157,17 @@ def measure(
         count = str(seconds * 100)
         cpu0, idle0, start = sum(cpu_seconds(p) for p in pids), cpu_idle(), time.monotonic()
         cross0 = tun_crossings(bed)
+        wait0 = {side: run_queue_wait_s([proc]) for side, proc in bed.procs.items()}
         through = bed.popen("mec", "ping", "-n", "-i", "0.01", "-c", count, UE_ADDR)
         under = bed.popen("mec", "ping", "-n", "-i", "0.01", "-c", count, path_addr(1, "ue"))
         tunnel_rtts = ping_rtts(through.communicate(timeout=seconds * 5)[0])
         underlay_rtts = ping_rtts(under.communicate(timeout=seconds * 5)[0])
         elapsed, idle1 = time.monotonic() - start, cpu_idle()
         cross1 = tun_crossings(bed)
+        results["half_load_run_delay_s_per_s"] = {
+            side: (run_queue_wait_s([proc]) - wait0[side]) / elapsed
+            for side, proc in bed.procs.items()
+        }
         reads, sent, delivered, writes = (b - a for a, b in zip(cross0, cross1, strict=True))
         results["half_load_tunnel_cpu_cores"] = (sum(cpu_seconds(p) for p in pids) - cpu0) / elapsed
         results["half_load_cores_per_gbps"] = results["half_load_tunnel_cpu_cores"] / (half / 1e9)
@@ -198,6 +205,7 @@ def table(r: Results) -> str:
     ratio = r["ratio_to_sum"]
     p50, p90, p99 = (r[f"added_latency_p{q}_ms"] for q in (50, 90, 99))
     before, after = r["load_before"], r["load_after"]
+    wait = r["half_load_run_delay_s_per_s"]
     rows = [
         "| figure | value | goal |",
         "|---|---|---|",
@@ -214,6 +222,8 @@ def table(r: Results) -> str:
         f" | {r['half_load_machine_idle']:.0%} / {r['half_load_tunnel_cpu_cores']:.2f} cores"
         f" ({r['half_load_cores_per_gbps']:.2f} per Gbit/s)"
         f" / {r['half_load_cbr_lost_percent']:.1f} % | |",
+        f"| during it: run delay (waiting for a CPU), MEC end / UE end"
+        f" | {wait['mec']:.2f} / {wait['ue']:.2f} s per s | |",
         f"| during it: packets per TUN read (MEC end) / per TUN write (UE end)"
         f" | {fmt(r.get('half_load_packets_per_tun_read'))}"
         f" / {fmt(r.get('half_load_packets_per_tun_write'))} | |",
