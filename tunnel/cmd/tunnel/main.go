@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"mts.invalid/suite/services/common/go/mecapp"
 	"mts.invalid/suite/services/common/go/svc"
@@ -16,6 +17,7 @@ import (
 	"mts.invalid/suite/tunnel/internal/config"
 	"mts.invalid/suite/tunnel/internal/engine"
 	"mts.invalid/suite/tunnel/internal/rnisfeed"
+	"mts.invalid/suite/tunnel/internal/schedslice"
 )
 
 const usage = `tunnel: one end of the multipath tunnel (docs/tunnel.md)
@@ -57,8 +59,10 @@ func serve(args []string) error {
 		return err
 	}
 	log := svc.NewLogger(cfg.LogLevel, cfg.LogFormat)
-	if err := cfg.ApplyThreadScheduling(); err != nil {
-		return err
+	if cfg.SchedSliceUS != 0 { // before the engine's goroutines: threads started later inherit it
+		if err := schedslice.Apply(time.Duration(cfg.SchedSliceUS) * time.Microsecond); err != nil {
+			return fmt.Errorf("%sSCHED_SLICE_US: %w", config.Prefix, err)
+		}
 	}
 	engCfg, err := cfg.Engine()
 	if err != nil {
@@ -87,7 +91,7 @@ func serve(args []string) error {
 		return err
 	}
 	log.Info("tunnel started", "role", cfg.Role, "peer", cfg.PeerID, "tun", engCfg.TUN, "paths", len(engCfg.Paths),
-		"queue", cfg.Queue, "scheduler", cfg.Scheduler, "cwnd", cfg.CwndMode, "schedSliceUs", cfg.SchedSliceUS, "schedFifoPriority", cfg.SchedFIFOPriority, "listen", listener.Addr().String())
+		"queue", cfg.Queue, "scheduler", cfg.Scheduler, "cwnd", cfg.CwndMode, "schedSliceUs", cfg.SchedSliceUS, "listen", listener.Addr().String())
 
 	app.Go(eng.Run)
 	if ues := eng.RadioUEs(); cfg.AMQPURL != "" && len(ues) > 0 {

@@ -18,7 +18,6 @@ import (
 	"mts.invalid/suite/tunnel/internal/engine"
 	"mts.invalid/suite/tunnel/internal/path"
 	"mts.invalid/suite/tunnel/internal/sched"
-	"mts.invalid/suite/tunnel/internal/threadsched"
 	"mts.invalid/suite/tunnel/internal/wire"
 )
 
@@ -44,7 +43,6 @@ type Config struct {
 	ReorderTimeout        time.Duration
 	ProbeInterval         time.Duration
 	SchedSliceUS          int
-	SchedFIFOPriority     int
 
 	AMQPURL, RnisExchange string
 	BacklogExchange       string
@@ -73,8 +71,7 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("CWND_TARGET", "2ms", "the delay window's queueing delay target per path", svc.Duration(&c.CwndTarget)),
 		svc.Var("CWND_BYTES", "50000", "default cwnd_bytes of a path (static window, adaptive start)", svc.Int(&c.CwndBytes)),
 		svc.Var("REORDER_TIMEOUT", "20ms", "how long the egress waits for a missing packet before skipping it (0: no ordering, packets leave as they come)", svc.Duration(&c.ReorderTimeout)),
-		svc.Var("SCHED_SLICE_US", "0", "EEVDF slice (µs, 100..100000) requested for every thread of the process (sched_setattr, Linux >= 6.12; threads started later inherit it): a shorter slice lets a waking thread preempt sooner; 0: the kernel's default (measured: no gain in the bench's p99, docs/results.md \"EEVDF slice\")", svc.Int(&c.SchedSliceUS)),
-		svc.Var("SCHED_FIFO_PRIORITY", "0", "1..99: every thread of the process in SCHED_FIFO at this priority (needs CAP_SYS_NICE; threads started later inherit it): its wake-ups preempt every normal thread at once (measured: the bench's p99 at half load met, at more CPU per Gbit/s, docs/results.md \"EEVDF slice\"); 0: the normal policy", svc.Int(&c.SchedFIFOPriority)),
+		svc.Var("SCHED_SLICE_US", "0", "EEVDF slice (µs, 100..100000) requested for every thread of the process (sched_setattr, Linux >= 6.12; threads started later inherit it): a shorter slice lets a waking thread preempt sooner; 0: the kernel's default (measured in docs/results.md, \"EEVDF slice\")", svc.Int(&c.SchedSliceUS)),
 		svc.Var("PROBE_INTERVAL", "100ms", "an idle or down path is probed this often (RTT, liveness)", svc.Duration(&c.ProbeInterval)),
 		svc.Var("AMQP_URL", "", "RabbitMQ URL of the RNIS feed (for the rnis scheduler) and of the backlog feed; empty: neither", svc.Str(&c.AMQPURL)),
 		svc.Var("RNIS_EXCHANGE", "rnis", "topic exchange of the RNIS feed", svc.Str(&c.RnisExchange)),
@@ -97,24 +94,6 @@ func Load(fs *flag.FlagSet, args []string) (*Config, error) {
 // Markdown is the settings table for docs/configuration.md.
 func Markdown() string {
 	return svc.SettingsMarkdown(Prefix, (&Config{}).settings(), map[string]string{"STATE_DIR": svc.StateDirShown})
-}
-
-// ApplyThreadScheduling sets the process's threads' scheduling (SCHED_SLICE_US or
-// SCHED_FIFO_PRIORITY); call it before starting goroutines, whose threads inherit it.
-func (c *Config) ApplyThreadScheduling() error {
-	switch {
-	case c.SchedSliceUS != 0 && c.SchedFIFOPriority != 0:
-		return errors.New(Prefix + "SCHED_SLICE_US and " + Prefix + "SCHED_FIFO_PRIORITY exclude each other (a slice is SCHED_OTHER's)")
-	case c.SchedSliceUS != 0:
-		if err := threadsched.ApplySlice(time.Duration(c.SchedSliceUS) * time.Microsecond); err != nil {
-			return fmt.Errorf("%sSCHED_SLICE_US: %w", Prefix, err)
-		}
-	case c.SchedFIFOPriority != 0:
-		if err := threadsched.ApplyFIFO(c.SchedFIFOPriority); err != nil {
-			return fmt.Errorf("%sSCHED_FIFO_PRIORITY: %w", Prefix, err)
-		}
-	}
-	return nil
 }
 
 // Engine builds the data plane's configuration, refusing what cannot work.
@@ -225,7 +204,7 @@ func (c *Config) Public() map[string]any {
 		"queue": map[string]any{"discipline": c.Queue, "limitBytes": c.QueueLimit, "targetMs": ms(c.Target),
 			"intervalMs": ms(c.Interval), "flows": c.Flows, "quantum": c.Quantum},
 		"scheduler": c.Scheduler, "cwndMode": c.CwndMode, "cwndBytes": c.CwndBytes, "cwndTargetMs": ms(c.CwndTarget),
-		"reorderTimeoutMs": ms(c.ReorderTimeout), "probeIntervalMs": ms(c.ProbeInterval), "schedSliceUs": c.SchedSliceUS, "schedFifoPriority": c.SchedFIFOPriority,
+		"reorderTimeoutMs": ms(c.ReorderTimeout), "probeIntervalMs": ms(c.ProbeInterval), "schedSliceUs": c.SchedSliceUS,
 		"rnisFeed": c.AMQPURL != "", "backlogFeed": c.BacklogExchange, "platform": c.PlatformURL != ""}
 }
 
