@@ -71,7 +71,7 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("CWND_TARGET", "2ms", "the delay window's queueing delay target per path", svc.Duration(&c.CwndTarget)),
 		svc.Var("CWND_BYTES", "50000", "default cwnd_bytes of a path (static window, adaptive start)", svc.Int(&c.CwndBytes)),
 		svc.Var("REORDER_TIMEOUT", "20ms", "how long the egress waits for a missing packet before skipping it (0: no ordering, packets leave as they come)", svc.Duration(&c.ReorderTimeout)),
-		svc.Var("SCHED_SLICE_US", "0", "EEVDF slice (µs, 100..100000) requested for every thread of the process (sched_setattr, Linux >= 6.12; threads started later inherit it): a shorter slice lets a waking thread preempt sooner; 0: the kernel's default (measured in docs/results.md, \"EEVDF slice\")", svc.Int(&c.SchedSliceUS)),
+		svc.Var("SCHED_SLICE_US", "0", "EEVDF slice (µs, 100..100000) requested for every thread of the process (sched_setattr, Linux >= 6.12; threads started later inherit it): a shorter slice lets a waking thread preempt sooner; 0: the kernel's default (measured: 500 and 100 µs did not lower the bench's p99 at half load, 100 µs cost TCP throughput; docs/results.md, \"EEVDF slice\")", svc.Int(&c.SchedSliceUS)),
 		svc.Var("PROBE_INTERVAL", "100ms", "an idle or down path is probed this often (RTT, liveness)", svc.Duration(&c.ProbeInterval)),
 		svc.Var("AMQP_URL", "", "RabbitMQ URL of the RNIS feed (for the rnis scheduler) and of the backlog feed; empty: neither", svc.Str(&c.AMQPURL)),
 		svc.Var("RNIS_EXCHANGE", "rnis", "topic exchange of the RNIS feed", svc.Str(&c.RnisExchange)),
