@@ -17,7 +17,7 @@ import (
 	"mts.invalid/suite/tunnel/internal/config"
 	"mts.invalid/suite/tunnel/internal/engine"
 	"mts.invalid/suite/tunnel/internal/rnisfeed"
-	"mts.invalid/suite/tunnel/internal/schedslice"
+	"mts.invalid/suite/tunnel/internal/threadsched"
 )
 
 const usage = `tunnel: one end of the multipath tunnel (docs/tunnel.md)
@@ -60,7 +60,7 @@ func serve(args []string) error {
 	}
 	log := svc.NewLogger(cfg.LogLevel, cfg.LogFormat)
 	if cfg.SchedSliceUS != 0 { // before the engine's goroutines: threads started later inherit it
-		if err := schedslice.Apply(time.Duration(cfg.SchedSliceUS) * time.Microsecond); err != nil {
+		if err := threadsched.ApplySlice(time.Duration(cfg.SchedSliceUS) * time.Microsecond); err != nil {
 			return fmt.Errorf("%sSCHED_SLICE_US: %w", config.Prefix, err)
 		}
 	}
@@ -91,7 +91,7 @@ func serve(args []string) error {
 		return err
 	}
 	log.Info("tunnel started", "role", cfg.Role, "peer", cfg.PeerID, "tun", engCfg.TUN, "paths", len(engCfg.Paths),
-		"queue", cfg.Queue, "scheduler", cfg.Scheduler, "cwnd", cfg.CwndMode, "schedSliceUs", cfg.SchedSliceUS, "listen", listener.Addr().String())
+		"queue", cfg.Queue, "scheduler", cfg.Scheduler, "cwnd", cfg.CwndMode, "schedSliceUs", cfg.SchedSliceUS, "packetThreadPriority", cfg.PacketThreadPriority, "listen", listener.Addr().String())
 
 	app.Go(eng.Run)
 	if ues := eng.RadioUEs(); cfg.AMQPURL != "" && len(ues) > 0 {

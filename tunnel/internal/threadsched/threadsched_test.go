@@ -1,4 +1,4 @@
-package schedslice
+package threadsched
 
 import (
 	"runtime"
@@ -42,18 +42,18 @@ func slices(t *testing.T) map[int]time.Duration {
 	return out
 }
 
-// Every thread has the slice, those that existed at Apply and those Go started afterwards;
-// Apply(0) gives them the kernel's default back.
+// Every thread has the slice, those that existed at ApplySlice and those Go started afterwards;
+// ApplySlice(0) gives them the kernel's default back.
 func TestApplyReachesEveryThreadAndItsClones(t *testing.T) {
 	const want = 300 * time.Microsecond
 	release := lockThreads(3)
 	defer release()
 	before := slices(t)
-	if err := Apply(want); err != nil {
+	if err := ApplySlice(want); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = Apply(0) }()
-	release2 := lockThreads(len(before) + 4) // more than Go has idle: new threads, cloned after Apply
+	defer func() { _ = ApplySlice(0) }()
+	release2 := lockThreads(len(before) + 4) // more than Go has idle: new threads, cloned after ApplySlice
 	defer release2()
 	after := slices(t)
 	cloned := 0
@@ -66,22 +66,22 @@ func TestApplyReachesEveryThreadAndItsClones(t *testing.T) {
 		}
 	}
 	if cloned < 4 {
-		t.Fatalf("only %d threads started after Apply (of %d): the inheritance is not tested", cloned, len(after))
+		t.Fatalf("only %d threads started after ApplySlice (of %d): the inheritance is not tested", cloned, len(after))
 	}
-	if err := Apply(0); err != nil {
+	if err := ApplySlice(0); err != nil {
 		t.Fatal(err)
 	}
 	for tid, s := range slices(t) {
 		if s == want {
-			t.Errorf("thread %d: still %v after Apply(0)", tid, s)
+			t.Errorf("thread %d: still %v after ApplySlice(0)", tid, s)
 		}
 	}
 }
 
 func TestApplyRefusesSlicesOutsideTheKernelsBounds(t *testing.T) {
 	for _, s := range []time.Duration{-time.Microsecond, 50 * time.Microsecond, 101 * time.Millisecond} {
-		if err := Apply(s); err == nil {
-			t.Errorf("Apply(%v) accepted", s)
+		if err := ApplySlice(s); err == nil {
+			t.Errorf("ApplySlice(%v) accepted", s)
 		}
 	}
 }
