@@ -38,17 +38,6 @@ HEALTH_NAME = "rnis"
 MAX_STATIC_UES = 4096
 
 
-class OptionalHealth(Health):
-    """Reports into another Health as not required: the PEP relays without RNIS."""
-
-    def __init__(self, target: Health) -> None:
-        super().__init__()
-        self._target = target
-
-    def set(self, name: str, ok: bool, detail: str = "", *, required: bool | None = None) -> None:
-        self._target.set(name, ok, detail, required=False)
-
-
 @dataclass(frozen=True)
 class Endpoint:
     url: str
@@ -92,7 +81,7 @@ class RnisFeed:
         cells: list[str] | None = None,
     ) -> None:
         self._kernel = kernel
-        self._health = OptionalHealth(health)
+        self._health = health
         self._settings_endpoint = Endpoint(amqp_url, exchange, "settings")
         self._explicit = explicit  # {"url", "exchange"} given in settings: not discovered
         self._mp1 = mp1
@@ -118,7 +107,8 @@ class RnisFeed:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._health.set(HEALTH_NAME, False, "starting")
+        # not required: the PEP relays without RNIS (later reports keep this)
+        self._health.set(HEALTH_NAME, False, "starting", required=False)
         self._thread.start()
 
     def stop(self) -> None:
