@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from mec_common.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs/api"
@@ -47,12 +48,6 @@ SERVICES: dict[str, tuple[list[str], str, dict[str, str]]] = {
 # the tunnel's data plane needs root, a TUN and a peer; `tunnel openapi` prints the document
 # its /openapi.json serves (the same function, with the default public URL).
 PRINTED: dict[str, list[str]] = {"tunnel": [str(REPO / "build/bin/tunnel"), "openapi"]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fetch(name: str) -> dict[str, object]:

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from mec_platform.testing import Running, external_app, free_port, onboard, running_platform
+from mec_common.ports import free_port
+from mec_platform.testing import Running, external_app, onboard, running_platform
 
 SM = "/mec_service_mgmt/v1"
 AS = "/mec_app_support/v1"

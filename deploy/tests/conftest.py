@@ -16,7 +16,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the test modules import harness
 
-from harness import DOCKER, PORT_VARIABLES, REPO, Stack, dump, env_file, free_port, run
+from harness import DOCKER, PORT_VARIABLES, REPO, Stack, dump, env_file, run
+
+from mec_common.ports import free_port
 
 SCENARIO = REPO / "testbed/configs/lte-25prb-meld.yaml"
 REPORT_SF = 7  # not the emulator's default: the test sees that the adapter set it

@@ -7,8 +7,6 @@ the tests run beside other developers' work on the same machine.
 from __future__ import annotations
 
 import json
-import random
-import socket
 import ssl
 import subprocess
 from dataclasses import dataclass, field
@@ -43,26 +41,6 @@ def tool(name: str) -> str:
 
 def helm() -> str:
     return tool("helm")
-
-
-def free_port() -> int:
-    """A port no socket holds now, below the kernel's ephemeral range.
-
-    The services get these ports seconds later and keep them for the whole run, while
-    their namespaces open connections all along: a port from the ephemeral range (what
-    binding port 0 gives) can be taken meanwhile as some connection's source port, and
-    the service that should listen there then fails to bind (a PEP did, in CI: it
-    restarted every 3 s until `up --wait` gave up).
-    """
-    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for port in random.sample(range(10000, first_ephemeral), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in 10000-{first_ephemeral - 1}")
 
 
 # The port variables of docker-compose.yml, by what listens there.

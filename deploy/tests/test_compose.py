@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 from conftest import REPORT_SF, new_stack
-from harness import DOCKER, SERVICES, Stack, dump, free_port, run
+from harness import DOCKER, SERVICES, Stack, dump, run
+
+from mec_common.ports import free_port
 
 if TYPE_CHECKING:
     from mts_testbed.topology import Topology

@@ -45,7 +45,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from conftest import HOST_LOCK, SCENARIO
-from harness import CHART, CLUSTER, REPO, Kube, free_port, helm, run, tool
+from harness import CHART, CLUSTER, REPO, Kube, helm, run, tool
+
+from mec_common.ports import free_port
 
 # A cold node (images imported into containerd) takes minutes before the first test.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

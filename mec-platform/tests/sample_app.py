@@ -8,7 +8,6 @@ app-termination callback; on termination it deregisters, confirms and exits.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,13 +17,12 @@ from fastapi import FastAPI
 from mec_common.auth import TokenVerifier, jwks_key_lookup
 from mec_common.health import Health
 from mec_common.mp1 import MecAppRegistration, Mp1Client, termination_router
+from mec_common.ports import free_port
 
 
 def main() -> None:
     platform = os.environ["PLATFORM_URL"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     client = Mp1Client(platform, os.environ["APP_INSTANCE_ID"], os.environ["CLIENT_ID"],
                        os.environ["CLIENT_SECRET"])  # fmt: skip

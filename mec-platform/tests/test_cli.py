@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mec_common.ports import free_port
 from mec_platform.config import PlatformSettings
-from mec_platform.testing import free_port
 
 
 class Platform:

@@ -10,7 +10,6 @@ import queue
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,6 +21,8 @@ from typing import Any
 
 import httpx
 import pika
+
+from mec_common.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "build" / "bin"
@@ -56,12 +57,6 @@ def binary(name: str) -> Path:
             ["go", "build", "-o", str(path), f"./rnis-adapter/cmd/{name}"], cwd=REPO, check=True
         )
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:

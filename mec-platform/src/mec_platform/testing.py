@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,17 +20,12 @@ import httpx
 import uvicorn
 
 from mec_common.api import uvicorn_options
+from mec_common.ports import free_port
 from mec_platform.app import Platform, build_platform
 from mec_platform.config import PlatformSettings
 
 ADMIN_SECRET = "admin-test-secret"  # noqa: S105 - the test platform's admin secret
 HTTP_TIMEOUT = 60  # s; only a guard against a hang: a busy shared machine is slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Running:

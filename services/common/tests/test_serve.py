@@ -4,7 +4,6 @@ after serve() still runs (uvicorn alone raises the signal again, which ends the 
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from mec_common.api import create_app, serve
 from mec_common.auth import TokenVerifier
 from mec_common.config import ServiceSettings
 from mec_common.health import Health
+from mec_common.ports import free_port
 
 SERVICE = textwrap.dedent(
     """
@@ -50,12 +50,6 @@ SERVICE = textwrap.dedent(
         log.write_text(log.read_text() + "clean-up\\n")
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

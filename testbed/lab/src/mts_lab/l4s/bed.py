@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 
 from mec_common.netns import in_netns
+from mec_common.ports import free_port
 from mec_l4s.efm import Marker, Technique
 from mts_lab.line import run
-from mts_lab.tunnel.bed import free_port
 
 REPO = Path(__file__).resolve().parents[5]
 EMULATOR = REPO / "build/bin/ran-emulator"

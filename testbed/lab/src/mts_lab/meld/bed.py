@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from mec_common.ports import free_port
 from mts_lab import REPO, traffic
 from mts_lab.line import in_netns
 from mts_lab.results import pyplot
@@ -161,7 +162,7 @@ class RanAwareBed:
 
     def _start_adapter(self) -> None:
         emu = self.topo.emulator
-        port = _free_port()
+        port = free_port()
         self.adapter_url = f"http://127.0.0.1:{port}"
         self.adapter_token = secrets.token_hex(8)
         env = {
@@ -521,9 +522,3 @@ def environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "loadavg_at_end": os.getloadavg(),
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

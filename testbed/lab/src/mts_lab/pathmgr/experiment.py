@@ -43,7 +43,6 @@ import argparse
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +58,7 @@ import numpy as np
 import yaml
 
 from mec_common.health import Health
+from mec_common.ports import free_port
 from mts_lab import REPO
 from mts_lab.meld.bed import environment, mean_ci95
 from mts_lab.results import pyplot, save_figure
@@ -106,7 +106,7 @@ class Testbed:
         env = dict(os.environ, RNIS_FLEXRAN_URL=self.topology.emulator.url,
                    RNIS_FLEXRAN_TOKEN=self.topology.emulator.token, RNIS_AMQP_URL=AMQP_URL,
                    RNIS_AMQP_EXCHANGE=exchange,
-                   RNIS_HTTP_HOST="127.0.0.1", RNIS_HTTP_PORT=str(_free_port()),
+                   RNIS_HTTP_HOST="127.0.0.1", RNIS_HTTP_PORT=str(free_port()),
                    RNIS_API_TOKENS=uuid.uuid4().hex, RNIS_POLL_PERIOD="5ms",
                    RNIS_LOG_LEVEL="INFO")  # fmt: skip
         self.adapter_log = Path(tempfile.gettempdir()) / f"{self.name}-rnis-adapter.log"
@@ -132,12 +132,6 @@ class Testbed:
         self.adapter.terminate()
         self.adapter.wait(10)
         sh(str(REPO / ".venv/bin/testbed"), "down", "--name", self.name, check=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 SERVER_PORT = 5201

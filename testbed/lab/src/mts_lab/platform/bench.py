@@ -30,7 +30,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from mec_platform.testing import SIMPLE_APPD, free_port
+from mec_common.ports import free_port
+from mec_platform.testing import SIMPLE_APPD
 from mts_lab.results import pyplot
 
 SM = "/mec_service_mgmt/v1"

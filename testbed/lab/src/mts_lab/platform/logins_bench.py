@@ -20,7 +20,6 @@ import base64
 import multiprocessing
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,15 +33,10 @@ from typing import Any
 
 import aiohttp
 
+from mec_common.ports import free_port
 from mts_lab.results import Results, pyplot, save_results
 
 GOAL_P99_MS = 50.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_platform(state: Path, port: int, limits: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -28,6 +28,7 @@ from typing import Any, Self
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from mec_common.ports import free_port
 from mts_testbed import netns
 
 REPO = Path(__file__).resolve().parents[5]
@@ -251,12 +252,6 @@ def datagram(
     nonce = struct.pack(">IQ", path, seq)
     body = struct.pack(">Q", data_seq) + packet
     return header + key.encrypt(nonce, body, header)
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_here(
