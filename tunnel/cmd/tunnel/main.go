@@ -91,7 +91,7 @@ func serve(args []string) error {
 		return err
 	}
 	log.Info("tunnel started", "role", cfg.Role, "peer", cfg.PeerID, "tun", engCfg.TUN, "paths", len(engCfg.Paths),
-		"queue", cfg.Queue, "scheduler", cfg.Scheduler, "cwnd", cfg.CwndMode, "schedSliceUs", cfg.SchedSliceUS, "packetThreadPriority", cfg.PacketThreadPriority, "listen", listener.Addr().String())
+		"queue", cfg.Queue, "scheduler", cfg.Scheduler, "cwnd", cfg.CwndMode, "schedSliceUs", cfg.SchedSliceUS, "listen", listener.Addr().String())
 
 	app.Go(eng.Run)
 	if ues := eng.RadioUEs(); cfg.AMQPURL != "" && len(ues) > 0 {

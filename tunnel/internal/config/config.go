@@ -43,7 +43,6 @@ type Config struct {
 	ReorderTimeout        time.Duration
 	ProbeInterval         time.Duration
 	SchedSliceUS          int
-	PacketThreadPriority  int
 
 	AMQPURL, RnisExchange string
 	BacklogExchange       string
@@ -73,7 +72,6 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("CWND_BYTES", "50000", "default cwnd_bytes of a path (static window, adaptive start)", svc.Int(&c.CwndBytes)),
 		svc.Var("REORDER_TIMEOUT", "20ms", "how long the egress waits for a missing packet before skipping it (0: no ordering, packets leave as they come)", svc.Duration(&c.ReorderTimeout)),
 		svc.Var("SCHED_SLICE_US", "0", "EEVDF slice (µs, 100..100000) requested for every thread of the process (sched_setattr, Linux >= 6.12; threads started later inherit it): a shorter slice lets a waking thread preempt sooner; 0: the kernel's default (measured: 500 and 100 µs did not lower the bench's p99 at half load, 100 µs cost TCP throughput; docs/results.md, \"EEVDF slice\")", svc.Int(&c.SchedSliceUS)),
-		svc.Var("PACKET_THREAD_PRIORITY", "0", "1..99: the TUN reader and each path's receiver run on a thread of their own in SCHED_FIFO at this priority (needs CAP_SYS_NICE), which waits in poll(2) itself, so a packet wakes it directly; Go's other threads stay in the normal class; 0: they wait in Go's poller (measured: no start livelocked, but the bench's p99 at half load rose, its UDP load lost a third, twice the CPU; docs/results.md, \"Real-time packet threads\")", svc.Int(&c.PacketThreadPriority)),
 		svc.Var("PROBE_INTERVAL", "100ms", "an idle or down path is probed this often (RTT, liveness)", svc.Duration(&c.ProbeInterval)),
 		svc.Var("AMQP_URL", "", "RabbitMQ URL of the RNIS feed (for the rnis scheduler) and of the backlog feed; empty: neither", svc.Str(&c.AMQPURL)),
 		svc.Var("RNIS_EXCHANGE", "rnis", "topic exchange of the RNIS feed", svc.Str(&c.RnisExchange)),
@@ -120,9 +118,6 @@ func (c *Config) Engine() (engine.Config, error) {
 	if c.CwndBytes < c.MTU+wire.Overhead {
 		return engine.Config{}, fmt.Errorf("%sCWND_BYTES %d: less than one datagram", Prefix, c.CwndBytes)
 	}
-	if c.PacketThreadPriority < 0 || c.PacketThreadPriority > 99 {
-		return engine.Config{}, fmt.Errorf("%sPACKET_THREAD_PRIORITY %d: must be 0..99", Prefix, c.PacketThreadPriority)
-	}
 	role := wire.RoleMEC
 	if c.Role == "ue" {
 		role = wire.RoleUE
@@ -135,7 +130,7 @@ func (c *Config) Engine() (engine.Config, error) {
 	}
 	return engine.Config{Role: role, PeerID: uint32(c.PeerID), PSK: psk, TUN: c.TUN, MTU: c.MTU, Paths: paths,
 		Queue: q, Scheduler: c.Scheduler, CwndMode: c.CwndMode, CwndBytes: c.CwndBytes, CwndTarget: c.CwndTarget,
-		ReorderTimeout: c.ReorderTimeout, ProbeInterval: c.ProbeInterval, PacketThreadPriority: c.PacketThreadPriority}, nil
+		ReorderTimeout: c.ReorderTimeout, ProbeInterval: c.ProbeInterval}, nil
 }
 
 func (c *Config) psk() ([]byte, error) {
@@ -209,7 +204,7 @@ func (c *Config) Public() map[string]any {
 		"queue": map[string]any{"discipline": c.Queue, "limitBytes": c.QueueLimit, "targetMs": ms(c.Target),
 			"intervalMs": ms(c.Interval), "flows": c.Flows, "quantum": c.Quantum},
 		"scheduler": c.Scheduler, "cwndMode": c.CwndMode, "cwndBytes": c.CwndBytes, "cwndTargetMs": ms(c.CwndTarget),
-		"reorderTimeoutMs": ms(c.ReorderTimeout), "probeIntervalMs": ms(c.ProbeInterval), "schedSliceUs": c.SchedSliceUS, "packetThreadPriority": c.PacketThreadPriority,
+		"reorderTimeoutMs": ms(c.ReorderTimeout), "probeIntervalMs": ms(c.ProbeInterval), "schedSliceUs": c.SchedSliceUS,
 		"rnisFeed": c.AMQPURL != "", "backlogFeed": c.BacklogExchange, "platform": c.PlatformURL != ""}
 }
 

@@ -52,9 +52,6 @@ type Config struct {
 	CwndTarget     time.Duration
 	ReorderTimeout time.Duration
 	ProbeInterval  time.Duration
-	// PacketThreadPriority (1..99) puts the TUN reader and the path receivers on threads of
-	// their own in SCHED_FIFO at this priority (packetthread.go); 0: Go's scheduling.
-	PacketThreadPriority int
 }
 
 // Drop reasons of received datagrams, and of packets at the ingress.
@@ -258,11 +255,7 @@ func (e *Engine) queueDropped(p *pkt.Packet, byAQM bool) {
 // readTUN enqueues what the TUN gives into the ingress queue.
 func (e *Engine) readTUN(ctx context.Context) {
 	ps := make([]*pkt.Packet, batch)
-	wait := e.packetThread("tun")
 	for ctx.Err() == nil {
-		if !e.dev.Buffered() && !wait(e.dev.SyscallConn()) {
-			continue
-		}
 		refill(ps)
 		readFrom := e.now()
 		n, err := e.dev.ReadBatch(ps)
@@ -513,16 +506,7 @@ func (e *Engine) receive(ctx context.Context, p *pathIO) {
 	buf := make([]byte, readBufSize)
 	oob := make([]byte, unix.CmsgSpace(4))
 	ackBuf := make([]byte, 256)
-	rc, err := p.conn.SyscallConn()
-	if err != nil {
-		e.log.Error("path socket", "path", p.cfg.ID, "err", err)
-		return
-	}
-	wait := e.packetThread(fmt.Sprintf("path %d", p.cfg.ID))
 	for ctx.Err() == nil {
-		if !wait(rc) {
-			continue
-		}
 		n, oobn, _, from, err := p.conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			if ctx.Err() == nil {

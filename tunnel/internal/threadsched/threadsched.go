@@ -1,6 +1,5 @@
 // Package threadsched sets how the kernel schedules the tunnel's threads: a shorter EEVDF
-// slice for every thread of this process (TUNNEL_SCHED_SLICE_US), or SCHED_FIFO for one
-// thread (each packet thread, TUNNEL_PACKET_THREAD_PRIORITY). Since Linux 6.12 a
+// slice for every thread of this process (TUNNEL_SCHED_SLICE_US). Since Linux 6.12 a
 // SCHED_OTHER thread may request its slice with sched_setattr(2)'s sched_runtime
 // (0.1-100 ms); EEVDF gives a waking thread the virtual deadline "eligible time + slice", so
 // a shorter slice lets the tunnel's wake-ups (a TUN read, a path receive) preempt a running
@@ -76,24 +75,6 @@ func set(tid int, slice time.Duration) error {
 	}
 	if err == unix.ESRCH {
 		return nil
-	}
-	return err
-}
-
-// SetFIFO puts thread tid in SCHED_FIFO at priority (1..99) and checks that the kernel
-// took it. Threads it clones would inherit the policy: the caller (a goroutine locked to
-// its thread) must not let Go reuse the thread for other goroutines.
-func SetFIFO(tid, priority int) error {
-	if priority < 1 || priority > 99 {
-		return fmt.Errorf("SCHED_FIFO priority %d: must be 1..99", priority)
-	}
-	attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(priority)}
-	if err := unix.SchedSetAttr(tid, attr, 0); err != nil {
-		return fmt.Errorf("sched_setattr %d SCHED_FIFO %d: %w", tid, priority, err)
-	}
-	got, err := unix.SchedGetAttr(tid, 0)
-	if err == nil && (got.Policy != unix.SCHED_FIFO || got.Priority != uint32(priority)) {
-		err = fmt.Errorf("thread %d: policy %d priority %d after setting SCHED_FIFO %d", tid, got.Policy, got.Priority, priority)
 	}
 	return err
 }

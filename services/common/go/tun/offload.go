@@ -134,11 +134,6 @@ func (s *segmenter) take(ps []*pkt.Packet, n int) int {
 	return n
 }
 
-// pending tells whether next has a packet to give.
-func (s *segmenter) pending() bool {
-	return s.frame != nil && (s.hdr.gsoType == unix.VIRTIO_NET_HDR_GSO_NONE || s.off < len(s.frame))
-}
-
 // next writes the next packet of the frame into p; false when the frame is done.
 func (s *segmenter) next(p *pkt.Packet) bool {
 	if s.frame == nil {

@@ -131,14 +131,6 @@ func (d *Device) ReadBatch(ps []*pkt.Packet) (int, error) {
 	return n, rerr
 }
 
-// SyscallConn is the device's fd, to wait on it another way than through Go's poller
-// (the tunnel's real-time reader polls it in its own thread).
-func (d *Device) SyscallConn() syscall.RawConn { return d.rc }
-
-// Buffered tells whether ReadBatch has packets without reading the device: the rest of a
-// super-packet that did not fit into the last batch.
-func (d *Device) Buffered() bool { return d.seg.pending() }
-
 // drain reads packets into ps until the device has none (EAGAIN) or ps is full. done is
 // false when it stopped at EAGAIN with nothing read (the caller may wait for data).
 func (d *Device) drain(fd int, ps []*pkt.Packet) (n int, done bool, err error) {

@@ -3,10 +3,8 @@
 Two veth paths capped at 1 Gbit/s each by tbf on the MEC side (the downlink), the tunnel
 on top (FQ-CoDel, LowRTT, delay-based windows with a 2 ms queueing target; ``--cwnd``,
 ``--cwnd-target`` and ``--scheduler`` change them; ``--gomaxprocs`` sets both ends' Go
-``GOMAXPROCS``, ``--sched-slice-us`` their EEVDF slice, ``--packet-thread-priority`` puts
-their packet threads in SCHED_FIFO, all recorded in ``tunnel_env``; ``tunnel_thread_slices_ns``
-is what the kernel gave each end's threads, ``tunnel_fifo_threads`` how many of each end's
-threads are in SCHED_FIFO). Measured:
+``GOMAXPROCS``, ``--sched-slice-us`` their EEVDF slice, both recorded in ``tunnel_env``;
+``tunnel_thread_slices_ns`` is what the kernel gave each end's threads). Measured:
 
 - throughput: iperf3 TCP downlink (MEC -> UE, 4 streams) through the tunnel, beside the
   same iperf3 over each path alone without the tunnel (the sum of the paths);
@@ -55,15 +53,15 @@ def tunnel_pids(bed: TunnelBed) -> list[int]:
     return [p.pid for p in bed.procs.values()]
 
 
-def thread_sched(pid: int, field: str) -> list[int]:
-    """A field of each thread's sched file: ``se.slice`` (the EEVDF slice, ns), ``policy``."""
+def thread_slices(pid: int) -> list[int]:
+    """The EEVDF slice (ns) of each thread of a process (``se.slice`` in its sched file)."""
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             lines = (task / "sched").read_text().splitlines()
         except FileNotFoundError:  # the thread exited
             continue
-        out += [int(line.split(":")[1]) for line in lines if line.startswith(field)]
+        out += [int(line.split(":")[1]) for line in lines if line.startswith("se.slice")]
     return out
 
 
@@ -114,7 +112,6 @@ def percentile(values: list[float], q: float) -> float:
 def measure(
     seconds: int, load_bps: float | None = None, cwnd: str = "delay", target: str = "2ms",
     scheduler: str = "lowrtt", gomaxprocs: int | None = None, slice_us: int = 0,
-    packet_priority: int = 0,
 ) -> Results:  # fmt: skip
     paths = [PathSpec(1, rate_mbit=1000), PathSpec(2, rate_mbit=1000)]
     env = {"TUNNEL_SCHEDULER": scheduler, "TUNNEL_CWND": cwnd, "TUNNEL_CWND_BYTES": "200000",
@@ -123,8 +120,6 @@ def measure(
         env["GOMAXPROCS"] = str(gomaxprocs)
     if slice_us:
         env["TUNNEL_SCHED_SLICE_US"] = str(slice_us)
-    if packet_priority:
-        env["TUNNEL_PACKET_THREAD_PRIORITY"] = str(packet_priority)
     results: Results = {
         "seconds": seconds,
         "tunnel_env": env,
@@ -149,10 +144,7 @@ def measure(
         results["tunnel_cpu_cores"] = cpu / elapsed
         results["cpu_cores_per_gbps"] = cpu / elapsed / (results["tunnel_bps"] / 1e9)
         results["tunnel_paths"] = bed.get("mec", "/tunnel/v1/paths")
-        results["tunnel_thread_slices_ns"] = sorted(
-            {s for p in pids for s in thread_sched(p, "se.slice")}
-        )
-        results["tunnel_fifo_threads"] = [thread_sched(p, "policy").count(1) for p in pids]
+        results["tunnel_thread_slices_ns"] = sorted({s for p in pids for s in thread_slices(p)})
 
         half = load_bps or results["tunnel_bps"] / 2
         bed.exec("ue", "iperf3", "-s", "-D", "-1", "-B", UE_ADDR)
@@ -283,12 +275,10 @@ def main() -> None:
     parser.add_argument(
         "--sched-slice-us", type=int, default=0, help="both ends' TUNNEL_SCHED_SLICE_US (0: off)"
     )
-    parser.add_argument("--packet-thread-priority", type=int, default=0,
-                        help="both ends' TUNNEL_PACKET_THREAD_PRIORITY (0: off)")  # fmt: skip
     args = parser.parse_args()
     results = measure(args.seconds, args.load_mbit * 1e6 if args.load_mbit else None,
                       args.cwnd, args.cwnd_target, args.scheduler, args.gomaxprocs,
-                      args.sched_slice_us, args.packet_thread_priority)  # fmt: skip
+                      args.sched_slice_us)  # fmt: skip
     results["median_tunnel_rtt_ms"] = statistics.median(results["tunnel_rtt_ms"])
     save_results(results, args.out, "bench", plot, table)
 
