@@ -14,9 +14,9 @@ $(PEP_PRELOAD): pep/clients/c/pep_preload.c pep/clients/c/pep_tlv.h
 	gcc -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl -lpthread
 
 # The compiled relay core (PEP_RELAY_CORE=uring), loaded by mec_pep/core.py.
-build/lib/libmec_pep_core.so: pep/core/pep_core.c pep/core/pep_core.h
+build/lib/libmec_pep_core.so: pep/core/pep_core.c pep/core/pep_handshake.c pep/core/pep_core.h
 	@mkdir -p $(@D)
-	gcc -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -lpthread -luring
+	gcc -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $(filter %.c,$^) -lpthread -luring
 
 # The benchmark's traffic (server, short-flow/connection-rate client, idle holder).
 build/bin/tcpload: testbed/tcpload/main.go go.mod

@@ -53,6 +53,11 @@
 #define BUFFER_GROUP 0
 #define SPARE_PIPES 256	      /* empty pipes a thread keeps for the next busy direction */
 #define SPLICE_ROUNDS 8	      /* a direction's splices per turn, then the others' turn */
+/* A header's memory: the SOCKS5 greeting consumed (at most 257 bytes), then up to the
+ * limit and one byte more (that tells a header that is too long). */
+#define HEADER_BYTES (2 * (PEP_HANDSHAKE_LIMIT + 1))
+/* SOCKS5 reply codes the relay sends itself (the parse's own are in pep_handshake.c) */
+enum { SOCKS_SUCCEEDED = 0x00, SOCKS_NOT_ALLOWED = 0x02 };
 
 /* 8 operations: the user_data's low 3 bits */
 enum op { OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_WAKE, OP_SWEEP, OP_IGNORE, OP_POLL };
@@ -78,6 +83,11 @@ struct flow {
 	struct pump up, down; /* up: UE -> server */
 	int inflight;	      /* operations submitted and not completed */
 	uint8_t failed;
+	uint8_t reset;	      /* failed: end with RST (else FIN: a SOCKS5 refusal after its reply) */
+	uint16_t taken;	      /* explicit modes: bytes of `header` the handshake has consumed */
+	uint8_t *header;      /* explicit modes: what the client sent until the destination was
+			       * known (malloc'd at its first bytes: a silent client holds none) */
+	uint32_t buffer_size; /* TLV BUFFER_SIZE granted: both legs' buffers; 0 = the settings' */
 	struct flow *prev, *next; /* the thread's live flows, for the timeout sweep */
 	struct pep_ue_total *ue_total; /* its UE's bytes from servers; NULL: table full */
 	struct sockaddr_in6 dst; /* IPv4 or IPv6 (fits both); the connect op reads it */
@@ -109,6 +119,12 @@ struct thread {
 	pthread_mutex_t events_read_lock; /* one Python reader at a time */
 	uint8_t stopping;
 	int setup_error; /* 0, or a negative errno from setting up the ring */
+	int listeners[PEP_CORE_LISTENERS]; /* this thread's copies, -1 = none */
+	uint16_t ports[PEP_CORE_LISTENERS]; /* their ports: a flow to one of them would loop */
+	int32_t wanted[PEP_CORE_LISTENERS]; /* pep_core_listen: the caller's descriptors */
+	uint32_t listen_pending;	     /* slots to replace (bits), under requests_lock */
+	int listen_error;
+	pthread_cond_t listened;	     /* listen_pending went to 0 */
 	struct pep_core_counters counters;
 };
 
@@ -120,6 +136,7 @@ static pthread_mutex_t stripes[STRIPES];
 static uint64_t next_id = 1;
 static char error_text[256];
 static pthread_barrier_t set_up; /* the relay threads and pep_core_start */
+static int process_pidfd; /* Python's descriptor table: listeners opened at run time */
 
 /* ---- slots and the per-client cap (one global lock: taken once at accept, once at end) */
 
@@ -258,8 +275,8 @@ static struct io_uring_sqe *sqe_for(struct thread *t, void *p, enum op op) {
 static void arm_accept(struct thread *t, int listener) {
 	/* the listener's index rides in the pointer bits: it is never dereferenced */
 	void *tag = (void *)(uintptr_t)((uintptr_t)listener << 3);
-	io_uring_prep_multishot_accept(sqe_for(t, tag, OP_ACCEPT), cfg.listeners[t->index][listener],
-				       NULL, NULL, SOCK_CLOEXEC);
+	io_uring_prep_multishot_accept(sqe_for(t, tag, OP_ACCEPT), t->listeners[listener], NULL, NULL,
+				       SOCK_CLOEXEC);
 }
 
 static void arm_sweep(struct thread *t) {
@@ -271,10 +288,16 @@ static void arm_wake(struct thread *t) {
 			   sizeof t->wake_value, 0);
 }
 
-/* A recv whose buffer the kernel picks when bytes arrive (none is held while idle). */
+static int in_handshake(const struct flow *f) {
+	return f->rec.stage >= PEP_SOCKS_GREETING;
+}
+
+/* A recv whose buffer the kernel picks when bytes arrive (none is held while idle); a
+ * handshake reads at most what a header may take (handshake.Handshake.room). */
 static void recv_more(struct thread *t, struct pump *p) {
 	struct io_uring_sqe *sqe = sqe_for(t, p, OP_RECV);
-	io_uring_prep_recv(sqe, p->src, NULL, cfg.buffer_bytes, 0);
+	uint32_t n = in_handshake(p->flow) ? PEP_HANDSHAKE_LIMIT + 1 : cfg.buffer_bytes;
+	io_uring_prep_recv(sqe, p->src, NULL, n, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
 	sqe->buf_group = BUFFER_GROUP;
 	p->flow->inflight++;
@@ -284,9 +307,21 @@ static char *buffer_at(struct thread *t, int bid) {
 	return t->memory + (size_t)bid * cfg.buffer_bytes;
 }
 
+/* A direction's bytes: in a provided buffer, or (the client's bytes behind its header)
+ * in the flow's header memory. */
+static char *bytes_of(struct thread *t, struct pump *p) {
+	return p->bid >= 0 ? buffer_at(t, p->bid) : (char *)p->flow->header;
+}
+
+static void set_buffered(struct pump *p, uint32_t n) {
+	struct flow *f = p->flow;
+	__atomic_store_n(p->to_ue ? &f->rec.buffered_to_ue : &f->rec.buffered_to_server, n,
+			 __ATOMIC_RELAXED);
+}
+
 static void send_rest(struct thread *t, struct pump *p) {
-	io_uring_prep_send(sqe_for(t, p, OP_SEND), p->dst, buffer_at(t, p->bid) + p->sent,
-			   p->len - p->sent, MSG_NOSIGNAL);
+	io_uring_prep_send(sqe_for(t, p, OP_SEND), p->dst, bytes_of(t, p) + p->sent, p->len - p->sent,
+			   MSG_NOSIGNAL);
 	p->flow->inflight++;
 }
 
@@ -399,19 +434,17 @@ static void end_flow(struct flow *f, int reset) {
 		close_later(t, fd);
 	}
 	pthread_mutex_unlock(stripe);
+	free(f->header);
+	f->header = NULL;
 	give_slot(f);
 }
 
-static void refuse(struct thread *t, struct flow *f, enum pep_reason why) {
-	t->counters.refused[why]++;
-	end_flow(f, 1);
-}
-
-/* End the flow with RST on both legs once nothing of it is in flight. */
-static void fail(struct thread *t, struct flow *f, enum pep_reason why) {
+/* End the flow once nothing of it is in flight (maybe_end), counted as refused (never
+ * established) or aborted; `reset`: RST on both legs, else FIN. */
+static void finish(struct thread *t, struct flow *f, enum pep_reason why, int refused, int reset) {
 	if (f->failed) return;
-	f->failed = 1;
-	if (f->rec.stage == PEP_CONNECTING) t->counters.refused[why]++;
+	f->failed = 1, f->reset = (uint8_t)reset;
+	if (refused) t->counters.refused[why]++;
 	else t->counters.aborted[why]++;
 	f->rec.stage = PEP_CLOSING;
 	unstarve(t, f);
@@ -420,6 +453,11 @@ static void fail(struct thread *t, struct flow *f, enum pep_reason why) {
 			io_uring_prep_cancel_fd(sqe_for(t, NULL, OP_IGNORE),
 						i ? f->rec.wan_fd : f->rec.ran_fd,
 						IORING_ASYNC_CANCEL_ALL);
+}
+
+/* RST on both legs, counted as aborted (relay.loop._abort); refusals: finish(). */
+static void fail(struct thread *t, struct flow *f, enum pep_reason why) {
+	finish(t, f, why, 0, 1);
 }
 
 /* The flow ends when nothing of it is in flight and either both directions forwarded
@@ -433,7 +471,7 @@ static void maybe_end(struct thread *t, struct flow *f) {
 	}
 	if (!f->failed) t->counters.closed++;
 	if (f->rec.established_ns) queue_event(t, f, PEP_EVENT_CLOSED);
-	end_flow(f, f->failed);
+	end_flow(f, f->failed && f->reset);
 }
 
 static void address_of(const struct sockaddr_storage *s, uint8_t *out, uint16_t *port) {
@@ -449,35 +487,47 @@ static void address_of(const struct sockaddr_storage *s, uint8_t *out, uint16_t 
 	}
 }
 
-static void set_buffers(int fd) {
-	int plain = !cfg.force_buffers;
-	if (cfg.wan_rcvbuf > 0 && (plain || setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE,
-						       &cfg.wan_rcvbuf, sizeof(int))))
-		set_int(fd, SOL_SOCKET, SO_RCVBUF, cfg.wan_rcvbuf); /* no CAP_NET_ADMIN: clamped */
-	if (cfg.wan_sndbuf > 0 && (plain || setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE,
-						       &cfg.wan_sndbuf, sizeof(int))))
-		set_int(fd, SOL_SOCKET, SO_SNDBUF, cfg.wan_sndbuf);
+/* The socket address of `address` (IPv4 in its first 4 bytes): its length. */
+static socklen_t sockaddr_of(struct sockaddr_in6 *out, int family, const uint8_t *address,
+			     uint16_t port) {
+	memset(out, 0, sizeof *out);
+	if (family == AF_INET6) {
+		out->sin6_family = AF_INET6, out->sin6_port = htons(port);
+		memcpy(&out->sin6_addr, address, 16);
+		return sizeof *out;
+	}
+	struct sockaddr_in *v4 = (struct sockaddr_in *)out;
+	v4->sin_family = AF_INET, v4->sin_port = htons(port);
+	memcpy(&v4->sin_addr, address, 4);
+	return sizeof *v4;
 }
 
-/* The WAN leg as legs.wan_socket makes it; bound to the UE's address if configured. */
+/* sockets.apply_buffers: forced sizes (CAP_NET_ADMIN), else the kernel clamps them. */
+static void set_buffers(int fd, int rcvbuf, int sndbuf) {
+	int plain = !cfg.force_buffers;
+	if (rcvbuf > 0 && (plain || setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(int))))
+		set_int(fd, SOL_SOCKET, SO_RCVBUF, rcvbuf);
+	if (sndbuf > 0 && (plain || setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(int))))
+		set_int(fd, SOL_SOCKET, SO_SNDBUF, sndbuf);
+}
+
+/* The WAN leg as legs.wan_socket makes it: a TLV's granted buffer size, else the settings';
+ * in transparent mode bound to the UE's address if configured. */
 static int wan_socket(struct flow *f) {
-	int family = f->rec.family;
+	int family = f->rec.destination_family;
 	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) return -1;
 	set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1);
 	if (cfg.wan_cc[0] && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cfg.wan_cc, strlen(cfg.wan_cc)))
 		goto fail;
-	set_buffers(fd);
-	if (cfg.keep_ue_source) {
-		struct sockaddr_storage ue = {.ss_family = (sa_family_t)family};
-		if (family == AF_INET6) {
-			set_int(fd, IPPROTO_IPV6, IPV6_TRANSPARENT, 1);
-			memcpy(&((struct sockaddr_in6 *)&ue)->sin6_addr, f->rec.ue, 16);
-		} else {
-			set_int(fd, SOL_IP, IP_TRANSPARENT, 1);
-			memcpy(&((struct sockaddr_in *)&ue)->sin_addr, f->rec.ue, 4);
-		}
-		if (bind(fd, (struct sockaddr *)&ue, sizeof ue)) goto fail;
+	int size = (int)f->buffer_size;
+	set_buffers(fd, size ? size : cfg.wan_rcvbuf, size ? size : cfg.wan_sndbuf);
+	if (cfg.keep_ue_source && f->rec.mode == PEP_MODE_TRANSPARENT) {
+		struct sockaddr_in6 ue;
+		socklen_t len = sockaddr_of(&ue, family, f->rec.ue, 0);
+		if (family == AF_INET6) set_int(fd, IPPROTO_IPV6, IPV6_TRANSPARENT, 1);
+		else set_int(fd, SOL_IP, IP_TRANSPARENT, 1);
+		if (bind(fd, (struct sockaddr *)&ue, len)) goto fail;
 	}
 	return fd;
 fail:
@@ -504,24 +554,136 @@ static void init_flow(struct thread *t, struct flow *f, int ran, struct sockaddr
 	f->rec.created_ns = clock_ns(CLOCK_REALTIME);
 	f->rec.last_active_ns = t->now;
 	f->owner = t;
-	f->up = (struct pump){.flow = f, .bid = -1, .pipe.rd = -1};
-	f->down = (struct pump){.flow = f, .bid = -1, .pipe.rd = -1, .to_ue = 1};
+	f->up = (struct pump){.flow = f, .src = ran, .bid = -1, .pipe.rd = -1};
+	f->down = (struct pump){.flow = f, .dst = ran, .bid = -1, .pipe.rd = -1, .to_ue = 1};
 	f->next = t->live;
 	if (t->live) t->live->prev = f;
 	t->live = f;
 }
 
-/* A connection the kernel handed over: admit it and connect its WAN leg, or refuse it. */
-static void accepted(struct thread *t, int ran) {
-	struct sockaddr_storage ue, dst = {0};
-	socklen_t len = sizeof ue, dlen = sizeof dst;
+/* ---- the destination: an explicit mode's handshake, then the WAN connect ---------------- */
+
+/* A SOCKS5 reply; < 0 if the client is gone. */
+static ssize_t send_reply(struct flow *f, uint8_t code, int family, const uint8_t *address,
+			  uint16_t port) {
+	uint8_t reply[22];
+	uint32_t n = pep_core_socks5_reply(reply, code, family, address, port);
+	return send(f->rec.ran_fd, reply, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* A SOCKS5 client hears why there is no connection (a reply code), then a FIN; the other
+ * modes' clients an RST (relay.loop._connect and _connect_failed). */
+static void refuse_connect(struct thread *t, struct flow *f, enum pep_reason why, uint8_t code) {
+	static const uint8_t unbound[4];
+	int socks = f->rec.mode == PEP_MODE_SOCKS5;
+	if (f->failed) return;
+	if (socks) send_reply(f, code, AF_INET, unbound, 0);
+	finish(t, f, why, 1, !socks);
+}
+
+/* socks5.reply_for_errno */
+static uint8_t reply_for_errno(int err) {
+	switch (err) {
+	case ECONNREFUSED: return 0x05;
+	case ENETUNREACH: return 0x03;
+	case EHOSTUNREACH: return 0x04;
+	case ETIMEDOUT: return 0x06;
+	default: return 0x01;
+	}
+}
+
+/* A connection to one of the PEP's own listeners on this host would loop through it
+ * (relay.loop._is_own_listener): a listener's port, and an address a socket can bind. */
+static int own_listener(struct thread *t, const struct flow *f) {
+	int port_is_ours = 0;
+	for (int i = 0; i < PEP_CORE_LISTENERS; i++)
+		port_is_ours |= t->listeners[i] >= 0 && t->ports[i] == f->rec.destination_port;
+	if (!port_is_ours) return 0;
+	struct sockaddr_in6 a;
+	socklen_t len = sockaddr_of(&a, f->rec.destination_family, f->rec.destination, 0);
+	int probe = socket(f->rec.destination_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int local = probe >= 0 && !bind(probe, (struct sockaddr *)&a, len);
+	if (probe >= 0) close(probe);
+	return local;
+}
+
+/* The WAN connect to the flow's destination, if the policy allows it. No timer per
+ * connection: the sweep refuses a connect older than the timeout. */
+static void connect_wan(struct thread *t, struct flow *f) {
+	if (!destination_allowed(f->rec.destination_family, f->rec.destination) || own_listener(t, f))
+		return refuse_connect(t, f, PEP_DESTINATION_NOT_ALLOWED, SOCKS_NOT_ALLOWED);
+	if ((f->rec.wan_fd = wan_socket(f)) < 0) return finish(t, f, PEP_WAN_SETUP_FAILED, 1, 1);
+	f->up.dst = f->down.src = f->rec.wan_fd;
+	f->rec.stage = PEP_CONNECTING;
+	f->rec.last_active_ns = t->now; /* the connect's timeout counts from here */
+	socklen_t len = sockaddr_of(&f->dst, f->rec.destination_family, f->rec.destination,
+				    f->rec.destination_port);
+	io_uring_prep_connect(sqe_for(t, f, OP_CONNECT), f->rec.wan_fd, (struct sockaddr *)&f->dst, len);
+	f->inflight++;
+}
+
+/* The rest of a header the client sends in pieces, read into the flow's header memory. */
+static void recv_header(struct thread *t, struct flow *f) {
+	uint32_t room = PEP_HANDSHAKE_LIMIT + 1 - (f->up.len - f->taken);
+	io_uring_prep_recv(sqe_for(t, &f->up, OP_RECV), f->up.src, f->header + f->up.len, room, 0);
+	f->inflight++;
+}
+
+/* The header so far through pep_core_handshake: answer the client, then read more, refuse
+ * (relay.loop._handshake_refused) or connect (a TLV's BUFFER_SIZE first: _client_buffers). */
+static void parse_header(struct thread *t, struct flow *f) {
+	struct pep_handshake h = {.stage = f->rec.stage, .taken = f->taken};
+	int parsed = pep_core_handshake(&h, f->header, f->up.len);
+	f->rec.stage = h.stage, f->taken = h.taken;
+	int answered = !h.answer_len || send(f->rec.ran_fd, h.answer, h.answer_len,
+					     MSG_NOSIGNAL | MSG_DONTWAIT) >= 0;
+	if (parsed == PEP_PARSE_REFUSED) return finish(t, f, PEP_BAD_HANDSHAKE, 1, h.reset);
+	if (!answered) return fail(t, f, PEP_RESET_IN_HANDSHAKE);
+	if (parsed == PEP_PARSE_MORE) return recv_header(t, f);
+	f->rec.destination_family = h.family, f->rec.destination_port = h.port;
+	memcpy(f->rec.destination, h.address, 16);
+	f->buffer_size = h.buffer_size < cfg.tlv_max_buffer ? h.buffer_size : cfg.tlv_max_buffer;
+	if (f->buffer_size) set_buffers(f->rec.ran_fd, (int)f->buffer_size, (int)f->buffer_size);
+	connect_wan(t, f);
+}
+
+/* A handshake's bytes: copied out of the provided buffer (back to the ring at once), or
+ * read into the header memory directly; then parsed. */
+static void header_read(struct thread *t, struct flow *f, int res, int bid) {
+	if (bid >= 0) {
+		if (res > 0 && !f->failed && (f->header || (f->header = malloc(HEADER_BYTES))))
+			memcpy(f->header + f->up.len, buffer_at(t, bid), (size_t)res);
+		else if (res > 0 && !f->failed)
+			res = -ENOMEM; /* counted as the client's reset: no memory is rarer */
+		give_buffer(t, bid);
+	}
+	if (f->failed) return;
+	if (res < 0) return fail(t, f, PEP_RESET_IN_HANDSHAKE);
+	if (res == 0) return finish(t, f, PEP_CLOSED_IN_HANDSHAKE, 1, 1);
+	f->up.len += (uint32_t)res;
+	parse_header(t, f);
+}
+
+/* What an accepted socket does not inherit from its listener (legs.prepare_ran_leg). */
+static int prepare_ran_leg(int ran) {
+	if (cfg.ran_cc[0] && setsockopt(ran, IPPROTO_TCP, TCP_CONGESTION, cfg.ran_cc, strlen(cfg.ran_cc)))
+		return -1;
+	if (cfg.ran_nodelay) set_int(ran, IPPROTO_TCP, TCP_NODELAY, 1);
+	return 0;
+}
+
+/* A connection the kernel handed over on listener slot `listener`: admit it (then its
+ * destination: TPROXY's, or the handshake's), or refuse it. */
+static void accepted(struct thread *t, int ran, int listener) {
+	struct sockaddr_storage ue, local;
+	socklen_t len = sizeof ue, local_len = sizeof local;
 	uint8_t ue_address[16];
 	uint16_t ue_port;
 	enum pep_reason why = PEP_CLIENT_NOT_ALLOWED;
 	struct linger rst = {1, 0};
 	t->counters.accepted++;
 	if (getpeername(ran, (struct sockaddr *)&ue, &len) ||
-	    getsockname(ran, (struct sockaddr *)&dst, &dlen)) { /* TPROXY: the original destination */
+	    getsockname(ran, (struct sockaddr *)&local, &local_len)) {
 		close(ran);
 		return;
 	}
@@ -535,38 +697,54 @@ static void accepted(struct thread *t, int ran) {
 		return;
 	}
 	init_flow(t, f, ran, &ue);
+	f->rec.mode = cfg.modes[listener];
 	memcpy(f->rec.ue, ue_address, 16), f->rec.ue_port = ue_port;
-	address_of(&dst, f->rec.destination, &f->rec.destination_port);
-	memcpy(&f->dst, &dst, sizeof f->dst);
+	address_of(&local, f->rec.ran_local, &f->rec.ran_port);
 	__atomic_store_n(&f->rec.id, __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED), __ATOMIC_RELEASE);
-	if (!destination_allowed(f->rec.family, f->rec.destination) ||
-	    f->rec.destination_port == cfg.own_port)
-		return refuse(t, f, PEP_DESTINATION_NOT_ALLOWED);
-	if (cfg.ran_cc[0] && setsockopt(ran, IPPROTO_TCP, TCP_CONGESTION, cfg.ran_cc, strlen(cfg.ran_cc)))
-		return refuse(t, f, PEP_WAN_SETUP_FAILED);
-	if (cfg.ran_nodelay) set_int(ran, IPPROTO_TCP, TCP_NODELAY, 1);
-	if ((f->rec.wan_fd = wan_socket(f)) < 0) return refuse(t, f, PEP_WAN_SETUP_FAILED);
-	f->up.src = f->down.dst = ran;
-	f->up.dst = f->down.src = f->rec.wan_fd;
-	f->rec.stage = PEP_CONNECTING;
-	/* No timer per connection: the sweep cancels a connect older than the timeout */
-	io_uring_prep_connect(sqe_for(t, f, OP_CONNECT), f->rec.wan_fd, (struct sockaddr *)&f->dst, dlen);
-	f->inflight = 1;
+	if (prepare_ran_leg(ran)) {
+		finish(t, f, PEP_WAN_SETUP_FAILED, 1, 1);
+	} else if (f->rec.mode == PEP_MODE_TRANSPARENT) { /* TPROXY: the original destination */
+		f->rec.destination_family = f->rec.family, f->rec.destination_port = f->rec.ran_port;
+		memcpy(f->rec.destination, f->rec.ran_local, 16);
+		connect_wan(t, f);
+	} else { /* the handshake's first bytes: no memory is held before they come */
+		f->rec.stage = f->rec.mode == PEP_MODE_SOCKS5 ? PEP_SOCKS_GREETING : PEP_TLV_HEADER;
+		recv_more(t, &f->up);
+	}
+	maybe_end(t, f); /* refused at once */
 }
 
-static void connected(struct thread *t, struct flow *f, int res) {
-	if (res < 0) return fail(t, f, PEP_CONNECT_FAILED);
-	if (f->failed) return;
-	struct sockaddr_storage local;
-	socklen_t len = sizeof local;
-	if (!getsockname(f->rec.wan_fd, (struct sockaddr *)&local, &len))
-		address_of(&local, f->rec.wan_local, &f->rec.wan_port);
+/* After the connect (and a SOCKS5 client's reply): the client's bytes behind its header go
+ * to the server first. */
+static void start_relaying(struct thread *t, struct flow *f) {
+	struct pump *up = &f->up;
 	f->rec.stage = PEP_RELAYING;
 	f->rec.established_ns = clock_ns(CLOCK_REALTIME);
 	t->counters.established++;
 	queue_event(t, f, PEP_EVENT_ESTABLISHED);
-	recv_more(t, &f->up);
 	recv_more(t, &f->down);
+	if (up->len > f->taken) {
+		up->sent = f->taken;
+		set_buffered(up, up->len - up->sent);
+		return send_rest(t, up);
+	}
+	free(f->header);
+	f->header = NULL, up->len = 0;
+	recv_more(t, up);
+}
+
+static void connected(struct thread *t, struct flow *f, int res) {
+	if (f->failed) return;
+	if (res < 0) return refuse_connect(t, f, PEP_CONNECT_FAILED, reply_for_errno(-res));
+	struct sockaddr_storage local;
+	socklen_t len = sizeof local;
+	if (!getsockname(f->rec.wan_fd, (struct sockaddr *)&local, &len))
+		address_of(&local, f->rec.wan_local, &f->rec.wan_port);
+	if (f->rec.mode == PEP_MODE_SOCKS5 &&
+	    send_reply(f, SOCKS_SUCCEEDED, f->rec.destination_family, f->rec.wan_local,
+		       f->rec.wan_port) < 0)
+		return finish(t, f, PEP_RESET_IN_HANDSHAKE, 0, 1);
+	start_relaying(t, f);
 }
 
 /* ---- a direction's bytes: counted, and in the record for Python ------------------------ */
@@ -582,12 +760,6 @@ static void relayed(struct thread *t, struct pump *p, uint64_t n) {
 static void took_for_ue(struct flow *f, uint64_t n) {
 	if (f->ue_total) __atomic_fetch_add(&f->ue_total->received, n, __ATOMIC_RELAXED);
 	__atomic_store_n(&toward_ue_marks[f->rec.slot], 1, __ATOMIC_RELAXED);
-}
-
-static void set_buffered(struct pump *p, uint32_t n) {
-	struct flow *f = p->flow;
-	__atomic_store_n(p->to_ue ? &f->rec.buffered_to_ue : &f->rec.buffered_to_server, n,
-			 __ATOMIC_RELAXED);
 }
 
 static void saw_fin(struct flow *f, struct pump *p) {
@@ -670,6 +842,7 @@ static void received(struct thread *t, struct pump *p, int res, unsigned flags) 
 		f->inflight++;
 		return;
 	}
+	if (in_handshake(f)) return header_read(t, f, res, bid);
 	if ((res <= 0 || f->failed) && bid >= 0) give_buffer(t, bid);
 	if (res < 0) return fail(t, f, PEP_RESET_BY_PEER);
 	if (f->failed) return;
@@ -688,8 +861,13 @@ static void sent(struct thread *t, struct pump *p, int res) {
 	relayed(t, p, (uint64_t)res);
 	set_buffered(p, p->len - p->sent);
 	if (p->sent < p->len) return send_rest(t, p);
-	give_buffer(t, p->bid);
-	p->bid = -1;
+	if (p->bid >= 0) {
+		give_buffer(t, p->bid);
+		p->bid = -1;
+	} else { /* the client's bytes behind its header, sent */
+		free(f->header);
+		f->header = NULL;
+	}
 	if (cfg.splice_after && f->rec.bytes_to_ue + f->rec.bytes_from_ue >= cfg.splice_after)
 		return start_splicing(t, p);
 	recv_more(t, p);
@@ -700,9 +878,11 @@ static void sent(struct thread *t, struct pump *p, int res) {
 static void sweep(struct thread *t) {
 	for (struct flow *f = t->live, *next; f; f = next) {
 		next = f->next;
-		if (f->rec.stage == PEP_CONNECTING && !f->failed &&
-		    (uint64_t)(t->now - f->rec.last_active_ns) > cfg.connect_timeout_ms * 1000000ULL)
-			fail(t, f, PEP_CONNECT_FAILED); /* last_active_ns: the accept, until connected */
+		/* last_active_ns: the accept during a handshake, then the connect's start */
+		int late = (uint64_t)(t->now - f->rec.last_active_ns) > cfg.connect_timeout_ms * 1000000ULL;
+		if (late && in_handshake(f)) finish(t, f, PEP_HANDSHAKE_TIMEOUT, 1, 1);
+		if (late && f->rec.stage == PEP_CONNECTING)
+			refuse_connect(t, f, PEP_CONNECT_FAILED, reply_for_errno(ETIMEDOUT));
 		if (f->rec.stage != PEP_RELAYING) continue;
 		int half_open = f->up.done || f->down.done;
 		uint64_t limit_ms = half_open ? cfg.half_open_timeout_ms : cfg.idle_timeout_ms;
@@ -712,6 +892,40 @@ static void sweep(struct thread *t) {
 	arm_sweep(t);
 }
 
+/* A listener of this thread's own (its descriptor), accepting. */
+static void take_listener(struct thread *t, int i, int fd) {
+	struct sockaddr_storage a;
+	socklen_t len = sizeof a;
+	uint8_t ignored[16];
+	t->listeners[i] = fd;
+	if (!getsockname(fd, (struct sockaddr *)&a, &len)) address_of(&a, ignored, &t->ports[i]);
+	arm_accept(t, i);
+}
+
+/* pep_core_listen's slots: the old listener's multishot accept is cancelled first (while it
+ * is pending the socket keeps listening), then the new one is copied from Python's table. */
+static void replace_listeners(struct thread *t) {
+	io_uring_submit(&t->ring); /* an accept re-armed in this batch is cancelled too */
+	for (int i = 0; i < PEP_CORE_LISTENERS; i++) {
+		if (!(t->listen_pending & 1u << i)) continue;
+		if (t->listeners[i] >= 0) {
+			struct io_uring_sync_cancel_reg cancel = {
+				.fd = t->listeners[i],
+				.flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL,
+				.timeout = {-1, -1}};
+			io_uring_register_sync_cancel(&t->ring, &cancel);
+			close(t->listeners[i]);
+			t->listeners[i] = -1;
+		}
+		if (t->wanted[i] < 0) continue;
+		int fd = (int)syscall(SYS_pidfd_getfd, process_pidfd, t->wanted[i], 0);
+		if (fd < 0) t->listen_error = -errno;
+		else take_listener(t, i, fd);
+	}
+	t->listen_pending = 0;
+	pthread_cond_broadcast(&t->listened);
+}
+
 static void serve_requests(struct thread *t) {
 	pthread_mutex_lock(&t->requests_lock);
 	for (uint32_t i = 0; i < t->pending; i++) {
@@ -719,6 +933,7 @@ static void serve_requests(struct thread *t) {
 		if (f->rec.id == t->requests[i].id && f->owner == t) fail(t, f, PEP_RESET_BY_API);
 	}
 	t->pending = 0;
+	if (t->listen_pending) replace_listeners(t);
 	pthread_mutex_unlock(&t->requests_lock);
 	arm_wake(t);
 }
@@ -729,8 +944,11 @@ static void completed(struct thread *t, struct io_uring_cqe *cqe) {
 	enum op op = cqe->user_data & 7;
 	void *ptr = (void *)(uintptr_t)(cqe->user_data & ~(uint64_t)7);
 	if (op == OP_ACCEPT) {
-		if (cqe->res >= 0) accepted(t, cqe->res);
-		if (!(cqe->flags & IORING_CQE_F_MORE) && !t->stopping) arm_accept(t, (int)((uintptr_t)ptr >> 3));
+		int listener = (int)((uintptr_t)ptr >> 3);
+		if (cqe->res >= 0) accepted(t, cqe->res, listener);
+		if (!(cqe->flags & IORING_CQE_F_MORE) && !t->stopping && cqe->res != -ECANCELED &&
+		    t->listeners[listener] >= 0) /* not one replace_listeners cancelled */
+			arm_accept(t, listener);
 		return;
 	}
 	if (op == OP_SWEEP) return sweep(t);
@@ -738,7 +956,8 @@ static void completed(struct thread *t, struct io_uring_cqe *cqe) {
 	if (op == OP_IGNORE) return;
 	struct flow *f = op == OP_CONNECT ? ptr : ((struct pump *)ptr)->flow;
 	f->inflight--;
-	f->rec.last_active_ns = t->now;
+	if (!in_handshake(f)) f->rec.last_active_ns = t->now; /* a handshake's time counts from
+								 * the accept (loop.Conn.deadline) */
 	if (op == OP_CONNECT) connected(t, f, cqe->res);
 	else if (op == OP_RECV) received(t, ptr, cqe->res, cqe->flags);
 	else if (op == OP_POLL) polled(t, ptr, cqe->res);
@@ -777,7 +996,7 @@ static void own_descriptor_table(struct thread *t) {
 	t->pidfd = (int)syscall(SYS_pidfd_open, syscall(SYS_gettid), O_EXCL /* PIDFD_THREAD */);
 	if (unshare(CLONE_FILES)) return;
 	t->private_table = 1;
-	int keep[PEP_CORE_LISTENERS + 3] = {2, t->wake_fd}, n = 2;
+	int keep[PEP_CORE_LISTENERS + 4] = {2, t->wake_fd, process_pidfd}, n = 3;
 	for (int i = 0; i < PEP_CORE_LISTENERS; i++)
 		if (cfg.listeners[t->index][i] >= 0) keep[n++] = cfg.listeners[t->index][i];
 	qsort(keep, (size_t)n, sizeof *keep, compare_ints);
@@ -798,6 +1017,7 @@ static int setup_thread(struct thread *t) {
 	if (err) return err;
 	if ((err = setup_buffers(t))) return err;
 	pthread_mutex_init(&t->requests_lock, NULL);
+	pthread_cond_init(&t->listened, NULL);
 	t->sweep_every.tv_sec = SWEEP_NS / 1000000000LL;
 	return 0;
 }
@@ -824,8 +1044,11 @@ static void *relay(void *arg) {
 		pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
 	}
 	t->now = clock_ns(CLOCK_MONOTONIC);
-	for (int i = 0; i < PEP_CORE_LISTENERS; i++)
-		if (cfg.listeners[t->index][i] >= 0) arm_accept(t, i);
+	for (int i = 0; i < PEP_CORE_LISTENERS; i++) { /* its own copies (a shared table: dups) */
+		int fd = cfg.listeners[t->index][i];
+		t->listeners[i] = -1;
+		if (fd >= 0) take_listener(t, i, t->private_table ? fd : dup(fd));
+	}
 	arm_sweep(t);
 	arm_wake(t);
 	while (!__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE)) {
@@ -847,6 +1070,8 @@ static void *relay(void *arg) {
 		close(spare->rd);
 		close(spare->wr);
 	}
+	for (int i = 0; i < PEP_CORE_LISTENERS; i++)
+		if (t->listeners[i] >= 0) close(t->listeners[i]);
 	return NULL;
 }
 
@@ -880,10 +1105,10 @@ static int allocate_tables(void) {
 	return 0;
 }
 
-const uint32_t pep_core_abi[7] = {sizeof(struct pep_core_config), sizeof(struct pep_range),
+const uint32_t pep_core_abi[8] = {sizeof(struct pep_core_config), sizeof(struct pep_range),
 				  sizeof(struct pep_policy), sizeof(struct pep_flow_record),
 				  sizeof(struct pep_core_counters), sizeof(struct pep_flow_event),
-				  sizeof(struct pep_ue_total)};
+				  sizeof(struct pep_ue_total), sizeof(struct pep_handshake)};
 
 int pep_core_start(const struct pep_core_config *config, const struct pep_policy *first) {
 	cfg = *config;
@@ -893,6 +1118,8 @@ int pep_core_start(const struct pep_core_config *config, const struct pep_policy
 	pep_core_set_policy(first);
 	int err = allocate_tables();
 	if (err) return failed_with(err, "tables");
+	process_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0); /* before the threads copy the table */
+	if (process_pidfd < 0) return failed_with(-errno, "pidfd_open");
 	pthread_barrier_init(&set_up, NULL, cfg.threads + 1);
 	for (uint32_t i = 0; i < cfg.threads; i++) {
 		threads[i].index = i;
@@ -914,24 +1141,50 @@ int pep_core_start(const struct pep_core_config *config, const struct pep_policy
 
 const char *pep_core_error(void) { return error_text; }
 
+static void wake(struct thread *t) {
+	uint64_t one = 1;
+	if (t->wake_fd >= 0 && write(t->wake_fd, &one, sizeof one) < 0) perror("pep core: wake");
+}
+
 static void post(struct thread *t, uint32_t slot, uint64_t id) {
 	pthread_mutex_lock(&t->requests_lock);
 	if (t->pending < REQUESTS) t->requests[t->pending++] = (struct request){slot, id};
 	pthread_mutex_unlock(&t->requests_lock);
-	uint64_t one = 1;
-	if (t->wake_fd >= 0 && write(t->wake_fd, &one, sizeof one) < 0) perror("pep core: wake");
+	wake(t);
 }
 
 void pep_core_stop(void) {
 	for (uint32_t i = 0; threads && i < cfg.threads; i++) {
 		__atomic_store_n(&threads[i].stopping, 1, __ATOMIC_RELEASE);
-		post(&threads[i], 0, 0); /* id 0 matches no flow: only wakes the thread */
+		wake(&threads[i]);
 	}
 	for (uint32_t i = 0; threads && i < cfg.threads; i++) {
 		pthread_join(threads[i].id, NULL);
 		close(threads[i].wake_fd);
 		close(threads[i].pidfd);
 	}
+	if (threads) close(process_pidfd);
+}
+
+int pep_core_listen(uint32_t listener, const int32_t *fds) {
+	int err = 0;
+	if (!threads || listener >= PEP_CORE_LISTENERS) return -EINVAL;
+	for (uint32_t i = 0; i < cfg.threads; i++) {
+		struct thread *t = &threads[i];
+		pthread_mutex_lock(&t->requests_lock);
+		t->wanted[listener] = fds[i];
+		t->listen_pending |= 1u << listener;
+		pthread_mutex_unlock(&t->requests_lock);
+		wake(t);
+	}
+	for (uint32_t i = 0; i < cfg.threads; i++) { /* the caller may close its copies after */
+		struct thread *t = &threads[i];
+		pthread_mutex_lock(&t->requests_lock);
+		while (t->listen_pending) pthread_cond_wait(&t->listened, &t->requests_lock);
+		if (t->listen_error) err = t->listen_error, t->listen_error = 0;
+		pthread_mutex_unlock(&t->requests_lock);
+	}
+	return err ? failed_with(err, "a listener's copy") : 0;
 }
 
 /* The relay threads may still read the previous table: it is kept (policies change

@@ -12,9 +12,10 @@
 #include <stdint.h>
 
 #define PEP_CORE_MAX_THREADS 64
-/* Per relay thread: the transparent IPv4 and IPv6 listener, then with an MPTCP RAN leg one
- * listener per intercepted port for the UEs' MP_JOINs (docs/pep.md, "MPTCP RAN leg"). */
-#define PEP_CORE_LISTENERS 18
+/* Per relay thread: the IPv4 and IPv6 listener of each mode (transparent, SOCKS5, TLV), then
+ * with an MPTCP RAN leg one listener per intercepted port for the UEs' MP_JOINs (docs/pep.md,
+ * "MPTCP RAN leg"). Python places them and says each one's mode (pep_core_config.modes). */
+#define PEP_CORE_LISTENERS 22
 #define PEP_CORE_MAX_RANGES 256
 #define PEP_CORE_CC_NAME 16 /* TCP_CA_NAME_MAX */
 
@@ -32,14 +33,26 @@ enum pep_reason {
 	PEP_HALF_OPEN_TIMEOUT,
 	PEP_SHUTDOWN,
 	PEP_RESET_BY_API,
+	PEP_BAD_HANDSHAKE,
+	PEP_HANDSHAKE_TIMEOUT,
+	PEP_CLOSED_IN_HANDSHAKE,
+	PEP_RESET_IN_HANDSHAKE,
 	PEP_REASONS
 };
 
-enum pep_stage { PEP_FREE, PEP_CONNECTING, PEP_RELAYING, PEP_CLOSING };
+/* The explicit modes' stages come before the destination is known (relay/conn.py's names). */
+enum pep_stage {
+	PEP_FREE, PEP_CONNECTING, PEP_RELAYING, PEP_CLOSING,
+	PEP_SOCKS_GREETING, PEP_SOCKS_REQUEST, PEP_TLV_HEADER
+};
+
+/* flows.ProxyMode: a listener's, and so its flows' */
+enum pep_mode { PEP_MODE_TRANSPARENT, PEP_MODE_SOCKS5, PEP_MODE_TLV };
 
 struct pep_core_config {
 	uint32_t threads;
 	int32_t listeners[PEP_CORE_MAX_THREADS][PEP_CORE_LISTENERS]; /* fds, -1 = none */
+	uint8_t modes[PEP_CORE_LISTENERS]; /* enum pep_mode of each listener slot */
 	int32_t cpus[PEP_CORE_MAX_THREADS]; /* pin relay thread i to this CPU; -1 = not */
 	uint32_t max_flows;		    /* all clients together */
 	uint32_t max_flows_per_client;
@@ -49,7 +62,6 @@ struct pep_core_config {
 	int32_t wan_rcvbuf, wan_sndbuf; /* bytes; 0 = the kernel's autotuning */
 	uint8_t force_buffers;		/* SO_*BUFFORCE (CAP_NET_ADMIN), else SO_*BUF */
 	uint8_t keep_ue_source;		/* WAN leg bound to the UE's address (IP_TRANSPARENT) */
-	uint16_t own_port;		/* the transparent port: a flow to it would loop */
 	char ran_cc[PEP_CORE_CC_NAME], wan_cc[PEP_CORE_CC_NAME]; /* "" = namespace default */
 	uint32_t buffer_bytes;		/* one relay buffer, held only while bytes are in it */
 	uint32_t buffers;		/* per relay thread, a power of two */
@@ -59,6 +71,7 @@ struct pep_core_config {
 	uint32_t pipe_bytes;		/* one splice pipe (F_SETPIPE_SZ), held only while bytes are in it */
 	uint32_t splice_after;		/* a flow's directions splice once it has relayed this many
 					 * bytes (buffers before: cheaper for short flows); 0 = never */
+	uint32_t tlv_max_buffer;	/* a TLV's BUFFER_SIZE is granted up to this */
 };
 
 /* One network of an access list; an address matches if (address & mask) == network. */
@@ -81,8 +94,13 @@ struct pep_flow_record {
 	uint32_t slot, thread;		/* where the flow lives in the core */
 	uint8_t family, stage;		/* AF_INET/AF_INET6, enum pep_stage */
 	uint8_t ue_eof, server_eof;	/* FIN received from that side (half-closed) */
-	uint16_t ue_port, destination_port, wan_port; /* host order */
+	uint8_t mode;			/* enum pep_mode */
+	uint8_t destination_family;	/* of destination and wan_local (an explicit mode's
+					 * destination may differ from the UE's family) */
+	uint16_t ue_port, destination_port, wan_port, ran_port; /* host order */
 	uint8_t ue[16], destination[16], wan_local[16];
+	uint8_t ran_local[16];		/* the RAN leg's local address (UE family): in transparent
+					 * mode the destination, else the PEP's listener */
 	int64_t created_ns, established_ns;	/* CLOCK_REALTIME; 0 = not yet */
 	int64_t last_active_ns;			/* CLOCK_MONOTONIC */
 	uint64_t bytes_to_ue, bytes_from_ue;	/* relayed: written to the other leg */
@@ -118,8 +136,29 @@ struct pep_ue_total {
 	uint64_t received;
 };
 
+/* An explicit mode's handshake, parsed by pep_core_handshake (pep_handshake.c) as
+ * mec_pep/relay/handshake.py parses it for the Python relay; pep/tests/test_handshake.py
+ * holds the two to the same answers. The input is everything the client sent so far. */
+#define PEP_HANDSHAKE_LIMIT 512 /* bytes a header may take (handshake.HANDSHAKE_LIMIT) */
+enum pep_parsed { PEP_PARSE_MORE, PEP_PARSE_DONE, PEP_PARSE_REFUSED };
+struct pep_handshake {
+	uint8_t stage;	    /* in and out: PEP_SOCKS_GREETING, PEP_SOCKS_REQUEST or PEP_TLV_HEADER */
+	uint8_t reset;	    /* refused: end with an RST (else a FIN after the answer) */
+	uint8_t answer_len; /* bytes of answer to send the client now (also when refused) */
+	uint8_t family;	    /* done: the destination's AF_INET or AF_INET6 */
+	uint16_t taken;	    /* in and out: bytes of the input the handshake has consumed */
+	uint16_t port;	    /* done: the destination's */
+	uint32_t buffer_size; /* done: TLV BUFFER_SIZE, 0 = none */
+	uint8_t address[16];  /* done: the destination's; IPv4 in the first 4 bytes */
+	uint8_t answer[12];   /* a SOCKS5 method reply, and a SOCKS5 refusal's reply */
+};
+int pep_core_handshake(struct pep_handshake *h, const uint8_t *data, uint32_t len);
+/* A SOCKS5 reply (socks5.reply) with the address bound toward the server: its length. */
+uint32_t pep_core_socks5_reply(uint8_t out[22], uint8_t code, int family, const uint8_t *address,
+			       uint16_t port);
+
 /* sizeof of each structure above, in order: core.py checks its mirror against them. */
-extern const uint32_t pep_core_abi[7];
+extern const uint32_t pep_core_abi[8];
 
 /* 0, or a negative errno with pep_core_error() saying what failed. */
 int pep_core_start(const struct pep_core_config *config, const struct pep_policy *policy);
@@ -141,6 +180,10 @@ int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]);
 int pep_core_private_tables(void);
 /* Reset a flow (RST on both legs) in its relay thread; -1 if it has ended. */
 int pep_core_reset(uint32_t slot, uint64_t id);
+/* Replace listener slot `listener` of every relay thread by fds[thread] (the caller's
+ * descriptor, -1 = none; the thread takes its own copy), the old one closed; returns once
+ * every thread has done so: 0, else a negative errno. The caller then closes its copies. */
+int pep_core_listen(uint32_t listener, const int32_t *fds);
 
 /* The backlog feed's input (mec_pep/backlog.py holds the formula). A flow is marked when the
  * core reads bytes toward its UE; pep_core_toward_ue copies the records of marked flows from

@@ -25,7 +25,6 @@ from pep_support import (
     DataServer,
     PepProcess,
     ThroughPep,
-    carries,
     connect_socks5,
     connect_tlv,
     wait_for,
@@ -69,20 +68,6 @@ def relay_settings() -> dict[str, Any]:
     """PEP settings of the relay under test: the default relay. A module whose tests run
     against both relays overrides this fixture, parametrized over ``pep_support.RELAYS``."""
     return {}
-
-
-@pytest.fixture(autouse=True)
-def _skip_modes_the_relay_lacks(
-    request: pytest.FixtureRequest, relay_settings: dict[str, Any]
-) -> None:
-    """A test of SOCKS5 or TLV (its ``mode`` parameter, or the ``explicit_modes`` mark) is
-    skipped for a relay without those modes (the uring core)."""
-    callspec = getattr(request.node, "callspec", None)
-    mode = callspec.params.get("mode", "transparent") if callspec else "transparent"
-    if request.node.get_closest_marker("explicit_modes"):
-        mode = "socks5"
-    if not carries(relay_settings, mode):
-        pytest.skip(f"this relay has no {mode} mode")
 
 
 @pytest.fixture(scope="module")

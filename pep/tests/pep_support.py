@@ -35,16 +35,11 @@ DUAL_STACK = {  # PEP settings for IPv4 and IPv6 clients and servers of the lab
 }
 
 # The relays a test module may run against (the fixture ``relay_settings``): the Python
-# relay, and the compiled io_uring core, which relays transparent mode only.
+# relay, and the compiled io_uring core; both relay every mode.
 RELAYS: dict[str, dict[str, Any]] = {
     "python": {},
-    "uring": {"relay_core": "uring", "socks5_port": None, "tlv_port": None},
+    "uring": {"relay_core": "uring"},
 }
-
-
-def carries(relay_settings: dict[str, Any], mode: str) -> bool:
-    """Whether a PEP with these relay settings relays ``mode``; skip its tests where not."""
-    return mode == "transparent" or relay_settings.get("relay_core") != "uring"
 
 
 # A random block of prime length repeated: shifted at every repetition, so lost,

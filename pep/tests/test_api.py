@@ -132,7 +132,6 @@ def test_reset_a_flow(lab: Lab, pep: PepProcess, server: DataServer, mode: str) 
     assert pep.get(f"/pep/v1/flows/{flow_id}").status_code == 404
 
 
-@pytest.mark.explicit_modes
 def test_stats_count_what_happened(pep: PepProcess) -> None:
     stats = pep.get("/pep/v1/stats").json()
     assert stats["accepted"] >= stats["established"] > 0
@@ -141,7 +140,6 @@ def test_stats_count_what_happened(pep: PepProcess) -> None:
     assert stats["tfo_server_enabled"] is True
 
 
-@pytest.mark.explicit_modes
 def test_config_reads_back(pep: PepProcess) -> None:
     config = pep.get("/pep/v1/config").json()
     assert config["tlv_port"] == TLV_PORT and config["socks5_port"] == SOCKS_PORT
@@ -161,7 +159,6 @@ def _socks_refused(lab: Lab) -> bool:
     return False
 
 
-@pytest.mark.explicit_modes
 def test_modes_switch_at_run_time(lab: Lab, pep: PepProcess, server: DataServer) -> None:
     off = pep.request("PATCH", "/pep/v1/config", json={"socks5_port": None})
     assert off.status_code == 200, off.text
@@ -174,7 +171,6 @@ def test_modes_switch_at_run_time(lab: Lab, pep: PepProcess, server: DataServer)
         assert sock.recv(2) == b"ok"
 
 
-@pytest.mark.explicit_modes
 def test_bad_config_changes_change_nothing(pep: PepProcess) -> None:
     before = pep.get("/pep/v1/config").json()
     for body, status in (
@@ -190,7 +186,6 @@ def test_bad_config_changes_change_nothing(pep: PepProcess) -> None:
     assert pep.get("/pep/v1/config").json() == before
 
 
-@pytest.mark.explicit_modes
 def test_buffers_and_clients_change_at_run_time(
     lab: Lab, pep: PepProcess, server: DataServer
 ) -> None:

@@ -104,7 +104,6 @@ def test_client_abort_reaches_the_server(
     check_client_abort(server6 if family == "ipv6" else server, lambda: through_pep(family, mode))
 
 
-@pytest.mark.explicit_modes
 def test_an_ipv4_client_reaches_an_ipv6_server_through_socks5(
     lab: Lab, pep6: PepProcess, server6: DataServer
 ) -> None:
@@ -128,7 +127,6 @@ def test_iperf3_over_ipv6(lab: Lab, pep6: PepProcess, iperf_server: int, reverse
     assert after["established"] - before["established"] == 3  # control + 2 streams
 
 
-@pytest.mark.explicit_modes
 def test_denied_ipv6_destination_is_refused(lab: Lab, pep6: PepProcess) -> None:
     """Only the allowed IPv6 destinations may be reached (fd00:201:2::/64 here)."""
     denied = (lab.client_ip6, 22)
@@ -144,13 +142,11 @@ def test_denied_ipv6_destination_is_refused(lab: Lab, pep6: PepProcess) -> None:
     assert after - before == 2
 
 
-@pytest.mark.explicit_modes
 def test_connection_to_a_closed_ipv6_port_is_reported(lab: Lab, pep6: PepProcess) -> None:
     with pytest.raises(ConnectionRefusedError, match="reply 5"):  # 5 = connection refused
         connect_socks5(lab, (lab.server_ip6, 9), pep_host=lab.pep_client_side_ip6)
 
 
-@pytest.mark.explicit_modes
 def test_tlv_over_ipv6_after_bytes_and_buffer_size_option(
     lab: Lab, pep6: PepProcess, server6: DataServer
 ) -> None:
@@ -171,7 +167,6 @@ def test_tlv_over_ipv6_after_bytes_and_buffer_size_option(
         assert flow["destination"] == f"[{server6.address[0]}]:{server6.address[1]}"
 
 
-@pytest.mark.explicit_modes
 def test_connect_to_the_pep_itself_over_ipv6_is_refused(lab: Lab, pep6: PepProcess) -> None:
     """A TLV asking for the PEP's own IPv6 listener would loop; it is refused."""
     own = (lab.pep_server_side_ip6, TLV_PORT)  # inside fd00:201:2::/64

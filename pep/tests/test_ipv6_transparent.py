@@ -59,7 +59,6 @@ def test_wan_leg_keeps_the_ue_ipv6_address(
     assert "lookup" not in lab.sh(lab.pep_ns, "ip -6 rule show | grep fwmark || true")
 
 
-@pytest.mark.explicit_modes
 def test_ipv6_clients_are_denied_unless_listed(
     lab: Lab, start_pep: Callable[..., PepProcess], server6: DataServer
 ) -> None:

@@ -73,7 +73,6 @@ def _aborted(pep: PepProcess, reason: str) -> int:
     return int(pep.get("/pep/v1/stats").json()["aborted"].get(reason, 0))
 
 
-@pytest.mark.explicit_modes
 def test_silent_client_is_closed_after_the_handshake_timeout(lab: Lab, pep: PepProcess) -> None:
     before = _refused(pep, "handshake timeout")
     address = (lab.pep_client_side_ip, TLV_PORT)

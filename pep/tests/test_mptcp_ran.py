@@ -194,7 +194,6 @@ def test_transparent_download_uses_both_cells_and_follows_the_path_manager(
     assert server.peers[-1][0] == lab.pep_server_side_ip
 
 
-@pytest.mark.explicit_modes
 def test_socks5_download_over_mptcp(
     lab: Lab, mptcp_pep: PepProcess, server: DataServer, actuator: MptcpActuator
 ) -> None:

@@ -98,7 +98,6 @@ def test_iperf3(lab: Lab, pep: PepProcess, iperf_server: int, mode: str, reverse
     assert after["established"] - before["established"] == 3  # control + 2 streams
 
 
-@pytest.mark.explicit_modes
 def test_denied_destination_is_refused(lab: Lab, pep: PepProcess, server: DataServer) -> None:
     """Only PEP_ALLOWED_DESTINATIONS (10.201.2.0/24 here) may be reached: no open relay."""
     denied = (lab.client_ip, 22)  # outside the allowed destinations
@@ -111,7 +110,6 @@ def test_denied_destination_is_refused(lab: Lab, pep: PepProcess, server: DataSe
     assert after - before == 2
 
 
-@pytest.mark.explicit_modes
 def test_connection_to_a_closed_port_is_reported(lab: Lab, pep: PepProcess) -> None:
     with pytest.raises(ConnectionRefusedError, match="reply 5"):  # 5 = connection refused
         connect_socks5(lab, (lab.server_ip, 9))
@@ -133,7 +131,6 @@ BAD_TLVS = {
 }
 
 
-@pytest.mark.explicit_modes
 def test_bad_tlvs_close_only_their_own_connection(
     lab: Lab, pep: PepProcess, server: DataServer
 ) -> None:
@@ -152,7 +149,6 @@ def test_bad_tlvs_close_only_their_own_connection(
     good.close()
 
 
-@pytest.mark.explicit_modes
 def test_silent_clients_do_not_delay_others(lab: Lab, pep: PepProcess, server: DataServer) -> None:
     """Clients that connect and never send their TLV/SOCKS5 header block nobody."""
     silent = [_raw_tlv_client(lab) for _ in range(200)]
@@ -173,7 +169,6 @@ def test_silent_clients_do_not_delay_others(lab: Lab, pep: PepProcess, server: D
             sock.close()
 
 
-@pytest.mark.explicit_modes
 def test_tlv_after_bytes_and_buffer_size_option(
     lab: Lab, pep: PepProcess, server: DataServer
 ) -> None:
@@ -192,7 +187,6 @@ def test_tlv_after_bytes_and_buffer_size_option(
     sock.close()
 
 
-@pytest.mark.explicit_modes
 def test_connect_to_the_pep_itself_is_refused(lab: Lab, pep: PepProcess) -> None:
     """A TLV asking for the PEP's own listener would loop; it is refused."""
     allowed_pep_address = (lab.pep_server_side_ip, TLV_PORT)  # inside 10.201.2.0/24

@@ -1,8 +1,11 @@
 """The compiled relay core (``PEP_RELAY_CORE=uring``): its control plane in Python.
 
 The core (``pep/core/pep_core.c``, built as ``build/lib/libmec_pep_core.so``) relays the
-transparent mode's flows in C threads, one io_uring each, and calls no Python. This module
-opens its listeners, hands it the settings and the access policy, and reads what it writes:
+flows of every mode (transparent, SOCKS5, TLV) in C threads, one io_uring each, and calls no
+Python. The explicit modes' handshakes are parsed in C (``pep_handshake.c``) as
+``relay/handshake.py`` parses them; ``pep/tests/test_handshake.py`` holds the two to the same
+answers. This module opens its listeners (also at run time: ``listen``), hands it the
+settings and the access policy, and reads what it writes:
 the flow records (shown as ``Flow`` objects of ``mec_pep.flows``, whose ``flow_record``
 shapes them for the API as for the Python relay) and the counters. ``CoreDataPlane``
 answers what ``DataPlane`` answers for the API.
@@ -14,8 +17,7 @@ The backlog feed reads it through ``held_toward_ue``, as it reads the Python rel
 ``PEP_RAN_MPTCP`` its RAN-side listeners are MPTCP sockets, opened here as for the Python
 relay, with a listener per intercepted port for the UEs' MP_JOINs.
 
-What the core does not do, it refuses at start (``check_core_settings``): SOCKS5 and TLV
-need the Python relay.
+What the core does not do, it refuses at start (``check_core_settings``).
 """
 
 from __future__ import annotations
@@ -47,8 +49,11 @@ T = TypeVar("T")
 
 # ---- pep_core.h, mirrored (change both together) -----------------------------------------
 
-MAX_THREADS, LISTENERS, MAX_RANGES, CC_NAME = 64, 18, 256, 16
-JOIN_PORTS = LISTENERS - 2  # MPTCP join listeners a relay thread takes beside IPv4 and IPv6
+MAX_THREADS, LISTENERS, MAX_RANGES, CC_NAME = 64, 22, 256, 16
+MODES = (ProxyMode.TRANSPARENT, ProxyMode.SOCKS5, ProxyMode.TLV)  # enum pep_mode
+# Listener slots per relay thread: each mode's IPv4 and IPv6 listener, then the join listeners.
+SLOTS = {mode: (2 * i, 2 * i + 1) for i, mode in enumerate(MODES)}
+JOIN_PORTS = LISTENERS - 2 * len(MODES)  # MPTCP join listeners a relay thread takes
 # enum pep_reason, in order: the Python relay's texts for the same events
 REASONS = (
     "client not allowed",
@@ -62,8 +67,14 @@ REASONS = (
     "half-open timeout",
     "shutdown",
     "reset by API",
+    "bad handshake",
+    "handshake timeout",
+    "client closed during handshake",
+    "client reset during handshake",
 )
-STAGES = {1: "connecting", 2: "relaying", 3: "closed"}  # enum pep_stage, as the API names them
+# enum pep_stage, as the API names them (relay/conn.py's Stage)
+STAGES = {1: "connecting", 2: "relaying", 3: "closed", 4: "socks_greeting", 5: "socks_request",
+          6: "tlv_header"}  # fmt: skip
 RELAYING = 2
 # One relay buffer (bytes) and buffers per relay thread: a direction holds one only while
 # bytes are in it, so 64 busy flows use 128 of them and idle flows none.
@@ -79,6 +90,7 @@ class _Config(ctypes.Structure):
     _fields_ = [
         ("threads", ctypes.c_uint32),
         ("listeners", (ctypes.c_int32 * LISTENERS) * MAX_THREADS),
+        ("modes", ctypes.c_uint8 * LISTENERS),
         ("cpus", ctypes.c_int32 * MAX_THREADS),
         ("max_flows", ctypes.c_uint32),
         ("max_flows_per_client", ctypes.c_uint32),
@@ -89,7 +101,6 @@ class _Config(ctypes.Structure):
         ("wan_sndbuf", ctypes.c_int32),
         ("force_buffers", ctypes.c_uint8),
         ("keep_ue_source", ctypes.c_uint8),
-        ("own_port", ctypes.c_uint16),
         ("ran_cc", ctypes.c_char * CC_NAME),
         ("wan_cc", ctypes.c_char * CC_NAME),
         ("buffer_bytes", ctypes.c_uint32),
@@ -98,6 +109,7 @@ class _Config(ctypes.Structure):
         ("ran_nodelay", ctypes.c_uint8),
         ("pipe_bytes", ctypes.c_uint32),
         ("splice_after", ctypes.c_uint32),
+        ("tlv_max_buffer", ctypes.c_uint32),
     ]
 
 
@@ -127,12 +139,16 @@ class _Record(ctypes.Structure):
         ("stage", ctypes.c_uint8),
         ("ue_eof", ctypes.c_uint8),
         ("server_eof", ctypes.c_uint8),
+        ("mode", ctypes.c_uint8),
+        ("destination_family", ctypes.c_uint8),
         ("ue_port", ctypes.c_uint16),
         ("destination_port", ctypes.c_uint16),
         ("wan_port", ctypes.c_uint16),
+        ("ran_port", ctypes.c_uint16),
         ("ue", ctypes.c_uint8 * 16),
         ("destination", ctypes.c_uint8 * 16),
         ("wan_local", ctypes.c_uint8 * 16),
+        ("ran_local", ctypes.c_uint8 * 16),
         ("created_ns", ctypes.c_int64),
         ("established_ns", ctypes.c_int64),
         ("last_active_ns", ctypes.c_int64),
@@ -173,6 +189,24 @@ class _UeTotal(ctypes.Structure):
     ]
 
 
+class CoreHandshake(ctypes.Structure):
+    """struct pep_handshake: pep_core_handshake's state and answer (the tests compare it
+    with ``relay/handshake.py``'s)."""
+
+    _fields_ = [
+        ("stage", ctypes.c_uint8),
+        ("reset", ctypes.c_uint8),
+        ("answer_len", ctypes.c_uint8),
+        ("family", ctypes.c_uint8),
+        ("taken", ctypes.c_uint16),
+        ("port", ctypes.c_uint16),
+        ("buffer_size", ctypes.c_uint32),
+        ("address", ctypes.c_uint8 * 16),
+        ("answer", ctypes.c_uint8 * 12),
+    ]
+
+
+PARSE_MORE, PARSE_DONE, PARSE_REFUSED = 0, 1, 2  # enum pep_parsed
 ESTABLISHED, CLOSED = 1, 2  # enum pep_event_kind
 EVENTS_EVERY_S = 0.02  # how often the hooks hear of flows (they come this much late at most)
 
@@ -186,12 +220,12 @@ def library_path() -> Path:
     return Path(build) / "lib" / "libmec_pep_core.so"
 
 
-def _load() -> ctypes.CDLL:
+def load() -> ctypes.CDLL:
     path = library_path()
     if not path.exists():
         raise OSError(f"PEP_RELAY_CORE=uring: {path} is missing (make build)")
     lib = ctypes.CDLL(str(path))
-    mirrors = (_Config, _Range, _Policy, _Record, _Counters, _Event, _UeTotal)
+    mirrors = (_Config, _Range, _Policy, _Record, _Counters, _Event, _UeTotal, CoreHandshake)
     sizes = (ctypes.c_uint32 * len(mirrors)).in_dll(lib, "pep_core_abi")
     if list(sizes) != [ctypes.sizeof(m) for m in mirrors]:
         raise OSError(f"{path} does not match mec_pep.core's structures (rebuild: make build)")
@@ -215,6 +249,14 @@ def _load() -> ctypes.CDLL:
     lib.pep_core_mark_toward_ue.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
     lib.pep_core_ue_totals.argtypes = [ctypes.POINTER(_UeTotal), ctypes.c_uint32]
     lib.pep_core_ue_totals.restype = ctypes.c_uint32
+    lib.pep_core_listen.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_int32)]
+    lib.pep_core_handshake.argtypes = [
+        ctypes.POINTER(CoreHandshake), ctypes.c_char_p, ctypes.c_uint32
+    ]  # fmt: skip
+    lib.pep_core_socks5_reply.argtypes = [
+        ctypes.c_char_p, ctypes.c_uint8, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint16
+    ]  # fmt: skip
+    lib.pep_core_socks5_reply.restype = ctypes.c_uint32
     return lib
 
 
@@ -224,23 +266,10 @@ def _load() -> ctypes.CDLL:
 def check_core_settings(settings: PepSettings) -> None:
     """Refuse, with every reason at once, settings that need the Python relay."""
     s = settings
-    unsupported = [
-        text
-        for on, text in (
-            (s.socks5_port is not None, "PEP_SOCKS5_PORT (SOCKS5 mode)"),
-            (s.tlv_port is not None, "PEP_TLV_PORT (TLV mode)"),
-            (
-                s.ran_mptcp and len(s.tproxy_ports) > JOIN_PORTS,
-                f"PEP_RAN_MPTCP with more than {JOIN_PORTS} PEP_TPROXY_PORTS",
-            ),
-            (s.transparent_port is None, "no PEP_TRANSPARENT_PORT (nothing to relay)"),
-        )
-        if on
-    ]
-    if unsupported:
+    if s.ran_mptcp and len(s.tproxy_ports) > JOIN_PORTS:
         raise ValueError(
-            "PEP_RELAY_CORE=uring relays transparent mode only; these need "
-            f"PEP_RELAY_CORE=python: {', '.join(unsupported)}"
+            f"PEP_RELAY_CORE=uring takes PEP_RAN_MPTCP with at most {JOIN_PORTS} "
+            "PEP_TPROXY_PORTS (a join listener each); more need PEP_RELAY_CORE=python"
         )
 
 
@@ -270,18 +299,25 @@ def _ip(family: int, raw: Any) -> str:
 def _flow(rec: _Record, known: Flow | None = None) -> Flow:
     """A ``Flow`` from a record (or ``known`` brought up to date): its legs carry
     addresses and no sockets, except while the core lends them (``CoreDataPlane.lend``)."""
-    family = rec.family
-    ue = (_ip(family, rec.ue), rec.ue_port)
-    destination = (_ip(family, rec.destination), rec.destination_port)
-    flow = known or Flow(rec.id, ProxyMode.TRANSPARENT, Leg(None, destination, ue))
+    ue = (_ip(rec.family, rec.ue), rec.ue_port)
+    ran_local = (_ip(rec.family, rec.ran_local), rec.ran_port)
+    flow = known or Flow(rec.id, MODES[rec.mode], Leg(None, ran_local, ue))
+    family = rec.destination_family  # 0 while an explicit mode's handshake goes on
+    destination = (_ip(family, rec.destination), rec.destination_port) if family else None
     flow.destination = destination
     flow.created_at = rec.created_ns / 1e9
     flow.established_at = rec.established_ns / 1e9 if rec.established_ns else None
     flow.bytes_to_ue, flow.bytes_from_ue = rec.bytes_to_ue, rec.bytes_from_ue
+    if destination is None:
+        return _relaying(flow, rec)
     unbound = ("::" if family == socket.AF_INET6 else "0.0.0.0", 0)
     local = (_ip(family, rec.wan_local), rec.wan_port) if rec.established_ns else unbound
     if flow.wan is None or flow.wan.local != local:
         flow.wan = Leg(None, local, destination)
+    return _relaying(flow, rec)
+
+
+def _relaying(flow: Flow, rec: _Record) -> Flow:
     flow._relay = rec  # the record it was read from: slot, id, stage, times
     return flow
 
@@ -330,7 +366,10 @@ class CoreDataPlane:
         self.addresses: dict[ProxyMode, tuple[str, int]] = {}
         self.pipe_size = settings.pipe_size  # the splice path's pipes (F_SETPIPE_SZ)
         self._lib: ctypes.CDLL | None = None
-        self._listeners: list[list[socket.socket]] = []  # per relay thread: IPv4, IPv6
+        # per relay thread, per listener slot (SLOTS, then the joins): Python's copies
+        self._listeners: list[list[socket.socket | None]] = [
+            [None] * LISTENERS for _ in range(threads)
+        ]
         self._policies: list[_Policy] = []  # the core may read each while it is current
         self._toward_ue_batch = (_Record * 256)()  # the backlog feed's, reused every sample
         self._totals_batch = (_UeTotal * 64)()
@@ -340,10 +379,16 @@ class CoreDataPlane:
 
     def start(self) -> None:
         s = self.settings
-        assert s.transparent_port is not None  # check_core_settings
-        lib = _load()
+        lib = load()
         raise_fd_limit()  # per relay thread's own table, as the Python relay's threads
-        self._open_listeners(s.transparent_port)
+        try:
+            for mode, port in zip(MODES, (s.transparent_port, s.socks5_port, s.tlv_port),
+                                  strict=True):  # fmt: skip
+                if port is not None:
+                    self.listen(mode, port)
+        except BaseException:
+            self._close_listeners()
+            raise
         policy = _policy(AccessPolicy(s.allowed_clients, s.allowed_destinations))
         self._policies.append(policy)
         if lib.pep_core_start(ctypes.byref(self._config()), ctypes.byref(policy)):
@@ -365,39 +410,61 @@ class CoreDataPlane:
             self._lib = None
         self._close_listeners()
 
-    def _open_listeners(self, port: int) -> None:
-        """Per relay thread, as the Python relay's ``relay.listeners.Listeners`` opens them:
-        IPv4, IPv6 if the namespace has it, and with MPTCP the join listeners."""
-        s, cpus = self.settings, relay_cpus(self.settings, self.thread_count)
-        for _ in range(self.thread_count):
-            pair = [listen_socket(s, ProxyMode.TRANSPARENT, "0.0.0.0", port)]
-            port = pair[0].getsockname()[1]  # port 0: every thread on the one picked
-            if s.listen_host6 is not None:
-                try:
-                    six = listen_socket(s, ProxyMode.TRANSPARENT, "::", port, socket.AF_INET6)
-                    pair.append(six)
-                except OSError as exc:
-                    if exc.errno not in NO_IPV6:
-                        raise
-                    log.warning("no IPv6 listener", mode="transparent", error=str(exc))
-            if s.ran_mptcp:  # Listeners._open_joins: why a listener per intercepted port
-                pair += [listen_socket(s, ProxyMode.TRANSPARENT, "0.0.0.0", p)
-                         for p in s.tproxy_ports]  # fmt: skip
-            self._listeners.append(pair)
-            if cpus is not None:
-                for sock in pair:
+    def _open(self, mode: ProxyMode, port: int) -> list[list[socket.socket | None]]:
+        """Per relay thread, as the Python relay's ``relay.listeners.Listeners.open`` opens
+        them: IPv4, IPv6 if the namespace has it, and in transparent mode with MPTCP the
+        join listeners (the slots after ``SLOTS``)."""
+        s = self.settings
+        explicit = mode is not ProxyMode.TRANSPARENT
+        host = s.listen_host if explicit else "0.0.0.0"
+        host6 = s.listen_host6 if explicit else None if s.listen_host6 is None else "::"
+        opened: list[list[socket.socket | None]] = []
+        try:
+            for _ in range(self.thread_count):
+                first = listen_socket(s, mode, host, port)
+                group: list[socket.socket | None] = [first, None]  # IPv4, IPv6 (SLOTS)
+                opened.append(group)
+                port = first.getsockname()[1]  # port 0: every thread on the one picked
+                if host6 is not None:
                     try:
-                        select_listener_by_cpu(sock, cpus)
-                    except OSError as exc:  # an MPTCP listener: the kernel's hash spreads
-                        log.warning("no CPU selector on a listener", error=str(exc))
-        self.addresses[ProxyMode.TRANSPARENT] = ("0.0.0.0", port)
+                        group[1] = listen_socket(s, mode, host6, port, socket.AF_INET6)
+                    except OSError as exc:
+                        if exc.errno not in NO_IPV6:
+                            raise
+                        log.warning("no IPv6 listener", mode=str(mode), error=str(exc))
+                if s.ran_mptcp and not explicit:  # Listeners._open_joins: why one per port
+                    for p in s.tproxy_ports:
+                        group.append(listen_socket(s, mode, "0.0.0.0", p))
+                self._select_by_cpu(group)
+        except BaseException:
+            for sock in (sock for group in opened for sock in group):
+                if sock is not None:
+                    sock.close()
+            raise
+        return opened
+
+    def _select_by_cpu(self, group: list[socket.socket | None]) -> None:
+        cpus = relay_cpus(self.settings, self.thread_count)
+        if cpus is None:
+            return
+        for sock in (sock for sock in group if sock is not None):
+            try:
+                select_listener_by_cpu(sock, cpus)
+            except OSError as exc:  # an MPTCP listener: the kernel's hash spreads
+                log.warning("no CPU selector on a listener", error=str(exc))
+
+    def _slots(self, mode: ProxyMode) -> list[int]:
+        """The listener slots of ``mode``: its IPv4 and IPv6 one, for transparent the joins."""
+        joins = range(2 * len(MODES), LISTENERS) if mode is ProxyMode.TRANSPARENT else []
+        return [*SLOTS[mode], *joins]
 
     def _close_listeners(self) -> None:
-        for pair in self._listeners:
-            for sock in pair:
-                sock.close()
-        self._listeners = []
-        self.addresses.pop(ProxyMode.TRANSPARENT, None)
+        for group in self._listeners:
+            for i, sock in enumerate(group):
+                if sock is not None:
+                    sock.close()
+                group[i] = None
+        self.addresses.clear()
 
     def _config(self) -> _Config:
         s, c = self.settings, _Config()
@@ -405,16 +472,18 @@ class CoreDataPlane:
         c.threads = self.thread_count
         for i in range(MAX_THREADS):
             c.cpus[i] = cpus[i] if cpus is not None and i < len(cpus) else -1
-            for k in range(LISTENERS):
-                pair = self._listeners[i] if i < len(self._listeners) else []
-                c.listeners[i][k] = pair[k].fileno() if k < len(pair) else -1
+            group = self._listeners[i] if i < len(self._listeners) else [None] * LISTENERS
+            for k, sock in enumerate(group):
+                c.listeners[i][k] = sock.fileno() if sock is not None else -1
+        for mode in MODES:
+            for k in self._slots(mode):
+                c.modes[k] = MODES.index(mode)
         c.max_flows, c.max_flows_per_client = s.max_flows, s.max_flows_per_client
         c.connect_timeout_ms = int(s.handshake_timeout * 1000)
         c.idle_timeout_ms = int(s.idle_timeout * 1000)
         c.half_open_timeout_ms = int(s.half_open_timeout * 1000)
         c.wan_rcvbuf, c.wan_sndbuf = s.wan_rcvbuf, s.wan_sndbuf
         c.force_buffers, c.keep_ue_source = s.force_buffers, s.keep_ue_source
-        c.own_port = self.addresses[ProxyMode.TRANSPARENT][1]
         lent = [e.ran_congestion_control for e in self.hooks.extensions if e.ran_congestion_control]
         c.ran_cc = (lent[0] if lent else s.ran_congestion_control or "").encode()
         c.wan_cc = (s.wan_congestion_control or "").encode()
@@ -423,6 +492,7 @@ class CoreDataPlane:
         c.splice_after = SPLICE_AFTER if s.relay_method == "splice" else 0
         c.events = bool(self.hooks.extensions)
         c.ran_nodelay = s.ran_mptcp
+        c.tlv_max_buffer = s.tlv_max_buffer
         return c
 
     # ---- the extensions' hooks, from the core's events -------------------------------------
@@ -490,10 +560,47 @@ class CoreDataPlane:
     # ---- run-time changes -----------------------------------------------------------------
 
     def listen(self, mode: ProxyMode, port: int) -> tuple[str, int]:
-        raise ValueError(f"PEP_RELAY_CORE=uring relays transparent mode only, not {mode}")
+        """(Re)open ``mode``'s listeners on every relay thread (port 0 picks a free one):
+        the new ones are opened first, so a port that cannot be had changes nothing."""
+        groups = self._open(mode, port)
+        try:
+            for j, k in enumerate(self._slots(mode)):
+                self._replace(k, [group[j] if j < len(group) else None for group in groups])
+        except BaseException:
+            placed = {id(sock) for group in self._listeners for sock in group}
+            for sock in (x for group in groups for x in group if id(x) not in placed):
+                if sock is not None:
+                    sock.close()
+            raise
+        first = groups[0][0]
+        assert first is not None
+        host, bound = first.getsockname()[:2]
+        address = (str(host), int(bound))
+        self.addresses[mode] = address
+        log.info("listening", mode=str(mode), address=f"{address[0]}:{address[1]}")
+        return address
 
     def unlisten(self, mode: ProxyMode) -> None:
-        """Only the explicit modes are switched at run time, and the core has none."""
+        for k in self._slots(mode):
+            self._replace(k, [None] * self.thread_count)
+        if self.addresses.pop(mode, None) is not None:
+            log.info("listener closed", mode=str(mode))
+
+    def _replace(self, slot: int, socks: list[socket.socket | None]) -> None:
+        """Listener ``slot`` of each relay thread becomes ``socks[thread]``; the old one is
+        closed once the core has let go of it (a running core copies the new one)."""
+        old = [group[slot] for group in self._listeners]
+        if self._lib is not None:
+            fds = (ctypes.c_int32 * self.thread_count)(
+                *(sock.fileno() if sock is not None else -1 for sock in socks)
+            )
+            if err := self._lib.pep_core_listen(slot, fds):
+                raise OSError(-err, f"relay core: {self._lib.pep_core_error().decode()}")
+        for group, sock in zip(self._listeners, socks, strict=True):
+            group[slot] = sock
+        for sock in old:
+            if sock is not None:
+                sock.close()
 
     def set_policy(self, policy: AccessPolicy) -> None:
         table = _policy(policy)
@@ -503,9 +610,10 @@ class CoreDataPlane:
 
     def resize_buffers(self) -> None:
         s = self.settings
-        for pair in self._listeners:
-            for sock in pair:
-                set_buffers(sock, s.ran_rcvbuf, s.ran_sndbuf, force=s.force_buffers)
+        for group in self._listeners:
+            for sock in group:
+                if sock is not None:
+                    set_buffers(sock, s.ran_rcvbuf, s.ran_sndbuf, force=s.force_buffers)
 
     # ---- reading state -----------------------------------------------------------------------
 
@@ -556,8 +664,7 @@ class CoreDataPlane:
         return self._per_thread("spliced")
 
     def listener_buffers(self) -> tuple[int, int] | None:
-        for pair in self._listeners:
-            sock = pair[0]
+        for sock in (sock for group in self._listeners for sock in group if sock is not None):
             return (
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),

@@ -16,7 +16,6 @@ import pytest
 from pep_support import (  # type: ignore[import-not-found]
     CONNECTORS,
     RELAYS,
-    carries,
     request,
     wait_for,
 )
@@ -44,9 +43,8 @@ def ran_aware_pep(start_pep: Callable[..., Any], **settings: Any) -> Any:
 
 
 def hold_flow(lab: Any, server: Any, relay_settings: dict[str, Any]) -> socket.socket:
-    """A held flow through SOCKS5, or transparent mode where the relay has no SOCKS5."""
-    mode = "socks5" if carries(relay_settings, "socks5") else "transparent"
-    sock = CONNECTORS[mode](lab, server.address)
+    """A held flow through SOCKS5 (both relays have it)."""
+    sock = CONNECTORS["socks5"](lab, server.address)
     sock.sendall(request(b"H"))
     return sock
 
