@@ -129,6 +129,26 @@ def test_pep_processes_share_the_listeners(tmp_path: Path) -> None:
         lab.down()
 
 
+@pytest.mark.parametrize("relay", [{}, {"PEP_RELAY_CORE": "uring"}], ids=["python", "uring"])
+def test_connections_through_socks5(tmp_path: Path, relay: dict[str, str]) -> None:
+    """The A/B variant VIA=socks5: tcpload's flows through the PEP's SOCKS5 port, each to a
+    server port the PEP does not intercept, all relayed (none transparently)."""
+    lab = Lab.create("ps")
+    b = bench.Bench(lab, tmp_path)
+    try:
+        b.start()
+        b.restart_pep({**relay, "VIA": "socks5"})
+        socks5 = f"{lab.pep_client_side_ip}:{bench.SOCKS5_PORT}"
+        x = bench.tcpload_flows(b, "pep", clients=8, request=500, response=10_000, seconds=1.0,
+                                socks5=socks5)  # fmt: skip
+        assert x["flows"] > 10 and x["errors"] == 0, x
+        stats = in_netns(lab.pep_ns, partial(bench._pep_stats, bench.PEP_API_PORT))
+        assert stats["established"] >= x["flows"] and not stats["refused"], stats
+    finally:
+        b.stop()
+        lab.down()
+
+
 FLOOR_VARIANTS = [(), ("sockmap",), ("cpu-affinity",), ("defer-accept", "quickack"),
                   ("tfo",), ("uring",), ("uring", "cpu-affinity")]  # fmt: skip
 

@@ -44,6 +44,7 @@ from mts_lab.results import pyplot, save_figure, save_results
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
 HAPROXY_IPERF = 5203
 TPROXY_PORT = 5999
+SOCKS5_PORT = 1080  # a variant with VIA=socks5: the load connects through it (compare-flows)
 # tcpload servers: one process per port, since one process holds at most RLIMIT_NOFILE
 # (20,000 here) connections; the idle case spreads its connections over all of them.
 LOAD_PORTS = 6
@@ -228,6 +229,8 @@ class Bench:
         self.pep_settings = dict(overrides or {})
         settings = dict(overrides or {})
         processes = int(settings.pop("PROCESSES", "1"))
+        if settings.pop("VIA", "transparent") == "socks5":
+            settings.setdefault("PEP_SOCKS5_PORT", str(SOCKS5_PORT))
         main = self._start_pep_process(settings)
         for i in range(1, processes):
             extra = {**settings, "PEP_HTTP_PORT": str(PEP_API_PORT + i),
@@ -568,8 +571,9 @@ def iperf3(
 
 
 def tcpload_flows(
-    bench: Bench, system: str, *, clients: int, request: int, response: int, seconds: float
-) -> dict[str, Any]:
+    bench: Bench, system: str, *, clients: int, request: int, response: int, seconds: float,
+    socks5: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """``tcpload flows``: connect, request, whole response, close, by ``clients`` at once.
 
     Besides the client's figures: the proxy's user and system CPU per flow, and whether
@@ -578,11 +582,13 @@ def tcpload_flows(
     (``proxy_waiting_cores``), and the machine's idle share (``machine_idle_pct``). Per
     flow also the CPU of the kernel's threads (``kthreads_us_per_flow``) and of the whole
     machine (``machine_us_per_flow``: the client's and servers' share is the same for every
-    system, so differences between systems are the proxies' whole cost).
+    system, so differences between systems are the proxies' whole cost). ``socks5``: the
+    PEP's SOCKS5 address; each flow asks it for the servers' own (unintercepted) ports.
     """
-    cmd = [str(TCPLOAD), "flows", "-targets", ",".join(bench.load_targets(system)),
-           "-clients", str(clients), "-request", str(request), "-response", str(response),
-           "-seconds", str(seconds)]  # fmt: skip
+    targets = bench.load_targets("direct" if socks5 else system)
+    cmd = [str(TCPLOAD), "flows", "-targets", ",".join(targets), "-clients", str(clients),
+           "-request", str(request), "-response", str(response), "-seconds", str(seconds),
+           *(["-socks5", socks5] if socks5 else [])]  # fmt: skip
     procs = bench.processes(system)
     (user_before, sys_before), wait_before = cpu_split_all(procs), run_queue_wait_s(procs)
     kthreads_before, busy_before = kernel_threads_ticks(), machine_busy_s()
@@ -978,6 +984,7 @@ def compare_flows(
 ) -> dict[str, Any]:  # fmt: skip
     """Per-connection cost: PEP variants, HAProxy (also with its threads pinned, as
     ``haproxy-pinned``) and ``relay-floor`` variants (name -> options), interleaved rounds.
+    A PEP variant with ``VIA=socks5`` is measured through its SOCKS5 port.
 
     Per case: flows/s, completion p50/p99, and the proxy process's user and system CPU
     per flow; the medians over rounds, every sample with the machine's load.
@@ -1000,9 +1007,12 @@ def compare_flows(
                     bench.restart_haproxy(pinned=True)
                 elif name not in ("direct", "haproxy"):
                     bench.restart_pep(variants[name])
+                via = variants.get(name, {}).get("VIA") if system == "pep" else None
+                socks5 = f"{lab.pep_client_side_ip}:{SOCKS5_PORT}" if via == "socks5" else None
                 for case, (clients, request, response) in FLOW_CASES.items():
                     x = tcpload_flows(bench, system, clients=clients, request=request,
-                                      response=response, seconds=seconds)  # fmt: skip
+                                      response=response, seconds=seconds,
+                                      socks5=socks5)  # fmt: skip
                     samples.setdefault(case, {}).setdefault(name, []).append(x)
                     print(f"round {r + 1}/{rounds} {case:<11} {name:<10} "
                           f"{x['flows_per_s']:7.0f}/s p50 {x['p50_ms']:6.2f} "
