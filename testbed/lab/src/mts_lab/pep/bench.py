@@ -44,7 +44,10 @@ from mts_lab.results import pyplot, save_figure, save_results
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
 HAPROXY_IPERF = 5203
 TPROXY_PORT = 5999
-SOCKS5_PORT = 1080  # a variant with VIA=socks5: the load connects through it (compare-flows)
+# A variant with VIA=socks5: the load connects through it (compare-flows). Below the lab's
+# ephemeral ports (1024-65535, line.py): 1080 was once held by an earlier variant's WAN
+# legs in TIME_WAIT, and the PEP could not listen on it (EADDRINUSE, 27 Nov 00:05 UTC).
+SOCKS5_PORT = 1000
 # tcpload servers: one process per port, since one process holds at most RLIMIT_NOFILE
 # (20,000 here) connections; the idle case spreads its connections over all of them.
 LOAD_PORTS = 6
