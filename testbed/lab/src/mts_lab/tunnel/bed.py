@@ -172,7 +172,8 @@ class TunnelBed:
             if self.procs[side].poll() is not None:
                 raise RuntimeError(f"tunnel ({side}) exited: {self.log(side)[-2000:]}")
             try:
-                if self.exec(side, "curl", "-sf", f"http://127.0.0.1:{API_PORT}/healthz").strip():
+                url = f"http://127.0.0.1:{API_PORT}/healthz"  # an end that hangs never answers
+                if self.exec(side, "curl", "-sf", "--max-time", "2", url).strip():
                     return
             except netns.CommandError:
                 pass
