@@ -15,6 +15,7 @@ from pep_support import (
     DataServer,
     PepProcess,
     connect_direct,
+    connect_socks5,
     request,
     wait_for,
 )
@@ -104,7 +105,8 @@ def test_unanswered_wan_connect_is_refused_after_the_handshake_timeout(
 ) -> None:
     """The server's namespace drops the WAN leg's SYNs: the PEP resets the UE's connection
     once the connect is older than the handshake timeout (1 s here; the relays check once
-    a second) and counts it as a failed connect."""
+    a second) and counts it as a failed connect; a SOCKS5 client hears reply 6 (TTL
+    expired, socks5.reply_for_errno(ETIMEDOUT)) instead."""
     port, table = 7999, "pep_test_drop"
     lab.sh(lab.server_ns, f"nft add table inet {table} && nft 'add chain inet {table} input "
            f"{{ type filter hook input priority 0; }}' && "
@@ -115,7 +117,11 @@ def test_unanswered_wan_connect_is_refused_after_the_handshake_timeout(
             started = time.monotonic()
             assert _closed_within(sock, 5)
             assert 0.9 < time.monotonic() - started < 3.5
-        wait_for(lambda: _refused(pep, "connect failed") == before + 1, what="the refusal")
+        started = time.monotonic()
+        with pytest.raises(ConnectionRefusedError, match="reply 6"):
+            connect_socks5(lab, (lab.server_ip, port))
+        assert 0.9 < time.monotonic() - started < 3.5
+        wait_for(lambda: _refused(pep, "connect failed") == before + 2, what="the refusals")
     finally:
         lab.sh(lab.server_ns, f"nft delete table inet {table}")
 
