@@ -170,13 +170,20 @@ def measure(
         }
         reads, sent, delivered, writes = (b - a for a, b in zip(cross0, cross1, strict=True))
         results["half_load_tunnel_cpu_cores"] = (sum(cpu_seconds(p) for p in pids) - cpu0) / elapsed
-        results["half_load_cores_per_gbps"] = results["half_load_tunnel_cpu_cores"] / (half / 1e9)
         results["half_load_packets_per_tun_read"] = per(sent, reads)  # the MEC end
         results["half_load_packets_per_tun_write"] = per(delivered, writes)  # the UE end
         results["half_load_machine_idle"] = (idle1[0] - idle0[0]) / (idle1[1] - idle0[1])
-        cbr = json.loads(load.communicate(timeout=seconds * 5)[0])["end"]["sum"]
-        results["half_load_cbr_lost_percent"] = float(cbr.get("lost_percent", 0.0))
+        cbr = json.loads(load.communicate(timeout=seconds * 5)[0])["end"]
+        results["half_load_cbr_lost_percent"] = float(cbr["sum"].get("lost_percent", 0.0))
         results["half_load_bps"] = half
+        # what the sender got out: one held back (short of CPU, or preempted by real-time
+        # ends) sends less than asked, and the latency is then measured at less than half
+        # load (with SCHED_FIFO ends: ~200 of 830 Mbit/s)
+        sent_bps = float(cbr.get("sum_sent", cbr["sum"])["bits_per_second"])
+        results["half_load_sent_bps"] = sent_bps
+        results["half_load_cores_per_gbps"] = results["half_load_tunnel_cpu_cores"] / (
+            sent_bps / 1e9
+        )
         results["tunnel_rtt_ms"] = tunnel_rtts
         results["underlay_rtt_ms"] = underlay_rtts
         results["queue_drops_half_load"] = bed.get("mec", "/tunnel/v1/queue")["drops"]
@@ -200,6 +207,13 @@ def goal(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def latency_goal(r: Results) -> str:
+    """The p99 goal holds at half load: a run whose sender fell short did not measure it."""
+    if r["half_load_sent_bps"] < 0.95 * r["half_load_bps"]:
+        return "not measured (the load fell short)"
+    return goal(r["added_latency_p99_ms"] <= 0.5)
+
+
 def table(r: Results) -> str:
     alone = ", ".join(f"{b / 1e9:.2f}" for b in r["path_alone_bps"])
     ratio = r["ratio_to_sum"]
@@ -215,9 +229,9 @@ def table(r: Results) -> str:
         f"| tunnel / sum of the paths | {ratio:.2f} | >= 0.9: {goal(ratio >= 0.9)} |",
         f"| paths' use during it (tbf sent) / the tunnel's ceiling at full use"
         f" | {r['wire_use']:.3f} / {r['tunnel_ceiling_bps'] / 1e9:.3f} Gbit/s | |",
-        f"| added latency at half load ({r['half_load_bps'] / 1e6:.0f} Mbit/s UDP),"
-        f" p50 / p90 / p99 | {p50:.3f} / {p90:.3f} / {p99:.3f} ms"
-        f" | p99 <= 0.5 ms: {goal(p99 <= 0.5)} |",
+        f"| added latency at half load ({r['half_load_bps'] / 1e6:.0f} Mbit/s UDP asked,"
+        f" {r['half_load_sent_bps'] / 1e6:.0f} sent), p50 / p90 / p99"
+        f" | {p50:.3f} / {p90:.3f} / {p99:.3f} ms | p99 <= 0.5 ms: {latency_goal(r)} |",
         f"| during it: machine idle / both ends / CBR lost at its receiver"
         f" | {r['half_load_machine_idle']:.0%} / {r['half_load_tunnel_cpu_cores']:.2f} cores"
         f" ({r['half_load_cores_per_gbps']:.2f} per Gbit/s)"
