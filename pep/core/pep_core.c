@@ -1063,8 +1063,12 @@ static void *relay(void *arg) {
 		io_uring_cq_advance(&t->ring, seen);
 	}
 	io_uring_submit(&t->ring); /* the closes queued last */
+	/* Every pending operation cancelled and finished before the flows' memory is freed
+	 * (a header's recv writes into its flow's malloc'd header area). */
+	struct io_uring_sync_cancel_reg all = {.flags = IORING_ASYNC_CANCEL_ANY, .timeout = {-1, -1}};
+	io_uring_register_sync_cancel(&t->ring, &all);
 	reset_all(t);
-	io_uring_queue_exit(&t->ring); /* cancels what is still pending */
+	io_uring_queue_exit(&t->ring);
 	while (t->spare) {
 		struct pipe *spare = &t->spare_pipes[--t->spare];
 		close(spare->rd);
