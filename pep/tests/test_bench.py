@@ -77,7 +77,9 @@ def test_cost_bulk_small(tmp_path: Path) -> None:
         assert floor["proxy_cpu_s_per_gbit"] > 0 and direct["proxy_cpu_s_per_gbit"] == 0
         split = floor["cpu_s_per_gbit_by_entry"]
         assert 0 < split["splice (the proxy's relaying)"] < floor["machine_cpu_s_per_gbit"]
-        assert direct["cpu_s_per_gbit_by_entry"]["splice (the proxy's relaying)"] == 0
+        # Not "direct's splice share is 0": perf samples the whole machine, and any other
+        # process that splices meanwhile shows there (CI saw 0.0015-0.014 s/Gbit beside
+        # another relay's tests). That the bytes pass relay-floor by is its CPU of 0 above.
         assert direct["cpu_s_per_gbit_by_entry"]["softirq receive path"] > 0
         for end in ("send from user space", "receive into user space"):  # iperf3's write/read
             assert direct["cpu_s_per_gbit_by_entry"][f"{end} (iperf3, HAProxy)"] > 0
