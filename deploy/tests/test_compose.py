@@ -191,6 +191,18 @@ def test_download_through_the_pep_with_meld(stack: Stack) -> None:
     download_through_pep(stack, stack.in_netns, ue_ip, server_ip, blob)
 
 
+def test_the_pep_says_which_relay_runs_and_why(stack: Stack) -> None:
+    """The image carries the compiled core, so auto takes it, or the Python relay only
+    because the engine's seccomp profile refuses a call the core needs (Docker 20.10's
+    default: pidfd_getfd without CAP_SYS_PTRACE; >= 25.0's also io_uring)."""
+    r = httpx.get(stack.url("pep", "/pep/v1/stats"), headers=auth(stack), timeout=5)
+    assert r.status_code == 200, r.text
+    relay, why = r.json()["relay"], r.json()["relay_reason"]
+    assert why.startswith("auto:"), why
+    refused = ("io_uring_setup refused", "pidfd_getfd refused")
+    assert relay == "uring" or any(call in why for call in refused), why
+
+
 def test_down_leaves_nothing(stack: Stack) -> None:
     stack.down()
     assert stack.leftovers() == {"container": [], "volume": [], "network": [], "netns": []}

@@ -143,6 +143,8 @@ static int process_pidfd; /* Python's descriptor table: listeners opened at run 
 struct client { uint8_t address[16]; uint32_t flows; }; /* flows 0 = empty entry */
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t *free_slots, free_count, high_water;
+static uint32_t flow_limit; /* flows at once: cfg.max_flows (the table's size) or fewer, set at
+			     * run time (pep_core_set_limits); under slots_lock */
 static struct client *clients;
 static uint32_t clients_mask;
 
@@ -209,7 +211,7 @@ static struct flow *take_slot(int family, const uint8_t *ue, enum pep_reason *wh
 	struct flow *f = NULL;
 	pthread_mutex_lock(&slots_lock);
 	struct client *c = client_entry(ue);
-	if (!free_count) *why = PEP_FLOW_LIMIT;
+	if (!free_count || cfg.max_flows - free_count >= flow_limit) *why = PEP_FLOW_LIMIT;
 	else if (c->flows >= cfg.max_flows_per_client) *why = PEP_PER_CLIENT_LIMIT;
 	else {
 		memcpy(c->address, ue, 16);
@@ -1104,7 +1106,7 @@ static int allocate_tables(void) {
 		flows[i].rec.slot = i;
 		free_slots[i] = n - 1 - i;
 	}
-	free_count = n;
+	free_count = n, flow_limit = n;
 	for (int i = 0; i < STRIPES; i++) pthread_mutex_init(&stripes[i], NULL);
 	return 0;
 }
@@ -1191,6 +1193,27 @@ int pep_core_listen(uint32_t listener, const int32_t *fds) {
 	return err ? failed_with(err, "a listener's copy") : 0;
 }
 
+/* The settings PATCH /pep/v1/config changes at run time (service.reconfigure), for new flows
+ * and, for the timeouts, at the next sweep. The flow table keeps the size it was given at
+ * start: max_flows may go up to that, not beyond. The relay threads read these fields
+ * without a lock: each is an aligned scalar stored whole, so they see the old or the new one. */
+int pep_core_set_limits(const struct pep_core_config *next) {
+	if (!threads) return -EINVAL;
+	if (!next->max_flows || next->max_flows > cfg.max_flows) return -ERANGE;
+	pthread_mutex_lock(&slots_lock);
+	flow_limit = next->max_flows;
+	cfg.max_flows_per_client = next->max_flows_per_client;
+	pthread_mutex_unlock(&slots_lock);
+	__atomic_store_n(&cfg.connect_timeout_ms, next->connect_timeout_ms, __ATOMIC_RELAXED);
+	__atomic_store_n(&cfg.idle_timeout_ms, next->idle_timeout_ms, __ATOMIC_RELAXED);
+	__atomic_store_n(&cfg.half_open_timeout_ms, next->half_open_timeout_ms, __ATOMIC_RELAXED);
+	__atomic_store_n(&cfg.wan_rcvbuf, next->wan_rcvbuf, __ATOMIC_RELAXED);
+	__atomic_store_n(&cfg.wan_sndbuf, next->wan_sndbuf, __ATOMIC_RELAXED);
+	__atomic_store_n(&cfg.force_buffers, next->force_buffers, __ATOMIC_RELAXED);
+	__atomic_store_n(&cfg.tlv_max_buffer, next->tlv_max_buffer, __ATOMIC_RELAXED);
+	return 0;
+}
+
 /* The relay threads may still read the previous table: it is kept (policies change
  * rarely, by REST; each is ~8 KiB). */
 void pep_core_set_policy(const struct pep_policy *next) {
@@ -1232,7 +1255,12 @@ int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]) {
 		fds[i] = fd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, f->owner->pidfd, fd, 0);
 	}
 	pthread_mutex_unlock(&stripes[slot % STRIPES]);
-	return live ? 0 : -1;
+	int copied = live && fds[0] >= 0 && (f->rec.wan_fd < 0 || fds[1] >= 0);
+	if (live && !copied) { /* pidfd_getfd refused (a seccomp profile): no half answer */
+		for (int i = 0; i < 2; i++)
+			if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
+	}
+	return copied ? 0 : -1;
 }
 
 int pep_core_private_tables(void) {

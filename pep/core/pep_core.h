@@ -165,6 +165,9 @@ int pep_core_start(const struct pep_core_config *config, const struct pep_policy
 const char *pep_core_error(void);
 void pep_core_stop(void);
 void pep_core_set_policy(const struct pep_policy *policy);
+/* Run-time changes of the limits, timeouts, WAN buffers, force_buffers and tlv_max_buffer
+ * (the other fields are ignored); -ERANGE if max_flows exceeds the size given at start. */
+int pep_core_set_limits(const struct pep_core_config *config);
 const struct pep_core_counters *pep_core_counters(uint32_t thread);
 uint32_t pep_core_live(void); /* flows held now */
 /* Queued flow events of every relay thread, oldest first per thread. */

@@ -65,9 +65,21 @@ def server6(lab: Lab) -> Iterator[DataServer]:
 
 @pytest.fixture(scope="module")
 def relay_settings() -> dict[str, Any]:
-    """PEP settings of the relay under test: the default relay. A module whose tests run
+    """PEP settings of the relay under test: the default (``auto``: the compiled core where
+    it can run, as here; test_relay_choice.py holds it to that). A module whose tests run
     against both relays overrides this fixture, parametrized over ``pep_support.RELAYS``."""
     return {}
+
+
+@pytest.fixture(scope="session")
+def seccomp_deny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tools/seccomp_deny.c built: ``seccomp_deny CALL COMMAND...`` runs the command with that
+    system call refused (EPERM), as a container's seccomp profile refuses it."""
+    binary = tmp_path_factory.mktemp("seccomp") / "seccomp_deny"
+    source = Path(__file__).resolve().parent / "tools" / "seccomp_deny.c"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary), str(source)],
+                   check=True)  # fmt: skip
+    return binary
 
 
 @pytest.fixture(scope="module")

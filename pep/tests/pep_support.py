@@ -34,10 +34,10 @@ DUAL_STACK = {  # PEP settings for IPv4 and IPv6 clients and servers of the lab
     "allowed_destinations": "10.201.2.0/24,fd00:201:2::/64",
 }
 
-# The relays a test module may run against (the fixture ``relay_settings``): the Python
-# relay, and the compiled io_uring core; both relay every mode.
+# The relays a test module may run against (the fixture ``relay_settings``), each chosen
+# explicitly: the Python relay, and the compiled io_uring core; both relay every mode.
 RELAYS: dict[str, dict[str, Any]] = {
-    "python": {},
+    "python": {"relay_core": "python"},
     "uring": {"relay_core": "uring"},
 }
 

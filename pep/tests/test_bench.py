@@ -131,7 +131,9 @@ def test_pep_processes_share_the_listeners(tmp_path: Path) -> None:
         lab.down()
 
 
-@pytest.mark.parametrize("relay", [{}, {"PEP_RELAY_CORE": "uring"}], ids=["python", "uring"])
+@pytest.mark.parametrize(
+    "relay", [{"PEP_RELAY_CORE": "python"}, {"PEP_RELAY_CORE": "uring"}], ids=["python", "uring"]
+)
 def test_connections_through_socks5(tmp_path: Path, relay: dict[str, str]) -> None:
     """The A/B variant VIA=socks5: tcpload's flows through the PEP's SOCKS5 port, each to a
     server port the PEP does not intercept, all relayed (none transparently)."""

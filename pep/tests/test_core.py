@@ -55,7 +55,7 @@ def test_more_join_ports_than_the_core_has_listeners_for_are_refused() -> None:
         **every_mode, ran_mptcp=True,
         tproxy_ports=list(range(8000, 8000 + JOIN_PORTS + 1)),  # a join listener each
     )  # fmt: skip
-    with pytest.raises(ValueError, match="PEP_RAN_MPTCP with at most"):
+    with pytest.raises(ValueError, match=f"PEP_RAN_MPTCP with more than {JOIN_PORTS}"):
         check_core_settings(settings)
     check_core_settings(
         PepSettings(**every_mode, backlog_interval_ms=50, ran_mptcp=True,

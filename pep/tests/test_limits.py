@@ -139,22 +139,50 @@ def test_half_open_flow_is_reset_after_its_timeout(
     assert _aborted(pep, "half-open timeout") == before + 1
 
 
-@pytest.mark.parametrize("mode", ["tlv", "transparent"])
-def test_per_client_flow_limit(lab: Lab, pep: PepProcess, server: DataServer, mode: str) -> None:
-    connect = CONNECTORS[mode]
+def _limit_holds(
+    lab: Lab, pep: PepProcess, server: DataServer, connect: Callable[..., socket.socket],
+    count: int, reason: str, lift: Callable[[], None] = lambda: None,
+) -> None:  # fmt: skip
+    """``count`` flows held, the next one refused at once and counted as ``reason``; once
+    they are closed (and ``lift()`` ran), room again."""
     wait_for(lambda: pep.get("/pep/v1/stats").json()["flows"] == 0, what="no flows left")
-    held = [connect(lab, server.address) for _ in range(PER_CLIENT)]
+    held = [connect(lab, server.address) for _ in range(count)]
     try:
         for sock in held:
             sock.sendall(request(b"E") + b"x")
             assert sock.recv(1) == b"x"
-        before = _refused(pep, "per-client flow limit")
+        before = _refused(pep, reason)
         assert _refused_at_once(lambda: connect(lab, server.address))
-        assert _refused(pep, "per-client flow limit") == before + 1
+        assert _refused(pep, reason) == before + 1
     finally:
         for sock in held:
             sock.close()
+        lift()
     wait_for(lambda: pep.get("/pep/v1/stats").json()["flows"] == 0, what="flows closed")
     with connect(lab, server.address) as sock:  # room again
         sock.sendall(request(b"E") + b"y")
         assert sock.recv(1) == b"y"
+
+
+@pytest.mark.parametrize("mode", ["tlv", "transparent"])
+def test_per_client_flow_limit(lab: Lab, pep: PepProcess, server: DataServer, mode: str) -> None:
+    _limit_holds(lab, pep, server, CONNECTORS[mode], PER_CLIENT, "per-client flow limit")
+
+
+def test_limits_changed_at_run_time_hold_for_new_flows(
+    lab: Lab, pep: PepProcess, server: DataServer, relay_settings: dict[str, Any]
+) -> None:
+    """PATCH /config's limits reach the relay (the core copies them: set_limits); the core's
+    flow table keeps its size from the start, so it refuses more, clearly."""
+    more = pep.request("PATCH", "/pep/v1/config", json={"max_flows": 20001})
+    if relay_settings["relay_core"] == "uring":
+        assert more.status_code == 409 and "flow table holds 20000" in more.text, more.text
+    else:
+        assert more.status_code == 200, more.text
+    assert pep.request("PATCH", "/pep/v1/config", json={"max_flows": 2}).status_code == 200
+
+    def lift() -> None:
+        restored = pep.request("PATCH", "/pep/v1/config", json={"max_flows": 20000})
+        assert restored.status_code == 200, restored.text
+
+    _limit_holds(lab, pep, server, connect_direct, 2, "flow limit", lift)

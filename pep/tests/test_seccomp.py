@@ -1,15 +1,17 @@
 """A PEP under a seccomp profile that refuses unshare(2), as containerd's and Docker's
 RuntimeDefault do to a container without SYS_ADMIN (found on a Kubernetes node): the relay
-threads keep the process's descriptor table, say so, and relay as before."""
+threads keep the process's descriptor table, say so, and relay as before; both relays."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pep_support import (
+    RELAYS,
     DataServer,
     PepProcess,
     connect_direct,
@@ -22,23 +24,24 @@ from mts_lab.line import Lab
 
 pytestmark = pytest.mark.netns
 
-TOOL = Path(__file__).resolve().parent / "tools" / "deny_unshare.c"
+
+@pytest.fixture(scope="module", params=RELAYS)
+def relay_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return RELAYS[request.param]
 
 
 @pytest.fixture(scope="module")
-def deny_unshare(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    binary = tmp_path_factory.mktemp("seccomp") / "deny_unshare"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary), str(TOOL)],
-                   check=True)  # fmt: skip
-    refused = subprocess.run([str(binary), "unshare", "--mount", "true"], check=False)
+def deny_unshare(seccomp_deny: Path) -> list[str]:
+    wrapper = [str(seccomp_deny), "unshare"]
+    refused = subprocess.run([*wrapper, "unshare", "--mount", "true"], check=False)
     assert refused.returncode != 0, "the filter lets unshare through"
-    return binary
+    return wrapper
 
 
 def test_relays_share_the_table_when_unshare_is_refused(
-    lab: Lab, start_pep: Callable[..., PepProcess], server: DataServer, deny_unshare: Path
+    lab: Lab, start_pep: Callable[..., PepProcess], server: DataServer, deny_unshare: list[str]
 ) -> None:
-    pep = start_pep(wrapper=[str(deny_unshare)])
+    pep = start_pep(wrapper=deny_unshare)
     stats = pep.get("/pep/v1/stats").json()
     assert stats["private_descriptor_tables"] is False, stats
     assert pep.log().count("unshare(CLONE_FILES) refused") == 1, "logged once, not per relay"

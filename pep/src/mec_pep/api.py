@@ -125,6 +125,8 @@ def _router(service: PepService) -> APIRouter:
             bytes_to_ue=c.bytes_to_ue,
             bytes_from_ue=c.bytes_from_ue,
             pipes_in_use=dp.pipes_in_use(),
+            relay=service.relay,
+            relay_reason=service.relay_reason,
             relay_threads=dp.thread_count,
             descriptor_limit=service.descriptor_limit(),
             private_descriptor_tables=dp.private_descriptor_tables,
@@ -145,7 +147,7 @@ def _router(service: PepService) -> APIRouter:
             service.reconfigure(changes)
         except ValidationError as exc:
             raise ProblemError(400, _validation_detail(exc)) from None
-        except (OSError, TproxyError) as exc:
+        except (OSError, TproxyError, ValueError) as exc:  # the relay cannot follow
             raise ProblemError(409, f"not applied: {exc}") from None
         return _config_view(service)
 

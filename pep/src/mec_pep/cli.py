@@ -23,7 +23,10 @@ log = get_logger("mec_pep")
 EPILOG = """Every setting is an environment variable with the PEP_ prefix (PEP_ALLOWED_CLIENTS,
 PEP_RAN_RCVBUF, ...; docs/configuration.md lists them all). Options given here override
 the environment. Nothing is relayed unless PEP_ALLOWED_CLIENTS and PEP_ALLOWED_DESTINATIONS
-allow it."""
+allow it. The relay: PEP_RELAY_CORE=auto (the default) runs the compiled io_uring core where
+it can (the settings, its library, io_uring and pidfd_getfd allow it), else the Python
+relay; the log at start and /pep/v1/stats say which and why. python or uring choose one
+(uring: or refuse to start)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +82,7 @@ def _serve(settings: PepSettings) -> int:
     service = PepService(settings)
     try:
         service.start()
-    except (OSError, TproxyError) as exc:
+    except (OSError, TproxyError, ValueError) as exc:  # ValueError: what uring cannot carry
         log.error("PEP failed to start", error=str(exc))
         service.stop()
         return 1
@@ -92,6 +95,7 @@ def _serve(settings: PepSettings) -> int:
         "PEP running",
         api=f"http://{settings.http_host}:{settings.http_port}/pep/v1",
         listeners={str(m): f"{a[0]}:{a[1]}" for m, a in service.dataplane.addresses.items()},
+        relay=service.relay,
         relay_threads=settings.relay_threads,
     )
     try:

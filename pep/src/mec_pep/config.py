@@ -133,11 +133,13 @@ class PepSettings(ServiceSettings):
         True, description="load the MELD/RAPID extension (mec_pep.ran_aware) if installed"
     )
 
-    relay_core: Literal["python", "uring"] = Field(
-        "python",
-        description="python: the relay threads of mec_pep.relay (every mode and feature); "
-        "uring: the compiled io_uring relay core (pep/core), transparent mode only (the PEP "
-        "refuses to start with SOCKS5 or TLV on; docs/pep.md)",
+    relay_core: Literal["auto", "python", "uring"] = Field(
+        "auto",
+        description="auto: the compiled io_uring relay core (pep/core) where it can run (it "
+        "carries the settings, build/lib/libmec_pep_core.so loads, io_uring and pidfd_getfd "
+        "are allowed), else the Python relay; which one runs and why is logged at start and "
+        "shown in /pep/v1/stats. python: the relay threads of mec_pep.relay. uring: the core, "
+        "and the PEP refuses to start where it cannot run (docs/pep.md)",
     )
 
     # Relay threads: each has its own descriptor table (RLIMIT_NOFILE counts per table).

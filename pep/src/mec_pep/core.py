@@ -1,4 +1,5 @@
-"""The compiled relay core (``PEP_RELAY_CORE=uring``): its control plane in Python.
+"""The compiled relay core (the default relay where it can run: ``PEP_RELAY_CORE=auto``, or
+required with ``uring``): its control plane in Python.
 
 The core (``pep/core/pep_core.c``, built as ``build/lib/libmec_pep_core.so``) relays the
 flows of every mode (transparent, SOCKS5, TLV) in C threads, one io_uring each, and calls no
@@ -17,7 +18,9 @@ The backlog feed reads it through ``held_toward_ue``, as it reads the Python rel
 ``PEP_RAN_MPTCP`` its RAN-side listeners are MPTCP sockets, opened here as for the Python
 relay, with a listener per intercepted port for the UEs' MP_JOINs.
 
-What the core does not do, it refuses at start (``check_core_settings``).
+What the core does not carry (``core_refusals``), ``PEP_RELAY_CORE=uring`` refuses at start
+and ``auto`` leaves to the Python relay (``choose_relay``); so does ``auto`` where this
+process may not make the system calls the core needs (``kernel_refusals``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from mec_common.logging import get_logger
 from mec_pep.config import PepSettings
 from mec_pep.flows import Flow, FlowTable, Hooks, Leg, ProxyMode, flow_record, leg_record
 from mec_pep.policy import AccessPolicy
-from mec_pep.relay.descriptors import raise_fd_limit
+from mec_pep.relay.descriptors import SHARED_TABLE, raise_fd_limit
 from mec_pep.relay.flow_view import held, toward_ue
 from mec_pep.relay.legs import listen_socket
 from mec_pep.relay.listeners import NO_IPV6
@@ -223,7 +226,7 @@ def library_path() -> Path:
 def load() -> ctypes.CDLL:
     path = library_path()
     if not path.exists():
-        raise OSError(f"PEP_RELAY_CORE=uring: {path} is missing (make build)")
+        raise OSError(f"the relay core's library {path} is missing (make build)")
     lib = ctypes.CDLL(str(path))
     mirrors = (_Config, _Range, _Policy, _Record, _Counters, _Event, _UeTotal, CoreHandshake)
     sizes = (ctypes.c_uint32 * len(mirrors)).in_dll(lib, "pep_core_abi")
@@ -232,6 +235,7 @@ def load() -> ctypes.CDLL:
     lib.pep_core_start.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(_Policy)]
     lib.pep_core_error.restype = ctypes.c_char_p
     lib.pep_core_set_policy.argtypes = [ctypes.POINTER(_Policy)]
+    lib.pep_core_set_limits.argtypes = [ctypes.POINTER(_Config)]
     lib.pep_core_counters.argtypes = [ctypes.c_uint32]
     lib.pep_core_counters.restype = ctypes.POINTER(_Counters)
     lib.pep_core_live.restype = ctypes.c_uint32
@@ -260,26 +264,100 @@ def load() -> ctypes.CDLL:
     return lib
 
 
-# ---- settings the core does not carry ---------------------------------------------------
+# ---- which relay runs: settings the core does not carry, system calls it needs -----------
+
+
+def core_refusals(settings: PepSettings) -> list[str]:
+    """What in ``settings`` the core does not carry and the Python relay does, each named."""
+    s = settings
+    found = []
+    if s.ran_mptcp and len(s.tproxy_ports) > JOIN_PORTS:
+        found.append(f"PEP_RAN_MPTCP with more than {JOIN_PORTS} PEP_TPROXY_PORTS "
+                     "(a join listener each)")  # fmt: skip
+    policy = AccessPolicy(s.allowed_clients, s.allowed_destinations)
+    if (networks := sum(len(group) for group in _access_lists(policy))) > MAX_RANGES:
+        found.append(f"{networks} networks in the access lists (the core takes {MAX_RANGES})")
+    if s.relay_method == "copy" and s.pipe_size != BUFFER_BYTES:
+        found.append(f"PEP_RELAY_METHOD=copy with PEP_PIPE_SIZE={s.pipe_size} (the core "
+                     f"copies through buffers of {BUFFER_BYTES} bytes)")  # fmt: skip
+    return found
 
 
 def check_core_settings(settings: PepSettings) -> None:
-    """Refuse, with every reason at once, settings that need the Python relay."""
-    s = settings
-    if s.ran_mptcp and len(s.tproxy_ports) > JOIN_PORTS:
-        raise ValueError(
-            f"PEP_RELAY_CORE=uring takes PEP_RAN_MPTCP with at most {JOIN_PORTS} "
-            "PEP_TPROXY_PORTS (a join listener each); more need PEP_RELAY_CORE=python"
-        )
+    """``PEP_RELAY_CORE=uring``: refuse, with every reason at once, settings that need the
+    Python relay, then system calls the core needs that this process may not make."""
+    if found := core_refusals(settings):
+        raise ValueError("PEP_RELAY_CORE=uring does not carry " + "; ".join(found)
+                         + ": use PEP_RELAY_CORE=python or auto")  # fmt: skip
+    if found := kernel_refusals():
+        raise OSError("PEP_RELAY_CORE=uring cannot run here: " + "; ".join(found))
+
+
+# One number on every architecture (the system call table's shared part).
+SYS_IO_URING_SETUP, SYS_PIDFD_OPEN, SYS_PIDFD_GETFD = 425, 434, 438
+IO_URING_PARAMS = 120  # sizeof(struct io_uring_params)
+
+
+def kernel_refusals() -> list[str]:
+    """System calls the core needs that this process may not make, each named: a kernel can
+    lack io_uring or forbid it (``kernel.io_uring_disabled``), a container's seccomp profile
+    refuse it, or refuse ``pidfd_getfd`` (Docker's default allows it only with
+    CAP_SYS_PTRACE), by which the API, the backlog feed and the hooks read a flow's sockets
+    and run-time listeners reach the relay threads. Probed as the core would meet them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = []
+    params = ctypes.create_string_buffer(IO_URING_PARAMS)  # zeroed: no flags
+    if (ring := libc.syscall(SYS_IO_URING_SETUP, 1, params)) >= 0:
+        os.close(ring)
+    else:
+        found.append(f"io_uring_setup refused ({os.strerror(ctypes.get_errno())}: "
+                     "kernel.io_uring_disabled or a seccomp profile)")  # fmt: skip
+    pidfd = libc.syscall(SYS_PIDFD_OPEN, os.getpid(), 0)
+    copy = libc.syscall(SYS_PIDFD_GETFD, pidfd, pidfd, 0) if pidfd >= 0 else -1
+    if copy < 0:
+        found.append(f"pidfd_getfd refused ({os.strerror(ctypes.get_errno())}: a seccomp "
+                     "profile; Docker's needs CAP_SYS_PTRACE)")  # fmt: skip
+    for fd in (fd for fd in (pidfd, copy) if fd >= 0):
+        os.close(fd)
+    return found
+
+
+def choose_relay(settings: PepSettings) -> tuple[str, str]:
+    """``PEP_RELAY_CORE`` resolved: the relay that runs ("uring" or "python") and why (logged
+    at start, shown in ``/pep/v1/stats``). ``auto`` takes the core if it carries the
+    settings, its library loads and the system calls it needs are allowed, else the Python
+    relay. An explicit choice is taken as given: ``uring`` then refuses at start what it
+    cannot do."""
+    if settings.relay_core != "auto":
+        return settings.relay_core, f"PEP_RELAY_CORE={settings.relay_core}"
+    why = core_refusals(settings)
+    if not why:
+        try:
+            load()
+        except OSError as exc:
+            why.append(str(exc))
+    if not why:
+        why.extend(kernel_refusals())
+    if why:
+        return "python", "auto: the Python relay; not the compiled core: " + "; ".join(why)
+    return (
+        "uring",
+        "auto: the compiled core (it carries these settings, io_uring and pidfd_getfd are allowed)",
+    )
+
+
+def _access_lists(policy: AccessPolicy) -> tuple[list[Any], ...]:
+    """The core's table's groups, in order: clients, destinations, allowed loopback."""
+    return policy.clients.networks, policy.destinations.networks, policy.loopback_networks
 
 
 def _policy(policy: AccessPolicy) -> _Policy:
     """The access lists as the core's table: clients, destinations, allowed loopback."""
-    lists = (policy.clients.networks, policy.destinations.networks, policy.loopback_networks)
+    lists = _access_lists(policy)
     table = _Policy()
     networks = [n for group in lists for n in group]
     if len(networks) > MAX_RANGES:
-        raise ValueError(f"PEP_RELAY_CORE=uring takes at most {MAX_RANGES} networks in all")
+        raise ValueError(f"the relay core takes at most {MAX_RANGES} networks in all")
     table.clients, table.destinations, table.loopback = (len(g) for g in lists)
     for entry, network in zip(table.range, networks, strict=False):
         entry.family = socket.AF_INET if network.version == 4 else socket.AF_INET6
@@ -373,6 +451,7 @@ class CoreDataPlane:
         self._policies: list[_Policy] = []  # the core may read each while it is current
         self._toward_ue_batch = (_Record * 256)()  # the backlog feed's, reused every sample
         self._totals_batch = (_UeTotal * 64)()
+        self._capacity = settings.max_flows  # the core's flow table: its size at start
         self._uncounted = 0  # flows whose UE the core could not count (logged once each rise)
 
     # ---- life -------------------------------------------------------------------------
@@ -395,6 +474,8 @@ class CoreDataPlane:
             self._close_listeners()
             raise OSError(f"relay core: {lib.pep_core_error().decode()}")
         self._lib = lib
+        if not self.private_descriptor_tables:
+            log.warning(SHARED_TABLE)
         if self.hooks.extensions:
             self._events = threading.Thread(target=self._hear_events, name="core-events")
             self._events.start()
@@ -492,7 +573,7 @@ class CoreDataPlane:
         c.splice_after = SPLICE_AFTER if s.relay_method == "splice" else 0
         c.events = bool(self.hooks.extensions)
         c.ran_nodelay = s.ran_mptcp
-        c.tlv_max_buffer = s.tlv_max_buffer
+        c.tlv_max_buffer = min(s.tlv_max_buffer, 0xFFFFFFFF)  # a request is a u32: no cap above
         return c
 
     # ---- the extensions' hooks, from the core's events -------------------------------------
@@ -607,6 +688,13 @@ class CoreDataPlane:
         self._policies.append(table)
         if self._lib is not None:
             self._lib.pep_core_set_policy(ctypes.byref(table))
+
+    def set_limits(self) -> None:
+        """The settings the core copied at start that ``PATCH /config`` changes: limits,
+        timeouts, WAN buffers, ``tlv_max_buffer`` (the Python relay reads them per flow)."""
+        if self._lib is not None and self._lib.pep_core_set_limits(ctypes.byref(self._config())):
+            raise OSError(f"the relay core's flow table holds {self._capacity} flows "
+                          "(PEP_MAX_FLOWS at start); more need a restart")  # fmt: skip
 
     def resize_buffers(self) -> None:
         s = self.settings

@@ -107,6 +107,10 @@ class DataPlane:
     def set_policy(self, policy: AccessPolicy) -> None:
         self.shared.policy = policy
 
+    def set_limits(self) -> None:
+        """Nothing to do: the relay threads read the limits, timeouts and buffer sizes from
+        the shared settings at each flow (``CoreDataPlane.set_limits`` copies them)."""
+
     def resize_buffers(self) -> None:
         for relay in self.relays:
             relay.call(relay.listeners.resize_buffers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -126,6 +126,13 @@ class Stats(BaseModel):
     bytes_to_ue: int
     bytes_from_ue: int
     pipes_in_use: int
+    relay: Literal["python", "uring"] = Field(
+        description="the relay that runs: the Python relay or the compiled io_uring core"
+    )
+    relay_reason: str = Field(
+        description="why that relay (PEP_RELAY_CORE and, for auto, what the core could not "
+        "carry or which system call it needs was refused)"
+    )
     relay_threads: int
     descriptor_limit: int = Field(
         description="RLIMIT_NOFILE per relay thread (per process if the tables are shared)"

@@ -18,7 +18,7 @@ from mec_common.mp1 import MecAppRegistration, Mp1Client
 from mec_common.tproxy import TproxyError
 from mec_pep.backlog import BacklogFeed
 from mec_pep.config import PepSettings
-from mec_pep.core import CoreDataPlane, check_core_settings
+from mec_pep.core import CoreDataPlane, check_core_settings, choose_relay
 from mec_pep.dataplane import DataPlane
 from mec_pep.flows import FlowTable, Hooks, PepContext, PepExtension, ProxyMode
 from mec_pep.policy import AccessPolicy
@@ -41,7 +41,8 @@ class PepService:
         self.health = Health()
         self.hooks = Hooks()
         self.dataplane: DataPlane | CoreDataPlane
-        if settings.relay_core == "uring":
+        self.relay, self.relay_reason = choose_relay(settings)  # "uring" or "python", why
+        if self.relay == "uring":
             self.dataplane = CoreDataPlane(settings, settings.relay_threads, self.hooks)
             self.flows: FlowTable = self.dataplane.flows
         else:
@@ -70,10 +71,14 @@ class PepService:
             self._enable_tfo_server()
         # Extensions first: descriptors they open (BPF maps) are then valid in the relays.
         self.hooks.extensions[:] = self._load_extensions()
-        if s.relay_core == "uring":
+        if self.relay == "uring":
             check_core_settings(s)
+        log.info("relay chosen", relay=self.relay, reason=self.relay_reason)
         self.dataplane.start()
-        self.health.set("relay", True, f"{self.dataplane.thread_count} relay threads")
+        threads = self.dataplane.thread_count
+        self.health.set(
+            "relay", True, f"{self.relay}, {threads} relay threads ({self.relay_reason})"
+        )
         if s.transparent_port is not None and s.tproxy_install_rules:
             self.transparent = TransparentRules(s)
             self.transparent.remove_leftovers()
@@ -196,8 +201,10 @@ class PepService:
     def reconfigure(self, changes: dict[str, Any]) -> None:
         """Apply validated changes (see ``models.ConfigPatch``); all or nothing.
 
-        Raises ``ValueError`` for invalid values and ``OSError``/``TproxyError`` when a
-        listener or the interception rules cannot follow (the old settings are restored).
+        Raises ``ValidationError`` for invalid values, and ``OSError``/``TproxyError`` when a
+        listener or the interception rules cannot follow, ``OSError``/``ValueError`` when the
+        compiled core cannot (more flows than its table, more networks than it takes); the old
+        settings are then restored.
         """
         with self.config_lock:
             current = self.settings
@@ -236,6 +243,7 @@ class PepService:
                 self._apply_tproxy()
         if {"ran_rcvbuf", "ran_sndbuf", "force_buffers"} & changes.keys():
             self.dataplane.resize_buffers()
+        self.dataplane.set_limits()
 
 
 def check_congestion_controls(settings: PepSettings) -> None:

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.slow]
 
 
 # Each relay of the PEP (the compiled core runs the extension's hooks from its events).
-RELAY_ENV = {"python": {}, "uring": {"PEP_RELAY_CORE": "uring"}}
+RELAY_ENV = {"python": {"PEP_RELAY_CORE": "python"}, "uring": {"PEP_RELAY_CORE": "uring"}}
 
 
 @pytest.mark.parametrize("relay", RELAY_ENV)

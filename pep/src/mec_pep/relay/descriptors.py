@@ -19,6 +19,10 @@ import stat
 from pathlib import Path
 
 CLONE_FILES = 0x400
+# Logged once by either relay when its threads keep the process's table.
+SHARED_TABLE = ("relay threads share the process's descriptor table: unshare(CLONE_FILES) "
+                "refused (a seccomp profile without SYS_ADMIN); all flows count against one "
+                "RLIMIT_NOFILE")  # fmt: skip
 _libc = ctypes.CDLL(None, use_errno=True)
 
 

@@ -36,7 +36,7 @@ from mec_pep.flows import Address, Flow, FlowTable, Hooks, Leg, ProxyMode
 from mec_pep.policy import AccessPolicy
 from mec_pep.relay.calls import CallQueue
 from mec_pep.relay.conn import Conn, Stage
-from mec_pep.relay.descriptors import own_descriptor_table, raise_fd_limit
+from mec_pep.relay.descriptors import SHARED_TABLE, own_descriptor_table, raise_fd_limit
 from mec_pep.relay.handshake import HANDSHAKES, HandshakeError
 from mec_pep.relay.legs import prepare_ran_leg, wan_socket
 from mec_pep.relay.listeners import Listener, Listeners
@@ -206,11 +206,7 @@ class Relay:
         try:
             self.private_table = own_descriptor_table(keep=self._calls.wake_fd)
             if not self.private_table and self.index == 0:  # once: every relay is refused alike
-                log.warning(
-                    "relay threads share the process's descriptor table: "
-                    "unshare(CLONE_FILES) refused (a seccomp profile without "
-                    "SYS_ADMIN); all flows count against one RLIMIT_NOFILE"
-                )
+                log.warning(SHARED_TABLE)
             if self.shared.cpus is not None:
                 os.sched_setaffinity(0, {self.shared.cpus[self.index]})  # 0: this thread
             self._epoll = select.epoll()

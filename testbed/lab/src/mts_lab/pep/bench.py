@@ -60,9 +60,13 @@ HAPROXY_LOAD = tuple(range(7000, 7000 + LOAD_PORTS))
 PER_PROCESS = 16_000  # idle connections per client process (below the descriptor limit)
 HAPROXY_MAXCONN = 9000  # one process, 2 descriptors per connection, limit 20,000
 SYSTEMS = ("direct", "pep", "core", "haproxy")
-# The PEP's settings per system: "pep" its Python relay (the default), "core" its compiled
-# io_uring relay core (docs/pep.md); one PEP process at a time, restarted between them.
-PEP_SETTINGS: dict[str, dict[str, str]] = {"pep": {}, "core": {"PEP_RELAY_CORE": "uring"}}
+# The PEP's settings per system, each relay chosen explicitly: "pep" its Python relay, "core"
+# its compiled io_uring relay core (the default relay where it can run: docs/pep.md); one PEP
+# process at a time, restarted between them.
+PEP_SETTINGS: dict[str, dict[str, str]] = {
+    "pep": {"PEP_RELAY_CORE": "python"},
+    "core": {"PEP_RELAY_CORE": "uring"},
+}
 TPROXY_SYSTEMS = ("pep", "core", "floor")  # behind the TPROXY rules
 SHORT_FLOWS = {"10kB": 10_000, "100kB": 100_000}  # response size; the request is 500 bytes
 SHORT_REQUEST = 500
@@ -151,7 +155,7 @@ class Bench:
             self.servers.append(
                 self._spawn_ready(lab.server_ns, [str(TCPLOAD), "serve", f"{lab.server_ip}:{port}"])
             )
-        self.pep = self._start_pep()
+        self.pep = self._start_pep(PEP_SETTINGS["pep"])
         self.haproxy = self._start_haproxy()
         for port in (HAPROXY_IPERF, *HAPROXY_LOAD):
             _wait_listening(lab, lab.pep_ns, port)
@@ -838,7 +842,8 @@ def _environment(
         "haproxy": subprocess.run(
             ["haproxy", "-v"], capture_output=True, text=True
         ).stdout.splitlines()[0],
-        "pep": "transparent mode, defaults (2 relay threads, splice, 16 MiB forced buffers)",
+        "pep": "transparent mode, the Python relay (PEP_RELAY_CORE=python), otherwise defaults "
+        "(2 relay threads, splice, 16 MiB forced buffers)",
         "core": "the same with PEP_RELAY_CORE=uring (2 C relay threads, one io_uring each)",
     }
 
@@ -1116,7 +1121,8 @@ def main(argv: list[str] | None = None) -> int:
     echo.add_argument("host")
     echo.add_argument("port", type=int)
     ab = sub.add_parser("compare", help="A/B of PEP settings against each other and HAProxy")
-    ab.add_argument("variants", nargs="+", help="NAME[:PEP_SETTING=VALUE,...]")
+    variant_help = "NAME[:PEP_SETTING=VALUE,...]; NAME alone: the PEP's defaults (relay: auto)"
+    ab.add_argument("variants", nargs="+", help=variant_help)
     ab.add_argument("--cases", default="download_8,upload_8", help="DIRECTION_STREAMS,...")
     ab.add_argument("--rounds", type=int, default=4)
     ab.add_argument("--seconds", type=float, default=3.0)
@@ -1126,7 +1132,7 @@ def main(argv: list[str] | None = None) -> int:
     flows = sub.add_parser(
         "compare-flows", help="A/B of per-connection cost (conn/s, short flows, CPU per flow)"
     )
-    flows.add_argument("variants", nargs="*", help="NAME[:PEP_SETTING=VALUE,...]")
+    flows.add_argument("variants", nargs="*", help=variant_help)
     flows.add_argument("--rounds", type=int, default=3)
     flows.add_argument("--seconds", type=float, default=3.0)
     flows.add_argument("--floor", action="append", default=[], metavar="NAME[:OPTION,...]",

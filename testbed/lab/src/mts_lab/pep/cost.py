@@ -22,6 +22,8 @@ clients) through a transparent PEP on the bench's topology, per connection:
 ``NAME=SRC`` runs the PEP from the code tree ``SRC`` (a directory holding ``mec_pep``, put
 first on ``PYTHONPATH``; e.g. ``git archive <commit> pep/src``), so that code versions are
 compared in one run, interleaved; ``NAME`` alone is the installed code. JSON to ``--out``.
+The PEP runs its Python relay (``PEP_RELAY_CORE=python``), whose code the trees hold: the
+compiled core's system calls go through io_uring, which strace does not count per call.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any, TypeVar
 from mts_lab.line import Lab
 from mts_lab.pep.bench import (
     LOAD_PEP,
+    PEP_SETTINGS,
     TCPLOAD,
     Bench,
     cpu_split,
@@ -137,7 +140,8 @@ class CostBench(Bench):
     def run_pep(self, src: str | None) -> int:
         """Start the PEP from the code tree ``src`` (None: the installed code); its pid."""
         self.stop_pep()
-        self.pep = self._start_pep({"PYTHONPATH": src} if src else {})
+        python = PEP_SETTINGS["pep"]
+        self.pep = self._start_pep({**python, "PYTHONPATH": src} if src else python)
         self.wait_pep_ready()
         return self.pep.pid  # ip netns exec execs: the PEP's own process
 
@@ -209,7 +213,7 @@ def run_bulk(systems: list[str], rounds: int, seconds: float, out: Path) -> dict
         x = bulk(bench, kind, int(streams), seconds, workdir)
         if kind == "floor":
             bench.stop_floor()
-            bench.restart_pep({})
+            bench.restart_pep(PEP_SETTINGS["pep"])
         return x
 
     samples = _interleaved(lab, bench, bench.start, names, rounds, take)
@@ -270,7 +274,8 @@ def _flows(bench: Bench, system: str, seconds: float) -> dict[str, Any]:
 
 
 def run_profiles(systems: list[str], rounds: int, seconds: float, out: Path) -> dict[str, Any]:
-    """``profile`` for systems (``haproxy``, ``pep``, ``floor[:OPTION,...]``), interleaved."""
+    """``profile`` for systems (``haproxy``, ``pep``: the Python relay, ``floor[:OPTION,...]``),
+    interleaved."""
     lab = Lab.create("pp")
     workdir = Path(tempfile.mkdtemp(prefix="pep-profile-"))
     bench = Bench(lab, workdir)
