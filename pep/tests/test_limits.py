@@ -20,6 +20,7 @@ from pep_support import (
     wait_for,
 )
 
+from mec_pep.core import MAX_RANGES
 from mts_lab.line import Lab, in_netns
 
 pytestmark = pytest.mark.netns
@@ -186,3 +187,20 @@ def test_limits_changed_at_run_time_hold_for_new_flows(
         assert restored.status_code == 200, restored.text
 
     _limit_holds(lab, pep, server, connect_direct, 2, "flow limit", lift)
+
+
+def test_access_lists_beyond_the_core_are_refused_and_change_nothing(
+    pep: PepProcess, relay_settings: dict[str, Any]
+) -> None:
+    """More networks than the core's table takes: a 409 on the core, and the lists stay as
+    they were; the Python relay takes them."""
+    before = pep.get("/pep/v1/config").json()["allowed_destinations"]
+    many = [f"10.250.{i // 256}.{i % 256}/32" for i in range(MAX_RANGES + 1)]
+    patched = pep.request("PATCH", "/pep/v1/config", json={"allowed_destinations": many})
+    if relay_settings["relay_core"] == "uring":
+        assert patched.status_code == 409 and "at most" in patched.text, patched.text
+        assert pep.get("/pep/v1/config").json()["allowed_destinations"] == before
+    else:
+        assert patched.status_code == 200, patched.text
+    restored = pep.request("PATCH", "/pep/v1/config", json={"allowed_destinations": before})
+    assert restored.status_code == 200, restored.text

@@ -17,6 +17,7 @@ from mec_common.auth import TokenVerifier
 from mec_common.mp1 import termination_router
 from mec_common.tproxy import TproxyError
 from mec_pep import __version__
+from mec_pep.core import CoreSettingsError
 from mec_pep.flows import Flow, ProxyMode
 from mec_pep.models import (
     BufferSizes,
@@ -147,7 +148,7 @@ def _router(service: PepService) -> APIRouter:
             service.reconfigure(changes)
         except ValidationError as exc:
             raise ProblemError(400, _validation_detail(exc)) from None
-        except (OSError, TproxyError, ValueError) as exc:  # the relay cannot follow
+        except (OSError, TproxyError, CoreSettingsError) as exc:  # the relay cannot follow
             raise ProblemError(409, f"not applied: {exc}") from None
         return _config_view(service)
 

@@ -15,6 +15,7 @@ from mec_common.logging import configure_logging, get_logger
 from mec_common.tproxy import Runner, TproxyError
 from mec_pep.api import TERMINATION_PATH, build_app, register_metrics
 from mec_pep.config import PepSettings
+from mec_pep.core import CoreSettingsError
 from mec_pep.service import PepService
 from mec_pep.transparent import TransparentRules
 
@@ -82,7 +83,7 @@ def _serve(settings: PepSettings) -> int:
     service = PepService(settings)
     try:
         service.start()
-    except (OSError, TproxyError, ValueError) as exc:  # ValueError: what uring cannot carry
+    except (OSError, TproxyError, CoreSettingsError) as exc:
         log.error("PEP failed to start", error=str(exc))
         service.stop()
         return 1

@@ -267,6 +267,12 @@ def load() -> ctypes.CDLL:
 # ---- which relay runs: settings the core does not carry, system calls it needs -----------
 
 
+class CoreSettingsError(ValueError):
+    """Settings the compiled core does not carry: at start with ``PEP_RELAY_CORE=uring``, or a
+    ``PATCH /config`` it cannot follow. Its own type, so that callers turn this refusal, and
+    no other ``ValueError``, into a failed start or a 409."""
+
+
 def core_refusals(settings: PepSettings) -> list[str]:
     """What in ``settings`` the core does not carry and the Python relay does, each named."""
     s = settings
@@ -287,7 +293,7 @@ def check_core_settings(settings: PepSettings) -> None:
     """``PEP_RELAY_CORE=uring``: refuse, with every reason at once, settings that need the
     Python relay, then system calls the core needs that this process may not make."""
     if found := core_refusals(settings):
-        raise ValueError("PEP_RELAY_CORE=uring does not carry " + "; ".join(found)
+        raise CoreSettingsError("PEP_RELAY_CORE=uring does not carry " + "; ".join(found)
                          + ": use PEP_RELAY_CORE=python or auto")  # fmt: skip
     if found := kernel_refusals():
         raise OSError("PEP_RELAY_CORE=uring cannot run here: " + "; ".join(found))
@@ -357,7 +363,7 @@ def _policy(policy: AccessPolicy) -> _Policy:
     table = _Policy()
     networks = [n for group in lists for n in group]
     if len(networks) > MAX_RANGES:
-        raise ValueError(f"the relay core takes at most {MAX_RANGES} networks in all")
+        raise CoreSettingsError(f"the relay core takes at most {MAX_RANGES} networks in all")
     table.clients, table.destinations, table.loopback = (len(g) for g in lists)
     for entry, network in zip(table.range, networks, strict=False):
         entry.family = socket.AF_INET if network.version == 4 else socket.AF_INET6

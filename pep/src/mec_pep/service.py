@@ -71,7 +71,7 @@ class PepService:
             self._enable_tfo_server()
         # Extensions first: descriptors they open (BPF maps) are then valid in the relays.
         self.hooks.extensions[:] = self._load_extensions()
-        if self.relay == "uring":
+        if s.relay_core == "uring":  # auto has checked the same in choose_relay
             check_core_settings(s)
         log.info("relay chosen", relay=self.relay, reason=self.relay_reason)
         self.dataplane.start()
@@ -202,9 +202,9 @@ class PepService:
         """Apply validated changes (see ``models.ConfigPatch``); all or nothing.
 
         Raises ``ValidationError`` for invalid values, and ``OSError``/``TproxyError`` when a
-        listener or the interception rules cannot follow, ``OSError``/``ValueError`` when the
-        compiled core cannot (more flows than its table, more networks than it takes); the old
-        settings are then restored.
+        listener or the interception rules cannot follow, ``OSError`` (more flows than its
+        table) or ``CoreSettingsError`` (more networks than it takes) when the compiled core
+        cannot; the old settings are then restored.
         """
         with self.config_lock:
             current = self.settings
