@@ -108,7 +108,7 @@ struct thread {
 	int64_t now; /* CLOCK_MONOTONIC ns, once per batch of completions */
 	struct __kernel_timespec sweep_every;
 	int wake_fd; /* eventfd: requests from Python (in both descriptor tables) */
-	int pidfd;   /* this thread, for pidfd_getfd: its sockets are in its own table */
+	int pidfd;   /* this thread, for pidfd_getfd: its sockets are in its own table (else -1) */
 	uint8_t private_table;
 	uint64_t wake_value;
 	pthread_mutex_t requests_lock;
@@ -136,7 +136,16 @@ static pthread_mutex_t stripes[STRIPES];
 static uint64_t next_id = 1;
 static char error_text[256];
 static pthread_barrier_t set_up; /* the relay threads and pep_core_start */
-static int process_pidfd; /* Python's descriptor table: listeners opened at run time */
+static int process_pidfd = -1; /* Python's descriptor table: listeners opened at run time
+				 * (private tables only) */
+
+/* A copy of descriptor `fd` of the table behind `pidfd` in the caller's: pidfd_getfd if the
+ * relay thread (`private`) has its own table, else a dup, since in the shared table the
+ * number is the file. The caller keeps the number from being closed meanwhile. */
+static int copy_fd(int private, int pidfd, int fd) {
+	if (private) return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+	return fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
 
 /* ---- slots and the per-client cap (one global lock: taken once at accept, once at end) */
 
@@ -905,7 +914,8 @@ static void take_listener(struct thread *t, int i, int fd) {
 }
 
 /* pep_core_listen's slots: the old listener's multishot accept is cancelled first (while it
- * is pending the socket keeps listening), then the new one is copied from Python's table. */
+ * is pending the socket keeps listening), then the new one is copied from Python's table
+ * (its number stays open: the caller waits for this). */
 static void replace_listeners(struct thread *t) {
 	io_uring_submit(&t->ring); /* an accept re-armed in this batch is cancelled too */
 	for (int i = 0; i < PEP_CORE_LISTENERS; i++) {
@@ -920,7 +930,7 @@ static void replace_listeners(struct thread *t) {
 			t->listeners[i] = -1;
 		}
 		if (t->wanted[i] < 0) continue;
-		int fd = (int)syscall(SYS_pidfd_getfd, process_pidfd, t->wanted[i], 0);
+		int fd = copy_fd(t->private_table, process_pidfd, t->wanted[i]);
 		if (fd < 0) t->listen_error = -errno;
 		else take_listener(t, i, fd);
 	}
@@ -992,11 +1002,20 @@ static int compare_ints(const void *a, const void *b) {
  * one table holds RLIMIT_NOFILE descriptors (20,000 here, not raisable without
  * CAP_SYS_RESOURCE) and a flow needs two, so more threads hold more flows. Of the copied
  * table only its listeners and its eventfd stay: other copies would keep the process's
- * sockets open. Where unshare is refused (a container's seccomp profile), the process's
- * table is shared, which is correct, only smaller. */
-static void own_descriptor_table(struct thread *t) {
+ * sockets open. Python reaches the sockets in it by pidfd_getfd; where that is refused
+ * (cfg.shared_table) or unshare is (a container's seccomp profile), the process's table is
+ * shared, which is correct, only smaller. 0, or a negative errno. */
+static int own_descriptor_table(struct thread *t) {
+	t->pidfd = -1;
+	if (cfg.shared_table) return 0;
+	/* in the process's table, before the copy: Python's threads use this number there */
 	t->pidfd = (int)syscall(SYS_pidfd_open, syscall(SYS_gettid), O_EXCL /* PIDFD_THREAD */);
-	if (unshare(CLONE_FILES)) return;
+	if (t->pidfd < 0) return -errno;
+	if (unshare(CLONE_FILES)) {
+		close(t->pidfd);
+		t->pidfd = -1;
+		return 0;
+	}
 	t->private_table = 1;
 	int keep[PEP_CORE_LISTENERS + 4] = {2, t->wake_fd, process_pidfd}, n = 3;
 	for (int i = 0; i < PEP_CORE_LISTENERS; i++)
@@ -1004,6 +1023,7 @@ static void own_descriptor_table(struct thread *t) {
 	qsort(keep, (size_t)n, sizeof *keep, compare_ints);
 	for (int i = 0; i < n; i++) /* close the gaps between the kept ones, and above */
 		syscall(SYS_close_range, keep[i] + 1, i + 1 < n ? (unsigned)keep[i + 1] - 1 : ~0U, 0);
+	return 0;
 }
 
 /* In the relay thread: IORING_SETUP_SINGLE_ISSUER gives the ring to the thread that
@@ -1035,8 +1055,8 @@ static void reset_all(struct thread *t) {
 
 static void *relay(void *arg) {
 	struct thread *t = arg;
-	own_descriptor_table(t);
-	t->setup_error = t->pidfd < 0 ? -errno : setup_thread(t);
+	t->setup_error = own_descriptor_table(t);
+	if (!t->setup_error) t->setup_error = setup_thread(t);
 	pthread_barrier_wait(&set_up);
 	if (t->setup_error) return NULL;
 	if (cfg.cpus[t->index] >= 0) {
@@ -1049,7 +1069,7 @@ static void *relay(void *arg) {
 	for (int i = 0; i < PEP_CORE_LISTENERS; i++) { /* its own copies (a shared table: dups) */
 		int fd = cfg.listeners[t->index][i];
 		t->listeners[i] = -1;
-		if (fd >= 0) take_listener(t, i, t->private_table ? fd : dup(fd));
+		if (fd >= 0) take_listener(t, i, t->private_table ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 0));
 	}
 	arm_sweep(t);
 	arm_wake(t);
@@ -1124,8 +1144,10 @@ int pep_core_start(const struct pep_core_config *config, const struct pep_policy
 	pep_core_set_policy(first);
 	int err = allocate_tables();
 	if (err) return failed_with(err, "tables");
-	process_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0); /* before the threads copy the table */
-	if (process_pidfd < 0) return failed_with(-errno, "pidfd_open");
+	if (!cfg.shared_table) { /* before the threads copy the table */
+		process_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+		if (process_pidfd < 0) return failed_with(-errno, "pidfd_open");
+	}
 	pthread_barrier_init(&set_up, NULL, cfg.threads + 1);
 	for (uint32_t i = 0; i < cfg.threads; i++) {
 		threads[i].index = i;
@@ -1167,9 +1189,10 @@ void pep_core_stop(void) {
 	for (uint32_t i = 0; threads && i < cfg.threads; i++) {
 		pthread_join(threads[i].id, NULL);
 		close(threads[i].wake_fd);
-		close(threads[i].pidfd);
+		if (threads[i].pidfd >= 0) close(threads[i].pidfd);
 	}
-	if (threads) close(process_pidfd);
+	if (process_pidfd >= 0) close(process_pidfd);
+	process_pidfd = -1;
 }
 
 int pep_core_listen(uint32_t listener, const int32_t *fds) {
@@ -1243,8 +1266,8 @@ uint32_t pep_core_snapshot(struct pep_flow_record *out, uint32_t room) {
 	return n;
 }
 
-/* Copies come from the relay thread's table (pidfd_getfd); the stripe lock keeps the
- * numbers from being reused by another flow meanwhile. */
+/* Copies come from the relay thread's table (copy_fd); the stripe lock keeps the numbers
+ * from being reused by another flow meanwhile. */
 int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]) {
 	if (slot >= cfg.max_flows || !id) return -1;
 	struct flow *f = &flows[slot];
@@ -1252,11 +1275,11 @@ int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]) {
 	int live = f->rec.id == id;
 	for (int i = 0; i < 2 && live; i++) {
 		int fd = i ? f->rec.wan_fd : f->rec.ran_fd;
-		fds[i] = fd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, f->owner->pidfd, fd, 0);
+		fds[i] = fd < 0 ? -1 : copy_fd(f->owner->private_table, f->owner->pidfd, fd);
 	}
 	pthread_mutex_unlock(&stripes[slot % STRIPES]);
 	int copied = live && fds[0] >= 0 && (f->rec.wan_fd < 0 || fds[1] >= 0);
-	if (live && !copied) { /* pidfd_getfd refused (a seccomp profile): no half answer */
+	if (live && !copied) { /* no copy (e.g. EMFILE): no half answer */
 		for (int i = 0; i < 2; i++)
 			if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
 	}

@@ -68,6 +68,9 @@ struct pep_core_config {
 	uint8_t events;			/* queue flow events for Python's hooks (extensions) */
 	uint8_t ran_nodelay;		/* TCP_NODELAY on each RAN leg: an accepted MPTCP socket
 					 * does not inherit it from its listener (a TCP one does) */
+	uint8_t shared_table;		/* the relay threads keep the process's descriptor table
+					 * and copy a socket by its number (Python decides: where
+					 * pidfd_getfd is refused); else each unshares its own */
 	uint32_t pipe_bytes;		/* one splice pipe (F_SETPIPE_SZ), held only while bytes are in it */
 	uint32_t splice_after;		/* a flow's directions splice once it has relayed this many
 					 * bytes (buffers before: cheaper for short flows); 0 = never */
@@ -179,7 +182,8 @@ uint32_t pep_core_snapshot(struct pep_flow_record *out, uint32_t room);
  * queues; -1 for a leg without a socket): 0 if the slot still holds flow `id`, -1 if it
  * ended. The caller closes the copies. */
 int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]);
-/* 1 if every relay thread has its own descriptor table (else the process's is shared). */
+/* 1 if every relay thread has its own descriptor table (else the process's is shared:
+ * config.shared_table, or unshare refused). */
 int pep_core_private_tables(void);
 /* Reset a flow (RST on both legs) in its relay thread; -1 if it has ended. */
 int pep_core_reset(uint32_t slot, uint64_t id);

@@ -1,15 +1,26 @@
 """PEP_RELAY_CORE: ``auto`` (the default) runs the compiled core where it can, else the
-Python relay, and says which and why; ``uring`` refuses to start where the core cannot run."""
+Python relay, and says which and why; ``uring`` refuses to start where the core cannot run.
+Where pidfd_getfd is refused (Docker's default seccomp profile) the core still runs, its relay
+threads in the process's descriptor table."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pep_support import DataServer, PepProcess, connect_direct, connect_socks5, request
+from pep_support import (
+    SOCKS_PORT,
+    DataServer,
+    PepProcess,
+    connect_direct,
+    connect_socks5,
+    connect_tlv,
+    request,
+)
 
 from mec_pep.config import PepSettings
 from mec_pep.core import BUFFER_BYTES, JOIN_PORTS, MAX_RANGES, check_core_settings, choose_relay
@@ -35,8 +46,8 @@ def _relays_through(lab: Lab, pep: PepProcess, server: DataServer) -> None:
             assert sock.recv(5) == b"hello"
 
 
-# What the core needs of the kernel, each refused in turn by a seccomp filter.
-CORE_CALLS = ("io_uring_setup", "pidfd_getfd")
+# What the core needs of the kernel, refused by a seccomp filter.
+CORE_CALLS = ("io_uring_setup",)
 
 
 @pytest.fixture(scope="module", params=CORE_CALLS)
@@ -125,3 +136,52 @@ def test_uring_refuses_to_start_with_settings_the_core_does_not_carry(
 ) -> None:
     with pytest.raises(RuntimeError, match="PEP_RELAY_CORE=uring does not carry PEP_RELAY_METHOD"):
         start_pep(relay_core="uring", relay_method="copy")
+
+
+@pytest.fixture(scope="module")
+def docker_default(seccomp_deny: Path) -> list[str]:
+    """A wrapper refusing what Docker 20.10's default seccomp profile refuses a container
+    without CAP_SYS_PTRACE and SYS_ADMIN of what the core would use: pidfd_getfd and
+    unshare (one filter each, stacked)."""
+    return [str(seccomp_deny), "pidfd_getfd", str(seccomp_deny), "unshare"]
+
+
+def test_auto_takes_the_core_with_a_shared_table_where_pidfd_getfd_is_refused(
+    lab: Lab, start_pep: Callable[..., PepProcess], server: DataServer, docker_default: list[str]
+) -> None:
+    """The core's sockets are then read by number in the process's table: the flows' TCP_INFO
+    (the API), a listener opened at run time, a reset by the API, relaying in every mode."""
+    pep = start_pep(wrapper=docker_default)
+    stats = pep.stats()
+    assert stats["relay"] == "uring", stats
+    shared = "share the process's descriptor table: pidfd_getfd refused (Operation not permitted"
+    assert shared in stats["relay_reason"], stats
+    assert stats["private_descriptor_tables"] is False, stats
+    assert "pep_private_descriptor_tables 0.0" in pep.get("/metrics").text
+    for connect in (connect_direct, connect_socks5, connect_tlv):
+        with connect(lab, server.address) as sock:
+            sock.sendall(request(b"E") + b"x" * 100_000)
+            sock.shutdown(socket.SHUT_WR)
+            echoed = b""
+            while chunk := sock.recv(65536):
+                echoed += chunk
+        assert echoed == b"x" * 100_000, connect.__name__
+    with connect_direct(lab, server.address) as sock:
+        sock.sendall(request(b"E") + b"x")
+        assert sock.recv(1) == b"x"
+        flows = pep.get("/pep/v1/flows", params={"ue": lab.client_ip}).json()["flows"]
+        assert len(flows) == 1 and flows[0]["stage"] == "relaying", flows
+        for leg in ("ran", "wan"):
+            tcp = flows[0][leg]["tcp"]
+            assert tcp["state"] == "ESTABLISHED" and tcp["rtt_us"] > 0, (leg, flows)
+        deleted = pep.request("DELETE", f"/pep/v1/flows/{flows[0]['id']}")
+        assert deleted.status_code == 204, deleted.text
+        sock.settimeout(5)
+        with pytest.raises(ConnectionResetError):
+            sock.recv(1)
+    off = pep.request("PATCH", "/pep/v1/config", json={"socks5_port": None})
+    assert off.status_code == 200 and "socks5" not in off.json()["listeners"], off.text
+    on = pep.request("PATCH", "/pep/v1/config", json={"socks5_port": SOCKS_PORT})
+    assert on.status_code == 200 and "socks5" in on.json()["listeners"], on.text
+    _relays_through(lab, pep, server)  # SOCKS5 through the listener the threads dup'd
+    pep.stop()

@@ -20,12 +20,14 @@ relay, with a listener per intercepted port for the UEs' MP_JOINs.
 
 What the core does not carry (``core_refusals``), ``PEP_RELAY_CORE=uring`` refuses at start
 and ``auto`` leaves to the Python relay (``choose_relay``); so does ``auto`` where this
-process may not make the system calls the core needs (``kernel_refusals``).
+process may not use io_uring (``kernel_refusals``). Where it may not use ``pidfd_getfd``, the
+core's relay threads keep the process's descriptor table (``shared_table_reason``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import ipaddress
 import os
 import socket
@@ -110,6 +112,7 @@ class _Config(ctypes.Structure):
         ("buffers", ctypes.c_uint32),
         ("events", ctypes.c_uint8),
         ("ran_nodelay", ctypes.c_uint8),
+        ("shared_table", ctypes.c_uint8),
         ("pipe_bytes", ctypes.c_uint32),
         ("splice_after", ctypes.c_uint32),
         ("tlv_max_buffer", ctypes.c_uint32),
@@ -291,7 +294,7 @@ def core_refusals(settings: PepSettings) -> list[str]:
 
 def check_core_settings(settings: PepSettings) -> None:
     """``PEP_RELAY_CORE=uring``: refuse, with every reason at once, settings that need the
-    Python relay, then system calls the core needs that this process may not make."""
+    Python relay, then io_uring if this process may not use it."""
     if found := core_refusals(settings):
         raise CoreSettingsError("PEP_RELAY_CORE=uring does not carry " + "; ".join(found)
                          + ": use PEP_RELAY_CORE=python or auto")  # fmt: skip
@@ -305,33 +308,43 @@ IO_URING_PARAMS = 120  # sizeof(struct io_uring_params)
 
 
 def kernel_refusals() -> list[str]:
-    """System calls the core needs that this process may not make, each named: a kernel can
-    lack io_uring or forbid it (``kernel.io_uring_disabled``), a container's seccomp profile
-    refuse it, or refuse ``pidfd_getfd`` (Docker's default allows it only with
-    CAP_SYS_PTRACE), by which the API, the backlog feed and the hooks read a flow's sockets
-    and run-time listeners reach the relay threads. Probed as the core would meet them."""
+    """What the core cannot run without and this process may not use, named: io_uring, which
+    a kernel can lack or forbid (``kernel.io_uring_disabled``) and a container's seccomp
+    profile refuse (Docker's since 25.0). Probed as the core would meet it."""
     libc = ctypes.CDLL(None, use_errno=True)
-    found = []
     params = ctypes.create_string_buffer(IO_URING_PARAMS)  # zeroed: no flags
     if (ring := libc.syscall(SYS_IO_URING_SETUP, 1, params)) >= 0:
         os.close(ring)
-    else:
-        found.append(f"io_uring_setup refused ({os.strerror(ctypes.get_errno())}: "
-                     "kernel.io_uring_disabled or a seccomp profile)")  # fmt: skip
+        return []
+    return [f"io_uring_setup refused ({os.strerror(ctypes.get_errno())}: "
+            "kernel.io_uring_disabled or a seccomp profile)"]  # fmt: skip
+
+
+@functools.cache
+def shared_table_reason() -> str | None:
+    """Why the core's relay threads keep the process's descriptor table, or None. In
+    private tables, Python reaches a flow's sockets (the API, the backlog feed, the hooks)
+    and the relay threads reach run-time listeners only by ``pidfd_getfd``, which a seccomp
+    profile may refuse (Docker's default allows it only with CAP_SYS_PTRACE); in the shared
+    table a dup of the number does. Probed once per process, so ``choose_relay`` says and
+    the core is told (``_Config.shared_table``) the one answer (a filter is never lifted)."""
+    libc = ctypes.CDLL(None, use_errno=True)
     pidfd = libc.syscall(SYS_PIDFD_OPEN, os.getpid(), 0)
     copy = libc.syscall(SYS_PIDFD_GETFD, pidfd, pidfd, 0) if pidfd >= 0 else -1
-    if copy < 0:
-        found.append(f"pidfd_getfd refused ({os.strerror(ctypes.get_errno())}: a seccomp "
-                     "profile; Docker's needs CAP_SYS_PTRACE)")  # fmt: skip
+    err = ctypes.get_errno()
     for fd in (fd for fd in (pidfd, copy) if fd >= 0):
         os.close(fd)
-    return found
+    if copy >= 0:
+        return None
+    call = "pidfd_getfd" if pidfd >= 0 else "pidfd_open"
+    return (f"{call} refused ({os.strerror(err)}: a seccomp profile; Docker's needs "
+            "CAP_SYS_PTRACE)")  # fmt: skip
 
 
 def choose_relay(settings: PepSettings) -> tuple[str, str]:
     """``PEP_RELAY_CORE`` resolved: the relay that runs ("uring" or "python") and why (logged
     at start, shown in ``/pep/v1/stats``). ``auto`` takes the core if it carries the
-    settings, its library loads and the system calls it needs are allowed, else the Python
+    settings, its library loads and io_uring is allowed, else the Python
     relay. An explicit choice is taken as given: ``uring`` then refuses at start what it
     cannot do."""
     if settings.relay_core != "auto":
@@ -346,10 +359,10 @@ def choose_relay(settings: PepSettings) -> tuple[str, str]:
         why.extend(kernel_refusals())
     if why:
         return "python", "auto: the Python relay; not the compiled core: " + "; ".join(why)
-    return (
-        "uring",
-        "auto: the compiled core (it carries these settings, io_uring and pidfd_getfd are allowed)",
-    )
+    chosen = "auto: the compiled core (it carries these settings and io_uring is allowed)"
+    if (shared := shared_table_reason()) is not None:
+        chosen += f"; its relay threads share the process's descriptor table: {shared}"
+    return "uring", chosen
 
 
 def _access_lists(policy: AccessPolicy) -> tuple[list[Any], ...]:
@@ -480,7 +493,10 @@ class CoreDataPlane:
             self._close_listeners()
             raise OSError(f"relay core: {lib.pep_core_error().decode()}")
         self._lib = lib
-        if not self.private_descriptor_tables:
+        if (shared := shared_table_reason()) is not None:
+            log.warning("relay threads share the process's descriptor table (all flows count "
+                        "against one RLIMIT_NOFILE)", reason=shared)  # fmt: skip
+        elif not self.private_descriptor_tables:
             log.warning(SHARED_TABLE)
         if self.hooks.extensions:
             self._events = threading.Thread(target=self._hear_events, name="core-events")
@@ -579,6 +595,7 @@ class CoreDataPlane:
         c.splice_after = SPLICE_AFTER if s.relay_method == "splice" else 0
         c.events = bool(self.hooks.extensions)
         c.ran_nodelay = s.ran_mptcp
+        c.shared_table = shared_table_reason() is not None
         c.tlv_max_buffer = min(s.tlv_max_buffer, 0xFFFFFFFF)  # a request is a u32: no cap above
         return c
 

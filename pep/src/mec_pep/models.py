@@ -131,15 +131,17 @@ class Stats(BaseModel):
     )
     relay_reason: str = Field(
         description="why that relay (PEP_RELAY_CORE and, for auto, what the core could not "
-        "carry or which system call it needs was refused)"
+        "carry or that io_uring was refused; for the core, why its relay threads share the "
+        "process's descriptor table)"
     )
     relay_threads: int
     descriptor_limit: int = Field(
         description="RLIMIT_NOFILE per relay thread (per process if the tables are shared)"
     )
     private_descriptor_tables: bool = Field(
-        description="each relay thread has its own descriptor table (false: unshare "
-        "refused, e.g. by a seccomp profile; all flows share one RLIMIT_NOFILE)"
+        description="each relay thread has its own descriptor table (false: unshare, or for "
+        "the core pidfd_getfd, refused, e.g. by a seccomp profile; all flows share one "
+        "RLIMIT_NOFILE)"
     )
     listeners: dict[str, str]
     tfo_server_enabled: bool
