@@ -225,8 +225,10 @@ static struct flow *take_slot(int family, const uint8_t *ue, enum pep_reason *wh
 	else {
 		memcpy(c->address, ue, 16);
 		c->flows++;
-		f = &flows[free_slots[--free_count]];
-		if (f->rec.slot + 1 > high_water) high_water = f->rec.slot + 1;
+		uint32_t slot = free_slots[--free_count];
+		f = &flows[slot];
+		f->rec.slot = slot; /* written here, not at start: an unused slot's page stays untouched */
+		if (slot + 1 > high_water) high_water = slot + 1;
 		f->ue_total = ue_total_of(family, ue);
 	}
 	pthread_mutex_unlock(&slots_lock);
@@ -1122,10 +1124,7 @@ static int allocate_tables(void) {
 	threads = calloc(cfg.threads, sizeof *threads);
 	if (!flows || !free_slots || !clients || !ue_index || !ue_totals || !toward_ue_marks || !threads)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) { /* low slots first: they are reused while warm */
-		flows[i].rec.slot = i;
-		free_slots[i] = n - 1 - i;
-	}
+	for (uint32_t i = 0; i < n; i++) free_slots[i] = n - 1 - i; /* low slots first: reused while warm */
 	free_count = n, flow_limit = n;
 	for (int i = 0; i < STRIPES; i++) pthread_mutex_init(&stripes[i], NULL);
 	return 0;

@@ -688,6 +688,7 @@ def idle_connections(bench: Bench, system: str, count: int) -> dict[str, Any]:
             holder.stdin.close()
         for holder in holders:
             holder.wait(60)
+        settle_s = wait_connections_gone(bench.lab)
     errors = [r["first_error"] for r in reports if r.get("first_error")]
     return {
         "connections": opened,
@@ -701,8 +702,29 @@ def idle_connections(bench: Bench, system: str, count: int) -> dict[str, Any]:
         "kib_per_connection": (after - before) / opened if proc is not None else None,
         "new_connection_ms_quiet": {"p50": quiet["p50_ms"], "p99": quiet["p99_ms"]},
         "new_connection_ms_loaded": {"p50": busy["p50_ms"], "p99": busy["p99_ms"]},
+        "settle_s": settle_s,
         "load": os.getloadavg()[0],
     }
+
+
+def wait_connections_gone(lab: Lab, timeout: float = 120, left: int = 32) -> float:
+    """Wait until the lab's namespaces hold at most ``left`` TCP connections (listeners and
+    TIME-WAIT not counted); the seconds it took.
+
+    Closing 100,000 idle connections goes on for seconds after their clients exit (the
+    proxy and the servers close their ends one by one), and the next system's "before"
+    latency measured meanwhile was that teardown's, not the system's: a new connection's
+    p99 of 0.5 s through the core right after the Python relay's case, 1 ms five seconds
+    later (2026-11-27 02:47 UTC).
+    """
+    started = time.monotonic()
+    count = "ss -Htan state all exclude listening exclude time-wait | wc -l"
+    while time.monotonic() - started < timeout:
+        open_now = sum(int(lab.sh(ns, count)) for ns in (lab.client_ns, lab.pep_ns, lab.server_ns))
+        if open_now <= left:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise TimeoutError(f"{open_now} TCP connections still open {timeout:.0f} s after the idle case")
 
 
 # ---- the run --------------------------------------------------------------------------------
@@ -782,7 +804,8 @@ def _idle_all(bench: Bench, count: int) -> dict[str, Any]:
               f"{'-' if per is None else f'{per:.2f}'} KiB each, new connection p50/p99 "
               f"{m['new_connection_ms_quiet']['p50']:.2f}/{m['new_connection_ms_quiet']['p99']:.2f}"
               f" ms before, {m['new_connection_ms_loaded']['p50']:.2f}/"
-              f"{m['new_connection_ms_loaded']['p99']:.2f} ms while open", flush=True)  # fmt: skip
+              f"{m['new_connection_ms_loaded']['p99']:.2f} ms while open, closed in "
+              f"{m['settle_s']:.1f} s", flush=True)  # fmt: skip
     results["pep_relay_threads"] = threads
     return results
 
