@@ -5,7 +5,6 @@ threads in the process's descriptor table."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,12 +12,13 @@ from pathlib import Path
 
 import pytest
 from pep_support import (
+    CONNECTORS,
     SOCKS_PORT,
     DataServer,
     PepProcess,
+    check_half_close,
     connect_direct,
     connect_socks5,
-    connect_tlv,
     request,
 )
 
@@ -158,14 +158,8 @@ def test_auto_takes_the_core_with_a_shared_table_where_pidfd_getfd_is_refused(
     assert shared in stats["relay_reason"], stats
     assert stats["private_descriptor_tables"] is False, stats
     assert "pep_private_descriptor_tables 0.0" in pep.get("/metrics").text
-    for connect in (connect_direct, connect_socks5, connect_tlv):
-        with connect(lab, server.address) as sock:
-            sock.sendall(request(b"E") + b"x" * 100_000)
-            sock.shutdown(socket.SHUT_WR)
-            echoed = b""
-            while chunk := sock.recv(65536):
-                echoed += chunk
-        assert echoed == b"x" * 100_000, connect.__name__
+    for connect in CONNECTORS.values():
+        check_half_close(connect(lab, server.address))
     with connect_direct(lab, server.address) as sock:
         sock.sendall(request(b"E") + b"x")
         assert sock.recv(1) == b"x"

@@ -10,15 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pep_support import (
-    RELAYS,
-    DataServer,
-    PepProcess,
-    connect_direct,
-    connect_socks5,
-    connect_tlv,
-    request,
-)
+from pep_support import CONNECTORS, RELAYS, DataServer, PepProcess, check_half_close
 
 from mts_lab.line import Lab
 
@@ -47,15 +39,8 @@ def test_relays_share_the_table_when_unshare_is_refused(
     assert pep.log().count("unshare(CLONE_FILES) refused") == 1, "logged once, not per relay"
     assert stats["relay_threads"] > 1, stats  # else "once" would prove nothing
     assert "pep_private_descriptor_tables 0.0" in pep.get("/metrics").text
-    target = server.address
-    for connect in (connect_direct, connect_socks5, connect_tlv):
-        with connect(lab, target) as sock:
-            sock.sendall(request(b"E") + b"x" * 100_000)
-            sock.shutdown(1)
-            echoed = b""
-            while chunk := sock.recv(65536):
-                echoed += chunk
-        assert echoed == b"x" * 100_000, connect.__name__
+    for connect in CONNECTORS.values():
+        check_half_close(connect(lab, server.address))
     assert pep.get("/pep/v1/stats").json()["established"] >= 3
     pep.stop()  # the next test's PEP takes the same ports
 
