@@ -28,6 +28,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -146,6 +147,11 @@ static int copy_fd(int private, int pidfd, int fd) {
 	if (private) return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
 	return fcntl(fd, F_DUPFD_CLOEXEC, 0);
 }
+
+/* The hooks' reader (pep_core_wait_events): 1 while it sleeps or is about to, a futex word.
+ * A futex, not an eventfd: the relay threads' own descriptor tables need no copy of it. */
+static uint32_t reader_sleeping;
+static uint8_t reader_released; /* pep_core_release_events: the reader stops waiting */
 
 /* ---- slots and the per-client cap (one global lock: taken once at accept, once at end) */
 
@@ -393,6 +399,23 @@ static void give_pipe(struct thread *t, struct pump *p) {
 
 /* ---- events for Python's hooks (a single-producer, single-consumer ring) ---------------- */
 
+static void futex(uint32_t *word, int op, uint32_t value) {
+	syscall(SYS_futex, word, op, value, NULL, NULL, 0);
+}
+
+/* The hooks' reader woken if it said it sleeps: while it is busy reading, events cost no
+ * system call. The fence orders the event's store before the flag's load; the reader orders
+ * its flag's store before its look at the rings (pep_core_wait_events): one of the two sees
+ * the other's, so no event is left unheard. */
+static void wake_reader(struct thread *t) {
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&reader_sleeping, __ATOMIC_RELAXED) &&
+	    __atomic_exchange_n(&reader_sleeping, 0, __ATOMIC_RELAXED)) {
+		futex(&reader_sleeping, FUTEX_WAKE_PRIVATE, 1);
+		t->counters.reader_wakes++;
+	}
+}
+
 static void queue_event(struct thread *t, struct flow *f, enum pep_event_kind kind) {
 	if (!cfg.events) return;
 	uint32_t written = t->events_written;
@@ -402,6 +425,7 @@ static void queue_event(struct thread *t, struct flow *f, enum pep_event_kind ki
 	}
 	t->events[written & (EVENTS - 1)] = (struct pep_flow_event){f->rec.id, f->rec.slot, kind};
 	__atomic_store_n(&t->events_written, written + 1, __ATOMIC_RELEASE);
+	wake_reader(t);
 }
 
 /* ---- a flow's life -------------------------------------------------------------------- */
@@ -1143,6 +1167,7 @@ int pep_core_start(const struct pep_core_config *config, const struct pep_policy
 	pep_core_set_policy(first);
 	int err = allocate_tables();
 	if (err) return failed_with(err, "tables");
+	reader_released = 0, reader_sleeping = 0;
 	if (!cfg.shared_table) { /* before the threads copy the table */
 		process_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
 		if (process_pidfd < 0) return failed_with(-errno, "pidfd_open");
@@ -1302,6 +1327,31 @@ uint32_t pep_core_events(struct pep_flow_event *out, uint32_t room) {
 		pthread_mutex_unlock(&t->events_read_lock);
 	}
 	return n;
+}
+
+static int events_queued(void) {
+	for (uint32_t i = 0; i < cfg.threads; i++)
+		if (__atomic_load_n(&threads[i].events_written, __ATOMIC_ACQUIRE) !=
+		    __atomic_load_n(&threads[i].events_read, __ATOMIC_RELAXED))
+			return 1;
+	return 0;
+}
+
+void pep_core_wait_events(void) {
+	if (!threads) return;
+	__atomic_store_n(&reader_sleeping, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the flag before the look at the rings */
+	while (__atomic_load_n(&reader_sleeping, __ATOMIC_RELAXED) && !events_queued() &&
+	       !__atomic_load_n(&reader_released, __ATOMIC_RELAXED))
+		futex(&reader_sleeping, FUTEX_WAIT_PRIVATE, 1); /* returns at once if no longer 1 */
+	__atomic_store_n(&reader_sleeping, 0, __ATOMIC_RELAXED);
+}
+
+void pep_core_release_events(void) {
+	__atomic_store_n(&reader_released, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_exchange_n(&reader_sleeping, 0, __ATOMIC_RELAXED))
+		futex(&reader_sleeping, FUTEX_WAKE_PRIVATE, 1);
 }
 
 int pep_core_record(uint32_t slot, uint64_t id, struct pep_flow_record *out) {

@@ -123,6 +123,7 @@ struct pep_flow_event {
 struct pep_core_counters {
 	uint64_t accepted, established, closed;
 	uint64_t events_lost; /* the event queue was full (Python's hooks lag far behind) */
+	uint64_t reader_wakes; /* events that woke the hooks' reader (pep_core_wait_events) */
 	uint64_t bytes_to_ue, bytes_from_ue; /* relayed, flows that ended included */
 	uint64_t spliced;		     /* directions that moved to the splice path */
 	uint64_t pipes_in_use;		     /* now: pipes holding a direction's bytes */
@@ -175,6 +176,12 @@ const struct pep_core_counters *pep_core_counters(uint32_t thread);
 uint32_t pep_core_live(void); /* flows held now */
 /* Queued flow events of every relay thread, oldest first per thread. */
 uint32_t pep_core_events(struct pep_flow_event *out, uint32_t room);
+/* For the one reader of the events: returns once an event is queued (at once if one is) or
+ * after pep_core_release_events (from then on always at once, until the next start). A relay
+ * thread wakes the reader only when it has said it sleeps here, so a busy reader costs the
+ * relay threads no system call per event. */
+void pep_core_wait_events(void);
+void pep_core_release_events(void);
 /* One flow's record, if the slot still holds flow `id`: 0, else -1. */
 int pep_core_record(uint32_t slot, uint64_t id, struct pep_flow_record *out);
 uint32_t pep_core_snapshot(struct pep_flow_record *out, uint32_t room);

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from mec_pep.config import PepSettings
+from mec_pep.flows import PepExtension
 from mec_pep.service import PepService
 from mts_lab.line import Lab, in_netns
 
@@ -368,15 +369,17 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10, what: str = "co
 
 
 @contextlib.contextmanager
-def core_service(lab: Lab, tmp_path: Path, **settings: Any) -> Iterator[PepService]:
+def core_service(
+    lab: Lab, tmp_path: Path, extensions: list[PepExtension] | None = None, **settings: Any
+) -> Iterator[PepService]:
     """A PEP with the core in the lab's PEP namespace, in this process (its data plane's
-    counters can be read directly)."""
+    counters can be read directly), with these extensions' hooks."""
     defaults = dict(
         relay_core="uring", transparent_port=15999, allowed_clients="10.201.1.0/24",
         allowed_destinations="10.201.2.0/24", backlog_interval_ms=0, ran_aware=False,
         state_dir=tmp_path, tproxy_nft_table="mts_pep_core", tproxy_mark=0x61, tproxy_table=161,
     )  # fmt: skip
-    service = PepService(PepSettings(**{**defaults, **settings}))
+    service = PepService(PepSettings(**{**defaults, **settings}), extensions=extensions)
     in_netns(lab.pep_ns, service.start)
     try:
         yield service

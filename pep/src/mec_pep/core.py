@@ -11,8 +11,9 @@ the flow records (shown as ``Flow`` objects of ``mec_pep.flows``, whose ``flow_r
 shapes them for the API as for the Python relay) and the counters. ``CoreDataPlane``
 answers what ``DataPlane`` answers for the API.
 
-Extensions (MELD/RAPID) get their hooks from the core's event queue, read here every
-``EVENTS_EVERY_S``, after the fact; ``for_flows`` lends them copies of the sockets.
+Extensions (MELD/RAPID) get their hooks from the core's event queue, read here by a thread
+the core wakes when events arrive (after the fact, but at once: ``pep_core_wait_events``);
+``for_flows`` lends them copies of the sockets.
 
 The backlog feed reads it through ``held_toward_ue``, as it reads the Python relay's. With
 ``PEP_RAN_MPTCP`` its RAN-side listeners are MPTCP sockets, opened here as for the Python
@@ -173,6 +174,7 @@ class _Counters(ctypes.Structure):
         ("established", ctypes.c_uint64),
         ("closed", ctypes.c_uint64),
         ("events_lost", ctypes.c_uint64),
+        ("reader_wakes", ctypes.c_uint64),
         ("bytes_to_ue", ctypes.c_uint64),
         ("bytes_from_ue", ctypes.c_uint64),
         ("spliced", ctypes.c_uint64),
@@ -214,7 +216,6 @@ class CoreHandshake(ctypes.Structure):
 
 PARSE_MORE, PARSE_DONE, PARSE_REFUSED = 0, 1, 2  # enum pep_parsed
 ESTABLISHED, CLOSED = 1, 2  # enum pep_event_kind
-EVENTS_EVERY_S = 0.02  # how often the hooks hear of flows (they come this much late at most)
 
 
 def library_path() -> Path:
@@ -248,6 +249,8 @@ def load() -> ctypes.CDLL:
     lib.pep_core_reset.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
     lib.pep_core_events.argtypes = [ctypes.POINTER(_Event), ctypes.c_uint32]
     lib.pep_core_events.restype = ctypes.c_uint32
+    lib.pep_core_wait_events.restype = None  # a CDLL call: the GIL is released meanwhile
+    lib.pep_core_release_events.restype = None
     lib.pep_core_record.argtypes = [ctypes.c_uint32, ctypes.c_uint64, ctypes.POINTER(_Record)]
     lib.pep_core_toward_ue.argtypes = [
         ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(_Record), ctypes.c_uint32
@@ -506,6 +509,8 @@ class CoreDataPlane:
     def stop(self) -> None:
         self._stop_events.set()
         if self._events is not None:
+            assert self._lib is not None
+            self._lib.pep_core_release_events()
             self._events.join()
             self._events = None
         if self._lib is not None:
@@ -602,11 +607,12 @@ class CoreDataPlane:
     # ---- the extensions' hooks, from the core's events -------------------------------------
 
     def _hear_events(self) -> None:
-        """Every ``EVENTS_EVERY_S``: the hooks of the flows established and ended meanwhile
-        (the core calls no Python; it queues the events)."""
+        """The hooks of the flows established and ended, as the core queues their events
+        (it calls no Python): this thread sleeps in the core until there are some."""
         assert self._lib is not None
         batch = (_Event * 4096)()
-        while not self._stop_events.wait(EVENTS_EVERY_S):
+        while not self._stop_events.is_set():
+            self._lib.pep_core_wait_events()
             while n := self._lib.pep_core_events(batch, len(batch)):
                 for event in batch[:n]:
                     self._heard(event)
@@ -769,6 +775,10 @@ class CoreDataPlane:
     def pipes_in_use(self) -> int:
         """Pipes holding a direction's bytes now (the splice path of bulk flows)."""
         return self._per_thread("pipes_in_use")
+
+    def reader_wakes(self) -> int:
+        """Events that woke the hooks' sleeping reader (the others came while it was busy)."""
+        return self._per_thread("reader_wakes")
 
     def spliced(self) -> int:
         """Directions that have moved to the splice path since the start."""
