@@ -13,7 +13,6 @@ flows' sockets (``pidfd_getfd``).
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import statistics
 import tempfile
@@ -24,6 +23,7 @@ from mec_pep.backlog import BacklogFeed
 from mec_pep.config import PepSettings
 from mec_pep.service import PepService
 from mts_lab.line import Lab, in_netns
+from mts_lab.pep import in_lab
 
 PORT, PAYLOAD, UE_RCVBUF = 18080, 256 * 1024, 4096
 
@@ -79,18 +79,15 @@ def main() -> int:
     parser.add_argument("--flows", default="64,1000", help="N,...")
     parser.add_argument("--samples", type=int, default=50)
     args = parser.parse_args()
-    lab = Lab.create("blc")
-    try:
-        print(f"load {os.getloadavg()[0]:.1f}")
+
+    def body(lab: Lab) -> None:
         for n in (int(x) for x in args.flows.split(",")):
             for relay in ("python", "uring"):
                 r = measure(lab, relay, n, args.samples)
                 print(f"{relay:6} flows {n:5} busy {r['busy_flows']:5} sample "
                       f"{r['median_ms']:7.2f} ms  {r['us_per_flow']:6.1f} us/flow")  # fmt: skip
-        print(f"load {os.getloadavg()[0]:.1f}")
-    finally:
-        lab.down()
-    return 0
+
+    return in_lab("blc", body)
 
 
 if __name__ == "__main__":

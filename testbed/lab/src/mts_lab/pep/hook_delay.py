@@ -16,7 +16,6 @@ The core as of another checkout: ``PYTHONPATH=<checkout>/pep/src`` (its own ``bu
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import statistics
 import tempfile
@@ -29,6 +28,7 @@ from mec_pep.config import PepSettings
 from mec_pep.flows import Flow, PepExtension
 from mec_pep.service import PepService
 from mts_lab.line import Lab, in_netns
+from mts_lab.pep import in_lab
 
 PORT = 18081
 
@@ -110,19 +110,17 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--hold-ms", type=float, default=30.0)
     args = parser.parse_args()
-    lab = Lab.create("hkd")
-    try:
-        print(f"mec_pep from {Path(mec_pep.__file__).parent}; load {os.getloadavg()[0]:.1f}")
+
+    def body(lab: Lab) -> None:
+        print(f"mec_pep from {Path(mec_pep.__file__).parent}")
         r = measure(lab, args.connections, args.clients, args.hold_ms / 1e3)
         print(
             f"{args.connections} connections at {r['per_s']:.0f}/s: hooks heard "
             f"{r['heard']}, reader woken {r['wakes']} times; on_flow_established late by "
             f"p50 {r['p50_ms']:.3f}, p99 {r['p99_ms']:.3f}, max {r['max_ms']:.3f} ms"
         )
-        print(f"load {os.getloadavg()[0]:.1f}")
-    finally:
-        lab.down()
-    return 0
+
+    return in_lab("hkd", body)
 
 
 if __name__ == "__main__":
