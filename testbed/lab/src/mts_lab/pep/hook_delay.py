@@ -3,10 +3,13 @@
 ``on_flow_established`` in the hooks' Python thread.
 
 ``--connections`` UE connections through a transparent PEP on the core (in this process,
-the lab's PEP namespace), ``--clients`` at a time; each sends a byte, has it echoed and is
-held ``--hold-ms`` (longer than the hooks may lag, so that no flow ends unheard), then
-closed. Prints the delays' p50/p99/max, the flows whose hook never ran, and how many events
-woke the hooks' reader (``reader_wakes``, where the core has it).
+the lab's PEP namespace) from a client process, ``--clients`` at a time (the echo server is
+a process too: only the PEP's threads take turns at this process's GIL, as in a PEP
+process). Each sends a byte, has it echoed and is held ``--hold-ms`` (with more than the
+hooks may lag, no flow ends unheard), then closed. Prints the delays' p50/p99/max, the
+flows whose hook never ran, how many events woke the hooks' reader (``reader_wakes``,
+where the core has it) and the CPU time of the PEP's own threads (the relay threads and
+the hooks' reader) per connection.
 
     uv run python -m mts_lab.pep.hook_delay --connections 3000 --clients 16 --hold-ms 30
 
@@ -18,6 +21,8 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -44,32 +49,40 @@ class Delays(PepExtension):
         self.seconds.append(time.time() - flow.established_at)
 
 
-def _echo(server: socket.socket) -> None:
-    def serve(peer: socket.socket) -> None:
-        with peer:
-            while data := peer.recv(64):
-                peer.sendall(data)
-
-    while True:
-        try:
-            peer, _ = server.accept()
-        except OSError:  # closed at the end
-            return
-        threading.Thread(target=serve, args=(peer,), daemon=True).start()
+def _tasks() -> set[int]:
+    return {int(tid.name) for tid in Path("/proc/self/task").iterdir()}
 
 
-def _client(lab: Lab, count: int, hold_s: float) -> None:
-    def all_of_them() -> None:
+def _cpu_ns(tids: set[int]) -> int:
+    """CPU time of these threads (schedstat: ns; the stat file's ticks are 10 ms)."""
+    return sum(int(Path(f"/proc/self/task/{t}/schedstat").read_text().split()[0]) for t in tids)
+
+
+def clients(target: tuple[str, int], connections: int, threads: int, hold_s: float) -> None:
+    """The load (in a process of its own, so that its threads take no turns at this one's
+    GIL): ``threads`` at a time, each connection a byte echoed, held, closed."""
+
+    def some(count: int) -> None:
         for _ in range(count):
-            with socket.create_connection((lab.server_ip, PORT), timeout=10) as sock:
+            with socket.create_connection(target, timeout=10) as sock:
                 sock.sendall(b"x")
                 assert sock.recv(1) == b"x"
                 time.sleep(hold_s)
 
-    in_netns(lab.client_ns, all_of_them)
+    each = [connections // threads + (i < connections % threads) for i in range(threads)]
+    workers = [threading.Thread(target=some, args=(n,)) for n in each]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
 
 
-def measure(lab: Lab, connections: int, clients: int, hold_s: float) -> dict[str, float]:
+def _python(lab: Lab, ns: str, *args: object) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", *map(str, args)]
+    return lab.popen(ns, cmd, stdout=subprocess.PIPE, text=True)
+
+
+def measure(lab: Lab, connections: int, threads: int, hold_s: float) -> dict[str, float]:
     delays = Delays()
     settings = PepSettings(
         relay_core="uring", transparent_port=15997, socks5_port=None, tlv_port=None,
@@ -78,38 +91,43 @@ def measure(lab: Lab, connections: int, clients: int, hold_s: float) -> dict[str
         tproxy_nft_table="mts_pep_hooks", tproxy_mark=0x63, tproxy_table=163,
     )  # fmt: skip
     service = PepService(settings, extensions=[delays])
+    before = _tasks()
     in_netns(lab.pep_ns, service.start)
-    server = in_netns(lab.server_ns, lambda: socket.create_server(("", PORT), backlog=4096))
-    threading.Thread(target=_echo, args=(server,), daemon=True).start()
+    pep_threads = _tasks() - before  # the core's relay threads and the hooks' reader
+    server = _python(lab, lab.server_ns, "mts_lab.pep.bench", "echo", lab.server_ip, PORT)
     try:
-        start = time.monotonic()
-        each = [connections // clients + (i < connections % clients) for i in range(clients)]
-        workers = [threading.Thread(target=_client, args=(lab, n, hold_s)) for n in each]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        start, cpu = time.monotonic(), _cpu_ns(pep_threads)
+        load = _python(lab, lab.client_ns, "mts_lab.pep.hook_delay", "clients", lab.server_ip,
+                       PORT, connections, threads, hold_s)  # fmt: skip
+        assert load.wait() == 0, "the clients failed"
         wall = time.monotonic() - start
         time.sleep(0.1)  # the last hooks
+        cpu = _cpu_ns(pep_threads) - cpu
         dp = service.dataplane
         wakes = dp.reader_wakes() if hasattr(dp, "reader_wakes") else float("nan")
         ms = sorted(d * 1e3 for d in delays.seconds)
         return {
             "per_s": connections / wall, "heard": len(ms), "wakes": wakes,
             "p50_ms": statistics.median(ms), "p99_ms": ms[int(0.99 * (len(ms) - 1))],
-            "max_ms": ms[-1],
+            "max_ms": ms[-1], "pep_us": cpu / 1e3 / connections,
         }  # fmt: skip
     finally:
-        server.close()
+        server.kill()
+        server.wait()
         in_netns(lab.pep_ns, service.stop)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["clients"]:  # the load's process (measure)
+        host, port, connections, threads, hold_s = sys.argv[2:]
+        clients((host, int(port)), int(connections), int(threads), float(hold_s))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=3000)
-    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--clients", type=int, default=16, help="connections at a time")
     parser.add_argument("--hold-ms", type=float, default=30.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     def body(lab: Lab) -> None:
         print(f"mec_pep from {Path(mec_pep.__file__).parent}")
@@ -117,7 +135,8 @@ def main() -> int:
         print(
             f"{args.connections} connections at {r['per_s']:.0f}/s: hooks heard "
             f"{r['heard']}, reader woken {r['wakes']} times; on_flow_established late by "
-            f"p50 {r['p50_ms']:.3f}, p99 {r['p99_ms']:.3f}, max {r['max_ms']:.3f} ms"
+            f"p50 {r['p50_ms']:.3f}, p99 {r['p99_ms']:.3f}, max {r['max_ms']:.3f} ms; "
+            f"the PEP's threads {r['pep_us']:.1f} us of CPU per connection"
         )
 
     return in_lab("hkd", body)
