@@ -1337,14 +1337,16 @@ static int events_queued(void) {
 	return 0;
 }
 
-void pep_core_wait_events(void) {
-	if (!threads) return;
+uint32_t pep_core_wait_events(struct pep_flow_event *out, uint32_t room) {
+	uint32_t n = threads ? pep_core_events(out, room) : 0;
+	if (n || !threads) return n; /* busy: no flag, no system call */
 	__atomic_store_n(&reader_sleeping, 1, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the flag before the look at the rings */
 	while (__atomic_load_n(&reader_sleeping, __ATOMIC_RELAXED) && !events_queued() &&
 	       !__atomic_load_n(&reader_released, __ATOMIC_RELAXED))
 		futex(&reader_sleeping, FUTEX_WAIT_PRIVATE, 1); /* returns at once if no longer 1 */
 	__atomic_store_n(&reader_sleeping, 0, __ATOMIC_RELAXED);
+	return pep_core_events(out, room);
 }
 
 void pep_core_release_events(void) {

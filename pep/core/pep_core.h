@@ -176,11 +176,11 @@ const struct pep_core_counters *pep_core_counters(uint32_t thread);
 uint32_t pep_core_live(void); /* flows held now */
 /* Queued flow events of every relay thread, oldest first per thread. */
 uint32_t pep_core_events(struct pep_flow_event *out, uint32_t room);
-/* For the one reader of the events: returns once an event is queued (at once if one is) or
- * after pep_core_release_events (from then on always at once, until the next start). A relay
- * thread wakes the reader only when it has said it sleeps here, so a busy reader costs the
- * relay threads no system call per event. */
-void pep_core_wait_events(void);
+/* For the one reader of the events: pep_core_events, and if none is queued, first a sleep
+ * until one is; 0 only after pep_core_release_events (from then on at once, until the next
+ * start). A relay thread wakes the reader only when it has said it sleeps here, so a busy
+ * reader costs the relay threads no system call per event. */
+uint32_t pep_core_wait_events(struct pep_flow_event *out, uint32_t room);
 void pep_core_release_events(void);
 /* One flow's record, if the slot still holds flow `id`: 0, else -1. */
 int pep_core_record(uint32_t slot, uint64_t id, struct pep_flow_record *out);

@@ -249,7 +249,8 @@ def load() -> ctypes.CDLL:
     lib.pep_core_reset.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
     lib.pep_core_events.argtypes = [ctypes.POINTER(_Event), ctypes.c_uint32]
     lib.pep_core_events.restype = ctypes.c_uint32
-    lib.pep_core_wait_events.restype = None  # a CDLL call: the GIL is released meanwhile
+    lib.pep_core_wait_events.argtypes = [ctypes.POINTER(_Event), ctypes.c_uint32]
+    lib.pep_core_wait_events.restype = ctypes.c_uint32  # a CDLL call: the GIL is released
     lib.pep_core_release_events.restype = None
     lib.pep_core_record.argtypes = [ctypes.c_uint32, ctypes.c_uint64, ctypes.POINTER(_Record)]
     lib.pep_core_toward_ue.argtypes = [
@@ -612,12 +613,9 @@ class CoreDataPlane:
         assert self._lib is not None
         batch = (_Event * 4096)()
         while not self._stop_events.is_set():
-            self._lib.pep_core_wait_events()
-            while n := self._lib.pep_core_events(batch, len(batch)):
-                for event in batch[:n]:
-                    self._heard(event)
-                if n < len(batch):
-                    break
+            n = self._lib.pep_core_wait_events(batch, len(batch))  # one call per wake
+            for event in batch[:n]:
+                self._heard(event)
 
     def _heard(self, event: _Event) -> None:
         if event.kind == CLOSED:

@@ -71,10 +71,12 @@ def clients(target: tuple[str, int], connections: int, threads: int, hold_s: flo
 
     each = [connections // threads + (i < connections % threads) for i in range(threads)]
     workers = [threading.Thread(target=some, args=(n,)) for n in each]
+    start = time.monotonic()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
+    print(connections / (time.monotonic() - start))  # connections/s, for measure
 
 
 def _python(lab: Lab, ns: str, *args: object) -> subprocess.Popen[str]:
@@ -93,22 +95,24 @@ def measure(lab: Lab, connections: int, threads: int, hold_s: float) -> dict[str
     service = PepService(settings, extensions=[delays])
     before = _tasks()
     in_netns(lab.pep_ns, service.start)
+    time.sleep(0.1)  # the thread that joined the namespace to start it gone
     pep_threads = _tasks() - before  # the core's relay threads and the hooks' reader
     server = _python(lab, lab.server_ns, "mts_lab.pep.bench", "echo", lab.server_ip, PORT)
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        start, cpu = time.monotonic(), _cpu_ns(pep_threads)
+        cpu = _cpu_ns(pep_threads)
         load = _python(lab, lab.client_ns, "mts_lab.pep.hook_delay", "clients", lab.server_ip,
                        PORT, connections, threads, hold_s)  # fmt: skip
+        assert load.stdout is not None
+        per_s = float(load.stdout.read())
         assert load.wait() == 0, "the clients failed"
-        wall = time.monotonic() - start
         time.sleep(0.1)  # the last hooks
         cpu = _cpu_ns(pep_threads) - cpu
         dp = service.dataplane
         wakes = dp.reader_wakes() if hasattr(dp, "reader_wakes") else float("nan")
         ms = sorted(d * 1e3 for d in delays.seconds)
         return {
-            "per_s": connections / wall, "heard": len(ms), "wakes": wakes,
+            "per_s": per_s, "heard": len(ms), "wakes": wakes,
             "p50_ms": statistics.median(ms), "p99_ms": ms[int(0.99 * (len(ms) - 1))],
             "max_ms": ms[-1], "pep_us": cpu / 1e3 / connections,
         }  # fmt: skip
