@@ -9,7 +9,8 @@ process). Each sends a byte, has it echoed and is held ``--hold-ms`` (with more 
 hooks may lag, no flow ends unheard), then closed. Prints the delays' p50/p99/max, the
 flows whose hook never ran, how many events woke the hooks' reader (``reader_wakes``,
 where the core has it) and the CPU time of the PEP's own threads (the relay threads and
-the hooks' reader) per connection.
+the hooks' reader) per connection, the reader's and of it what it spent in ``_heard``
+(the rest is its waiting and waking).
 
     uv run python -m mts_lab.pep.hook_delay --connections 3000 --clients 16 --hold-ms 30
 
@@ -27,9 +28,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import mec_pep
 from mec_pep.config import PepSettings
+from mec_pep.core import CoreDataPlane
 from mec_pep.flows import Flow, PepExtension
 from mec_pep.service import PepService
 from mts_lab.line import Lab, in_netns
@@ -53,9 +56,32 @@ def _tasks() -> set[int]:
     return {int(tid.name) for tid in Path("/proc/self/task").iterdir()}
 
 
-def _cpu_ns(tids: set[int]) -> int:
-    """CPU time of these threads (schedstat: ns; the stat file's ticks are 10 ms)."""
-    return sum(int(Path(f"/proc/self/task/{t}/schedstat").read_text().split()[0]) for t in tids)
+def _cpu_ns(tids: set[int]) -> dict[int, int]:
+    """CPU time of each of these threads (schedstat: ns; the stat file's ticks are 10 ms)."""
+    return {t: int(Path(f"/proc/self/task/{t}/schedstat").read_text().split()[0]) for t in tids}
+
+
+class ReaderClock:
+    """The hooks' reader thread (its id) and the CPU time it spends in ``_heard`` (a flow's
+    record, the lent sockets, the hooks): the rest of its time is its waiting and waking."""
+
+    def __init__(self) -> None:
+        self.tid = 0
+        self.heard_ns = 0
+        self._heard = CoreDataPlane._heard
+
+    def __enter__(self) -> ReaderClock:
+        def heard(dataplane: CoreDataPlane, event: Any) -> None:
+            start = time.thread_time_ns()
+            self._heard(dataplane, event)
+            self.heard_ns += time.thread_time_ns() - start
+            self.tid = threading.get_native_id()
+
+        CoreDataPlane._heard = heard  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        CoreDataPlane._heard = self._heard  # type: ignore[method-assign]
 
 
 def clients(target: tuple[str, int], connections: int, threads: int, hold_s: float) -> None:
@@ -85,6 +111,13 @@ def _python(lab: Lab, ns: str, *args: object) -> subprocess.Popen[str]:
 
 
 def measure(lab: Lab, connections: int, threads: int, hold_s: float) -> dict[str, float]:
+    with ReaderClock() as clock:
+        return _measure(lab, connections, threads, hold_s, clock)
+
+
+def _measure(
+    lab: Lab, connections: int, threads: int, hold_s: float, clock: ReaderClock
+) -> dict[str, float]:
     delays = Delays()
     settings = PepSettings(
         relay_core="uring", transparent_port=15997, socks5_port=None, tlv_port=None,
@@ -107,14 +140,17 @@ def measure(lab: Lab, connections: int, threads: int, hold_s: float) -> dict[str
         per_s = float(load.stdout.read())
         assert load.wait() == 0, "the clients failed"
         time.sleep(0.1)  # the last hooks
-        cpu = _cpu_ns(pep_threads) - cpu
+        after = _cpu_ns(pep_threads)
+        per = {t: (after[t] - cpu[t]) / 1e3 / connections for t in pep_threads}
         dp = service.dataplane
         wakes = dp.reader_wakes() if hasattr(dp, "reader_wakes") else float("nan")
         ms = sorted(d * 1e3 for d in delays.seconds)
         return {
             "per_s": per_s, "heard": len(ms), "wakes": wakes,
             "p50_ms": statistics.median(ms), "p99_ms": ms[int(0.99 * (len(ms) - 1))],
-            "max_ms": ms[-1], "pep_us": cpu / 1e3 / connections,
+            "max_ms": ms[-1], "pep_us": sum(per.values()),
+            "reader_us": per.get(clock.tid, float("nan")),
+            "heard_us": clock.heard_ns / 1e3 / connections,
         }  # fmt: skip
     finally:
         server.kill()
@@ -140,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.connections} connections at {r['per_s']:.0f}/s: hooks heard "
             f"{r['heard']}, reader woken {r['wakes']} times; on_flow_established late by "
             f"p50 {r['p50_ms']:.3f}, p99 {r['p99_ms']:.3f}, max {r['max_ms']:.3f} ms; "
-            f"the PEP's threads {r['pep_us']:.1f} us of CPU per connection"
+            f"the PEP's threads {r['pep_us']:.1f} us of CPU per connection, of it the hooks' "
+            f"reader {r['reader_us']:.1f} (in _heard {r['heard_us']:.1f})"
         )
 
     return in_lab("hkd", body)
