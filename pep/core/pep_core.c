@@ -1296,13 +1296,13 @@ int pep_core_hold(uint32_t slot, uint64_t id, int32_t fds[2]) {
 	if (slot >= cfg.max_flows || !id) return -1;
 	struct flow *f = &flows[slot];
 	pthread_mutex_lock(&stripes[slot % STRIPES]);
-	int live = f->rec.id == id;
+	int live = f->rec.id == id, copied = live;
 	for (int i = 0; i < 2 && live; i++) {
 		int fd = i ? f->rec.wan_fd : f->rec.ran_fd;
 		fds[i] = fd < 0 ? -1 : copy_fd(f->owner->private_table, f->owner->pidfd, fd);
+		if (fd >= 0 && fds[i] < 0) copied = 0; /* here: after the lock the slot may be reused */
 	}
 	pthread_mutex_unlock(&stripes[slot % STRIPES]);
-	int copied = live && fds[0] >= 0 && (f->rec.wan_fd < 0 || fds[1] >= 0);
 	if (live && !copied) { /* no copy (e.g. EMFILE): no half answer */
 		for (int i = 0; i < 2; i++)
 			if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
