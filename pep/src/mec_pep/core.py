@@ -40,7 +40,16 @@ from typing import Any, TypeVar
 
 from mec_common.logging import get_logger
 from mec_pep.config import PepSettings
-from mec_pep.flows import Flow, FlowTable, Hooks, Leg, ProxyMode, flow_record, leg_record
+from mec_pep.flows import (
+    Flow,
+    FlowEndedError,
+    FlowTable,
+    Hooks,
+    Leg,
+    ProxyMode,
+    flow_record,
+    leg_record,
+)
 from mec_pep.policy import AccessPolicy
 from mec_pep.relay.descriptors import SHARED_TABLE, raise_fd_limit
 from mec_pep.relay.flow_view import held, toward_ue
@@ -593,8 +602,7 @@ class CoreDataPlane:
         c.half_open_timeout_ms = int(s.half_open_timeout * 1000)
         c.wan_rcvbuf, c.wan_sndbuf = s.wan_rcvbuf, s.wan_sndbuf
         c.force_buffers, c.keep_ue_source = s.force_buffers, s.keep_ue_source
-        lent = [e.ran_congestion_control for e in self.hooks.extensions if e.ran_congestion_control]
-        c.ran_cc = (lent[0] if lent else s.ran_congestion_control or "").encode()
+        c.ran_cc = (self.hooks.ran_congestion_control(s.ran_congestion_control) or "").encode()
         c.wan_cc = (s.wan_congestion_control or "").encode()
         c.buffer_bytes, c.buffers = BUFFER_BYTES, BUFFERS
         c.pipe_bytes = s.pipe_size
@@ -628,37 +636,56 @@ class CoreDataPlane:
         if self._lib.pep_core_record(event.slot, event.id, ctypes.byref(rec)):
             return  # ended before its hooks could run: they never hear of it
         flow = self._known[rec.id] = _flow(rec)
-        self.lend(flow, self._established)
+        # Its sockets are copied only if a hook uses them: MELD's use none (the core set the
+        # RAN leg's congestion control at accept), RAPID's those of a UE in RAPID mode.
+        self.lend(flow, self._established, lazily=True)
 
     def _established(self, flow: Flow) -> None:
-        """The hooks of a flow's start, in order, all after the fact (the core has already
-        set the RAN leg's congestion control of the extension: ``ran_congestion_control``)."""
+        """The hooks of a flow's start, in order, all after the fact."""
         self.hooks.ran_leg_ready(flow)
         self.hooks.wan_leg_ready(flow)
         self.hooks.flow_established(flow)
 
-    def lend(self, flow: Flow, fn: Callable[[Flow], None]) -> None:
-        """``fn(flow)`` with copies of its sockets in the legs; nothing if it has ended."""
+    def lend(self, flow: Flow, fn: Callable[[Flow], None], *, lazily: bool = False) -> None:
+        """``fn(flow)`` with copies of its sockets in the legs; nothing if it has ended.
+        ``lazily``: copied at ``fn``'s first use of either (``Leg.sock``), not at all if it
+        uses none; a flow that has ended by then ends ``fn`` there (``FlowEndedError``)."""
+        rec = flow._relay
+        if self._lib is None or not isinstance(rec, _Record):
+            return
+        lib, fds, legs = self._lib, (ctypes.c_int32 * 2)(-1, -1), (flow.ran, flow.wan)
+        lent: list[socket.socket] = []
 
-        def call(fds: tuple[int, int]) -> None:
-            socks = [socket.socket(fileno=fd) if fd >= 0 else None for fd in fds]
-            with self._lending:
-                flow.ran.lend(socks[0])
-                if flow.wan is not None:
-                    flow.wan.lend(socks[1])
-                try:
-                    fn(flow)
-                except Exception:
-                    log.exception("a call on a core flow failed", flow=flow.id)
-                finally:
-                    flow.ran.lend(None)
-                    if flow.wan is not None:
-                        flow.wan.lend(None)
-                    for sock in socks:
-                        if sock is not None:
-                            sock.detach()  # _held closes the copies
+        def copy() -> None:
+            if lib.pep_core_hold(rec.slot, rec.id, fds):
+                raise FlowEndedError(f"flow {flow.id} has ended")
+            for leg, fd in zip(legs, fds, strict=True):
+                sock = socket.socket(fileno=fd) if fd >= 0 else None
+                lent.extend([sock] if sock is not None else [])
+                if leg is not None:
+                    leg.lend(sock)
 
-        self._held(flow, call)
+        with self._lending:
+            try:
+                for leg in legs if lazily else ():
+                    if leg is not None:
+                        leg.lend(None, copy)
+                if not lazily:
+                    copy()
+                fn(flow)
+            except FlowEndedError:
+                pass  # it ended before its sockets were copied: as if it had ended before fn
+            except Exception:
+                log.exception("a call on a core flow failed", flow=flow.id)
+            finally:
+                for leg in legs:
+                    if leg is not None:
+                        leg.lend(None)
+                for sock in lent:
+                    sock.detach()
+                for fd in fds:
+                    if fd >= 0:
+                        os.close(fd)
 
     def flow_of(self, rec: _Record) -> Flow:
         """The ``Flow`` of a record: the one the hooks know (its ``ext``), brought up to date."""

@@ -5,9 +5,10 @@ accepted) and the **WAN leg** (PEP ↔ server, the socket the PEP connected). Th
 creates a ``Flow`` per accepted connection and calls the hooks of every extension at
 fixed points of its life:
 
-1. ``on_ran_leg_ready(flow)``: the RAN-leg socket is accepted and configured (buffers),
-   nothing has been relayed toward the UE yet. The place to set ``TCP_CONGESTION`` on
-   ``flow.ran.sock``. ``flow.wan`` is still ``None``.
+1. ``on_ran_leg_ready(flow)``: the RAN-leg socket is accepted and configured (buffers,
+   and the congestion control an extension names in ``ran_congestion_control``, set by
+   the relay at accept), nothing has been relayed toward the UE yet. The place to set
+   other options on ``flow.ran.sock``. ``flow.wan`` is still ``None``.
 2. ``on_wan_leg_ready(flow)``: the WAN-leg socket exists, ``connect()`` has not been
    called yet (window clamp, congestion control toward the server).
 3. ``on_flow_established(flow)``: both legs are connected; relaying starts right after.
@@ -80,15 +81,18 @@ class Leg:
     carry the addresses only, and ``sock`` says so.
     """
 
-    __slots__ = ("_sock", "local", "peer")
+    __slots__ = ("_copy", "_sock", "local", "peer")
 
     def __init__(self, sock: socket.socket | None, local: Address, peer: Address) -> None:
         self._sock = sock
+        self._copy: Callable[[], None] | None = None
         self.local = local
         self.peer = peer
 
     @property
     def sock(self) -> socket.socket:
+        if self._sock is None and self._copy is not None:
+            self._copy()  # the core's hooks: the copies are made at the first use
         if self._sock is None:
             raise RuntimeError("this flow's sockets belong to the compiled relay core")
         return self._sock
@@ -96,10 +100,18 @@ class Leg:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def lend(self, sock: socket.socket | None) -> None:
+    def lend(self, sock: socket.socket | None, copy: Callable[[], None] | None = None) -> None:
         """The compiled core lends a copy of the leg's socket for the length of a hook or
-        ``for_flows`` call (``None``: taken back)."""
+        ``for_flows`` call (``None``: taken back), or ``copy``, which lends the flow's
+        copies when a hook first uses ``sock`` (raising ``FlowEndedError`` if it has ended)."""
         self._sock = sock
+        self._copy = copy
+
+
+class FlowEndedError(RuntimeError):
+    """A compiled-core flow ended before its start hooks first used its sockets: the
+    hooks' caller skips its remaining start hooks, as it skips a flow that ended before
+    them (``on_flow_closed`` still comes if ``on_ran_leg_ready`` ran)."""
 
 
 class Flow:
@@ -240,8 +252,9 @@ class PepExtension:
     """Base class of an extension; override what you need (all hooks default to no-ops)."""
 
     name = "extension"
-    # The RAN leg's congestion control, if the extension sets one for every flow: the
-    # compiled core (``mec_pep.core``) sets it at accept, since its hooks come later.
+    # The RAN leg's congestion control, if the extension wants one for every flow: the
+    # relay sets it at accept, before any byte (``Hooks.ran_congestion_control``; the
+    # compiled core's hooks come after the fact, and need no copy of the socket for it).
     ran_congestion_control: str | None = None
 
     def on_ran_leg_ready(self, flow: Flow) -> None:
@@ -296,10 +309,18 @@ class Hooks:
     def __init__(self, extensions: list[PepExtension] | None = None) -> None:
         self.extensions = list(extensions or [])
 
+    def ran_congestion_control(self, default: str | None) -> str | None:
+        """The RAN leg's congestion control: the first extension's that names one, else
+        ``default`` (``PEP_RAN_CONGESTION_CONTROL``). Both relays set it at accept."""
+        named = (e.ran_congestion_control for e in self.extensions if e.ran_congestion_control)
+        return next(named, default)
+
     def _call(self, hook: str, flow: Flow) -> None:
         for ext in self.extensions:
             try:
                 getattr(ext, hook)(flow)
+            except FlowEndedError:
+                raise  # not the extension's failure: the caller skips the flow's start
             except Exception:
                 log.exception("extension hook failed", extension=ext.name, hook=hook, flow=flow.id)
 

@@ -198,11 +198,13 @@ class RapidController:
         is_rapid: Callable[[str], bool],
         *,
         min_tick_s: float,
+        in_use: Callable[[], bool] = lambda: True,
     ) -> None:
         self.allocator = allocator
         self._context = context
         self._kernel = kernel
         self._is_rapid = is_rapid
+        self._in_use = in_use  # some UE in RAPID mode
         self._min_tick = min_tick_s
         self._applied: dict[int, _Applied] = {}
         self.lock = threading.Lock()
@@ -221,8 +223,14 @@ class RapidController:
             self.allocator.remove(flow.id)
             self._applied.pop(flow.id, None)
 
+    def driving(self) -> bool:
+        """Whether a tick has work: flows it drives (or must release), or a UE in RAPID."""
+        return bool(self.allocator.flows) or self._in_use()
+
     def tick(self, now: float) -> None:
         """One controller round over every established flow (from the worker thread)."""
+        if not self.driving():
+            return  # the flow table is not read (on the core, a copy of every flow's record)
         with self._context.flows.lock:
             flows = [f for f in self._context.flows if f.wan is not None and f.established_at]
         rapid = [f for f in flows if self._is_rapid(f.ue)]

@@ -65,16 +65,17 @@ def ran_listener_socket(*, mptcp: bool, family: int = socket.AF_INET) -> socket.
         ) from exc
 
 
-def prepare_ran_leg(settings: PepSettings, sock: socket.socket) -> None:
-    """What an accepted socket does not inherit from its listener."""
+def prepare_ran_leg(
+    settings: PepSettings, sock: socket.socket, congestion_control: str | None
+) -> None:
+    """What an accepted socket does not inherit from its listener; ``congestion_control``:
+    ``Hooks.ran_congestion_control`` (an extension's, else the settings')."""
     sock.setblocking(False)
     if settings.ran_mptcp:
         # A TCP socket inherits TCP_NODELAY (and the buffers) from its listener.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if settings.ran_congestion_control:
-        sock.setsockopt(
-            socket.IPPROTO_TCP, socket.TCP_CONGESTION, settings.ran_congestion_control.encode()
-        )
+    if congestion_control:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion_control.encode())
 
 
 def wan_socket(

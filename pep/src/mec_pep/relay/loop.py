@@ -299,8 +299,9 @@ class Relay:
             reset_on_close(sock)
             sock.close()
             return
+        congestion_control = self.hooks.ran_congestion_control(s.ran_congestion_control)
         try:
-            prepare_ran_leg(s, sock)
+            prepare_ran_leg(s, sock, congestion_control)
         except BaseException:
             sock.close()  # here, in this thread's table: not left to a finalizer
             raise
