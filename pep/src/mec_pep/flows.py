@@ -255,6 +255,7 @@ class PepExtension:
     # The RAN leg's congestion control, if the extension wants one for every flow: the
     # relay sets it at accept, before any byte (``Hooks.ran_congestion_control``; the
     # compiled core's hooks come after the fact, and need no copy of the socket for it).
+    # A name the kernel does not have refuses the flow, as PEP_RAN_CONGESTION_CONTROL's.
     ran_congestion_control: str | None = None
 
     def on_ran_leg_ready(self, flow: Flow) -> None:

@@ -176,7 +176,7 @@ class RanAwareExtension(PepExtension):
     def _work(self) -> None:
         """RAPID's ticks while it drives flows or some UE is in RAPID mode; else it sleeps
         the feed's housekeeping second or until a mode changes (its 200 wake-ups a second
-        took 1.3 % of a core in a PEP with no flows, docs/results.md)."""
+        took 1.2–1.3 % of a core in a PEP with no flows, docs/results.md)."""
         assert self.rapid is not None and self.feed is not None
         tick = self.settings.rapid_tick_ms / 1e3
         next_housekeeping = 0.0
