@@ -1,0 +1,385 @@
+"""Where one bulk stream's time goes, thread by thread: running, waiting for a CPU, asleep.
+
+    python -m mts_lab.pep.stages [SYSTEM ...] [--cases download_1,upload_1] [--rounds N]
+
+An iperf3 stream (the bench's topology and servers) through each system (``direct``:
+routed; ``core``: the PEP's compiled relay, its default; ``pep``: its Python relay;
+``NAME:PEP_X=V,...``: the core with settings), interleaved round by round. In a window of
+``--seconds`` after the first second of each run, per stage thread (the sending iperf3,
+the proxy's threads that ran, the receiving iperf3, the kernel's threads that ran) from
+``/proc/<pid>/task/<tid>/schedstat``: the share of the window it ran (softirq work done
+inline in its context included: this kernel has no IRQ time accounting), waited runnable
+on a run queue, and slept; the mean wait per time it got a CPU; its voluntary and
+involuntary switches per GB. Per CPU: the shares in user, system, softirq, idle (``/proc/stat``,
+tick-sampled); machine-wide context switches per GB. With ``--where``, also sampled every
+``SAMPLE_S`` from ``/proc/<tid>/stat`` and ``wchan``: where the busiest thread of each
+stage was (running or runnable, or asleep in which kernel function); the sampler's own CPU
+is reported, since it takes some from the stages.
+
+Does a stream's rate follow from one saturated thread (one stage ~100 % running), from
+run-queue waiting (three busy stages on two CPUs) or from sleeping between hand-offs
+(every stage often asleep, the machine idle)? JSON to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from mts_lab.line import Lab
+from mts_lab.pep.bench import (
+    PEP_SETTINGS,
+    Bench,
+    per_cpu_seconds,
+    per_cpu_since,
+)
+
+WARM_S = 1.0  # slow start and the splice switch (after 64 KiB) are over by then
+TAIL_S = 0.5  # the window ends before iperf3 does
+SAMPLE_S = 0.01  # sampling period (3 threads: ~500 small reads a second)
+ENDS = ("sender", "receiver")
+MIN_RUN_PCT = 1.0  # threads that ran less are left out (the PEP's idle Python threads)
+
+
+def tasks(pid: int) -> list[int]:
+    try:
+        return [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        return []
+
+
+def kernel_threads() -> list[int]:
+    """Kernel threads (children of kthreadd): ksoftirqd, kworkers, io_uring workers are not
+    (those are the proxy's own threads)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == "2":
+                pids.append(int(entry.name))
+    return pids
+
+
+def thread_state(pid: int, tid: int) -> dict[str, Any] | None:
+    """schedstat (ns on a CPU, ns waiting runnable, times given a CPU) and switch counts."""
+    base = Path(f"/proc/{pid}/task/{tid}")
+    try:
+        run_ns, wait_ns, slices = (int(x) for x in (base / "schedstat").read_text().split())
+        status = (base / "status").read_text()
+        comm = (base / "comm").read_text().strip()
+    except (OSError, ValueError):
+        return None  # ended
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {
+        "comm": comm,
+        "run_ns": run_ns,
+        "wait_ns": wait_ns,
+        "slices": slices,
+        "voluntary": int(fields["voluntary_ctxt_switches"]),
+        "involuntary": int(fields["nonvoluntary_ctxt_switches"]),
+    }
+
+
+def machine_switches() -> int:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("ctxt "):
+            return int(line.split()[1])
+    raise RuntimeError("no ctxt in /proc/stat")
+
+
+class Sleeps(threading.Thread):
+    """Samples where the stage threads are: on a run queue or CPU (``R``), or asleep and in
+    which kernel function (``wchan``), every SAMPLE_S until stopped."""
+
+    def __init__(self, threads: dict[str, tuple[int, int]]) -> None:
+        super().__init__(daemon=True)
+        self.threads = threads
+        self.seen: dict[str, Counter[str]] = {role: Counter() for role in threads}
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(SAMPLE_S):
+            for role, (pid, tid) in self.threads.items():
+                base = f"/proc/{pid}/task/{tid}"
+                try:
+                    state = Path(f"{base}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                    where = (
+                        "running/runnable" if state == "R" else Path(f"{base}/wchan").read_text()
+                    )
+                except OSError:
+                    continue
+                self.seen[role][where or state] += 1
+
+    def shares(self) -> dict[str, dict[str, float]]:
+        """Per role: the share of its samples (%) in each place, the largest first."""
+        return {
+            role: {k: round(100 * n / max(sum(c.values()), 1), 1) for k, n in c.most_common(6)}
+            for role, c in self.seen.items()
+        }
+
+
+def _iperf3_server(bench: Bench, port: int) -> int:
+    for proc in bench.procs:
+        args = proc.args
+        if isinstance(args, list) and args[-3:] == ["-s", "-p", str(port)]:
+            return proc.pid
+    raise RuntimeError(f"no iperf3 server on {port}")
+
+
+def stream(
+    bench: Bench, system: str, streams: int, download: bool, seconds: float, where: bool
+) -> dict[str, Any]:
+    """One iperf3 run through ``system``, measured in a window of ``seconds``; with
+    ``where``, the stage threads' places sampled too (which costs the sampler's CPU)."""
+    host, port = bench.target(system)
+    length = WARM_S + seconds + TAIL_S
+    cmd = ["iperf3", "-c", host, "-p", str(port), "-t", str(length), "-P", str(streams), "-J"]
+    client = bench.lab.popen(
+        bench.lab.client_ns,
+        [*cmd, *(["-R"] if download else [])],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    server = _iperf3_server(bench, port)
+    # The stages: sender, proxy, receiver; by role, the (pid, tid) of each thread.
+    ends = {"sender": server, "receiver": client.pid}
+    if not download:
+        ends = {"sender": client.pid, "receiver": server}
+    time.sleep(WARM_S / 2)
+    threads = {role: [(pid, tid) for tid in tasks(pid)] for role, pid in ends.items()}
+    threads["proxy"] = [(p.pid, tid) for p in bench.processes(system) for tid in tasks(p.pid)]
+    threads["kernel"] = [(pid, pid) for pid in kernel_threads()]
+    warm = {key: thread_state(*key) for group in threads.values() for key in group}
+    time.sleep(WARM_S / 2)
+    sleeps = Sleeps(_busiest(threads, warm) if where else {})
+    sleeps.start()
+    threads["sampler"] = [(os.getpid(), tid) for tid in tasks(os.getpid())]  # its own cost
+    before = {key: thread_state(*key) for group in threads.values() for key in group}
+    cpus, switches, started = per_cpu_seconds(), machine_switches(), time.monotonic()
+    time.sleep(seconds)
+    after = {key: thread_state(*key) for key in before}
+    wall = time.monotonic() - started
+    per_cpu, switches = per_cpu_since(cpus, wall), machine_switches() - switches
+    sleeps.halt.set()
+    sleeps.join()
+    report = json.loads(client.communicate(timeout=60)[0])
+    if "error" in report:
+        raise RuntimeError(f"iperf3 through {system}: {report['error']}")
+    gbps = report["end"]["sum_received"]["bits_per_second"] / 1e9
+    gigabytes = gbps * wall / 8  # the window's bytes at the run's rate
+    stages = []
+    for role, group in threads.items():
+        for key in group:
+            row = _stage_row(role, key[1], before[key], after[key], wall, gigabytes)
+            if row is not None and (role in ENDS or row["run_pct"] >= MIN_RUN_PCT):
+                row["where"] = sleeps.shares().get(f"{role} {key[1]}", {})
+                stages.append(row)
+    return {
+        "gbps": gbps,
+        "window_s": wall,
+        "stages": stages,
+        "per_cpu_pct": per_cpu,
+        "machine_switches_per_gb": switches / gigabytes,
+        "load": os.getloadavg()[0],
+    }
+
+
+def _busiest(
+    threads: dict[str, list[tuple[int, int]]], since: dict[tuple[int, int], dict[str, Any] | None]
+) -> dict[str, tuple[int, int]]:
+    """Per stage (sender, proxy, receiver), the thread that ran most since ``since``: the
+    one the sampler follows ("ROLE TID": (pid, tid))."""
+    chosen = {}
+    for role in ("sender", "proxy", "receiver"):
+        ran = []
+        for key in threads[role]:
+            a, b = since[key], thread_state(*key)
+            if a is not None and b is not None:
+                ran.append((b["run_ns"] - a["run_ns"], key))
+        if ran:
+            key = max(ran)[1]
+            chosen[f"{role} {key[1]}"] = key
+    return chosen
+
+
+def _stage_row(
+    role: str,
+    tid: int,
+    a: dict[str, Any] | None,
+    b: dict[str, Any] | None,
+    wall: float,
+    gigabytes: float,
+) -> dict[str, Any] | None:
+    if a is None or b is None:
+        return None  # started or ended inside the window
+    run, wait = (b["run_ns"] - a["run_ns"]) / 1e9, (b["wait_ns"] - a["wait_ns"]) / 1e9
+    slices = b["slices"] - a["slices"]
+    return {
+        "role": role,
+        "tid": tid,
+        "comm": b["comm"],
+        "run_pct": round(100 * run / wall, 1),
+        "wait_pct": round(100 * wait / wall, 1),
+        "sleep_pct": round(100 * max(wall - run - wait, 0.0) / wall, 1),
+        "wait_us_per_slice": round(wait / slices * 1e6, 1) if slices else None,
+        "voluntary_per_gb": round((b["voluntary"] - a["voluntary"]) / gigabytes),
+        "involuntary_per_gb": round((b["involuntary"] - a["involuntary"]) / gigabytes),
+    }
+
+
+def run(
+    systems: dict[str, dict[str, str] | None],
+    cases: list[str],
+    rounds: int,
+    seconds: float,
+    out: Path,
+    where: bool = False,
+) -> dict[str, Any]:
+    """``stream`` for every system and case, round after round; then the lab goes down."""
+    lab = Lab.create("pt")
+    bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-stages-")))
+    samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    load_before = os.getloadavg()
+    try:
+        bench.start()
+        for r in range(rounds):
+            for name, settings in systems.items():
+                kind = _kind(name, settings)
+                if kind != "direct":
+                    bench.use(kind, **(settings or {}))
+                for case in cases:
+                    direction, streams = case.split("_")
+                    x = stream(bench, kind, int(streams), direction == "download", seconds, where)
+                    samples.setdefault(case, {}).setdefault(name, []).append(x)
+                    print(f"round {r + 1}/{rounds} {case} {name}: {_line(x)}", flush=True)
+    finally:
+        bench.stop()
+        lab.down()
+    results = {
+        "summary": {
+            case: {name: _summary(runs) for name, runs in by_name.items()}
+            for case, by_name in samples.items()
+        },
+        "samples": samples,
+        "seconds": seconds,
+        "rounds": rounds,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "stages.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _kind(name: str, settings: dict[str, str] | None) -> str:
+    """The bench's system for a name: direct, pep, core; a variant with settings is the core."""
+    if name in ("direct", *PEP_SETTINGS):
+        return name
+    if settings is None:
+        raise ValueError(f"unknown system {name}")
+    return "core"
+
+
+def _line(x: dict[str, Any]) -> str:
+    cpus = " ".join(
+        f"cpu{i} idle {c['idle']:.0f}% softirq {c['softirq']:.0f}%"
+        for i, c in enumerate(x["per_cpu_pct"])
+    )
+    stages = "\n    ".join(
+        f"{s['role']}({s['comm']}) run {s['run_pct']:.0f} wait {s['wait_pct']:.0f} "
+        f"sleep {s['sleep_pct']:.0f} ({s['wait_us_per_slice']} us/slice, "
+        f"{s['voluntary_per_gb']}+{s['involuntary_per_gb']} sw/GB)"
+        + (f" {s['where']}" if s["where"] else "")
+        for s in x["stages"]
+        if s["role"] != "kernel" or s["run_pct"] >= 5
+    )
+    return (
+        f"{x['gbps']:.2f} Gbit/s, {cpus}, {x['machine_switches_per_gb']:.0f} switches/GB, "
+        f"load {x['load']:.1f}\n    {stages}"
+    )
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over rounds: the rate, each CPU's idle and softirq shares, and per role the
+    busiest thread's shares (the proxy's relay thread is its busiest)."""
+    busiest: dict[str, list[dict[str, Any]]] = {}
+    for x in runs:
+        for role in ("sender", "proxy", "receiver"):
+            rows = [s for s in x["stages"] if s["role"] == role]
+            if rows:
+                busiest.setdefault(role, []).append(max(rows, key=lambda s: s["run_pct"]))
+    return {
+        "gbps": statistics.median(x["gbps"] for x in runs),
+        "gbps_samples": [round(x["gbps"], 2) for x in runs],
+        "idle_pct": [
+            statistics.median(x["per_cpu_pct"][i]["idle"] for x in runs)
+            for i in range(len(runs[0]["per_cpu_pct"]))
+        ],
+        "softirq_pct": [
+            statistics.median(x["per_cpu_pct"][i]["softirq"] for x in runs)
+            for i in range(len(runs[0]["per_cpu_pct"]))
+        ],
+        "machine_switches_per_gb": statistics.median(x["machine_switches_per_gb"] for x in runs),
+        "busiest_thread": {
+            role: {
+                k: statistics.median(r[k] for r in rows)
+                for k in (
+                    "run_pct",
+                    "wait_pct",
+                    "sleep_pct",
+                    "voluntary_per_gb",
+                    "involuntary_per_gb",
+                )
+            }
+            for role, rows in busiest.items()
+        },
+        "load": [round(x["load"], 1) for x in runs],
+    }
+
+
+def _system(text: str) -> tuple[str, dict[str, str] | None]:
+    """direct | core | pep | NAME:PEP_X=1,PEP_Y=2 (the core with those settings)"""
+    name, _, assignments = text.partition(":")
+    if not assignments:
+        return name, None
+    return name, dict(a.split("=", 1) for a in assignments.split(","))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mts_lab.pep.stages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("systems", nargs="*", default=["direct", "core"])
+    parser.add_argument("--cases", default="download_1,upload_1", help="DIRECTION_STREAMS,...")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0, help="the measured window")
+    parser.add_argument("--out", type=Path, default=Path("docs/results/pep"))
+    parser.add_argument("--where", action="store_true", help="also sample where threads sleep")
+    args = parser.parse_args(argv)
+    systems = dict(_system(s) for s in args.systems)
+    results = run(systems, args.cases.split(","), args.rounds, args.seconds, args.out, args.where)
+    for case, by_name in results["summary"].items():
+        for name, s in by_name.items():
+            print(case, name, json.dumps(s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
