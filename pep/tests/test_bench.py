@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mts_lab.line import Lab, in_netns
-from mts_lab.pep import bench, cost
+from mts_lab.pep import bench, cost, stages
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -83,6 +83,23 @@ def test_cost_bulk_small(tmp_path: Path) -> None:
         assert direct["cpu_s_per_gbit_by_entry"]["softirq receive path"] > 0
         for end in ("send from user space", "receive into user space"):  # iperf3's write/read
             assert direct["cpu_s_per_gbit_by_entry"][f"{end} (iperf3, HAProxy)"] > 0
+
+
+def test_stages_small(tmp_path: Path) -> None:
+    """``mts_lab.pep.stages``: per stage thread of one stream, its time running, waiting and
+    asleep adds up to the window; the core's relay thread is a stage, routing has none."""
+    systems: dict[str, dict[str, str] | None] = {"direct": None, "core": None}
+    results = stages.run(systems, ["download_1"], rounds=1, seconds=0.5, out=tmp_path, where=True)
+    assert json.loads((tmp_path / "stages.json").read_text())["rounds"] == 1
+    for name in systems:
+        (x,) = results["samples"]["download_1"][name]
+        assert x["gbps"] > 0.05
+        roles = {s["role"] for s in x["stages"]}
+        assert {"sender", "receiver"} <= roles and ("proxy" in roles) == (name == "core"), roles
+        for s in x["stages"]:
+            assert s["run_pct"] + s["wait_pct"] + s["sleep_pct"] == pytest.approx(100, abs=2), s
+        assert sum(x["placement_pct"].values()) == pytest.approx(100, abs=1)
+        assert results["summary"]["download_1"][name]["busiest_thread"]["sender"]["run_pct"] > 0
 
 
 def test_haproxy_pinned(tmp_path: Path) -> None:

@@ -102,32 +102,41 @@ def machine_switches() -> int:
 
 class Sleeps(threading.Thread):
     """Samples where the stage threads are: on a run queue or CPU (``R``), or asleep and in
-    which kernel function (``wchan``), every SAMPLE_S until stopped."""
+    which kernel function (``wchan``), every SAMPLE_S until stopped; and how the runnable
+    ones are placed: ``stacked``, two or more on one CPU's run queue while none is on
+    another CPU (one of them waits though a CPU may be free)."""
 
     def __init__(self, threads: dict[str, tuple[int, int]]) -> None:
         super().__init__(daemon=True)
         self.threads = threads
         self.seen: dict[str, Counter[str]] = {role: Counter() for role in threads}
+        self.placements: Counter[str] = Counter()
         self.halt = threading.Event()
 
     def run(self) -> None:
+        cpus = os.cpu_count() or 1
         while not self.halt.wait(SAMPLE_S):
+            runnable = [0] * cpus
             for role, (pid, tid) in self.threads.items():
                 base = f"/proc/{pid}/task/{tid}"
                 try:
-                    state = Path(f"{base}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                    where = (
-                        "running/runnable" if state == "R" else Path(f"{base}/wchan").read_text()
-                    )
+                    fields = Path(f"{base}/stat").read_text().rsplit(")", 1)[1].split()
+                    where = "runnable" if fields[0] == "R" else Path(f"{base}/wchan").read_text()
                 except OSError:
                     continue
-                self.seen[role][where or state] += 1
+                self.seen[role][where or fields[0]] += 1
+                if fields[0] == "R":
+                    runnable[int(fields[36])] += 1  # field 39: its CPU (run queue)
+            stacked = max(runnable) >= 2 and min(runnable) == 0
+            self.placements[
+                "stacked" if stacked else "all asleep" if sum(runnable) == 0 else "spread"
+            ] += 1
 
     def shares(self) -> dict[str, dict[str, float]]:
-        """Per role: the share of its samples (%) in each place, the largest first."""
+        """Per role (and ``placement``): the share of its samples (%) in each place."""
         return {
             role: {k: round(100 * n / max(sum(c.values()), 1), 1) for k, n in c.most_common(6)}
-            for role, c in self.seen.items()
+            for role, c in (*self.seen.items(), ("placement", self.placements))
         }
 
 
@@ -187,11 +196,18 @@ def stream(
             if row is not None and (role in ENDS or row["run_pct"] >= MIN_RUN_PCT):
                 row["where"] = sleeps.shares().get(f"{role} {key[1]}", {})
                 stages.append(row)
+    busy = sum(100 - c["idle"] - c["iowait"] for c in per_cpu)
     return {
         "gbps": gbps,
         "window_s": wall,
         "stages": stages,
+        "placement_pct": sleeps.shares()["placement"],
         "per_cpu_pct": per_cpu,
+        # Busy CPU (% of one) not in the rows: other sessions' work, threads that ran less
+        # than MIN_RUN_PCT, softirq work that interrupted the idle task.
+        "unlisted_pct": round(busy - sum(r["run_pct"] for r in stages), 1),
+        # The machine's busy CPU-seconds per Gbit (every process, softirq included).
+        "machine_cpu_s_per_gbit": busy / 100 / gbps,
         "machine_switches_per_gb": switches / gigabytes,
         "load": os.getloadavg()[0],
     }
@@ -297,7 +313,7 @@ def _kind(name: str, settings: dict[str, str] | None) -> str:
 
 def _line(x: dict[str, Any]) -> str:
     cpus = " ".join(
-        f"cpu{i} idle {c['idle']:.0f}% softirq {c['softirq']:.0f}%"
+        f"cpu{i} idle {c['idle'] + c['iowait']:.0f}% softirq {c['softirq']:.0f}%"
         for i, c in enumerate(x["per_cpu_pct"])
     )
     stages = "\n    ".join(
@@ -310,7 +326,8 @@ def _line(x: dict[str, Any]) -> str:
     )
     return (
         f"{x['gbps']:.2f} Gbit/s, {cpus}, {x['machine_switches_per_gb']:.0f} switches/GB, "
-        f"load {x['load']:.1f}\n    {stages}"
+        f"machine {x['machine_cpu_s_per_gbit']:.3f} CPU-s/Gbit, unlisted {x['unlisted_pct']}%, "
+        f"load {x['load']:.1f}, {x['placement_pct']}\n    {stages}"
     )
 
 
@@ -326,8 +343,10 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "gbps": statistics.median(x["gbps"] for x in runs),
         "gbps_samples": [round(x["gbps"], 2) for x in runs],
-        "idle_pct": [
-            statistics.median(x["per_cpu_pct"][i]["idle"] for x in runs)
+        "idle_pct": [  # iowait is idle too: the relay's io_uring waits count as iowait
+            statistics.median(
+                x["per_cpu_pct"][i]["idle"] + x["per_cpu_pct"][i]["iowait"] for x in runs
+            )
             for i in range(len(runs[0]["per_cpu_pct"]))
         ],
         "softirq_pct": [
@@ -335,6 +354,8 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             for i in range(len(runs[0]["per_cpu_pct"]))
         ],
         "machine_switches_per_gb": statistics.median(x["machine_switches_per_gb"] for x in runs),
+        "machine_cpu_s_per_gbit": statistics.median(x["machine_cpu_s_per_gbit"] for x in runs),
+        "unlisted_pct": statistics.median(x["unlisted_pct"] for x in runs),
         "busiest_thread": {
             role: {
                 k: statistics.median(r[k] for r in rows)
@@ -347,6 +368,10 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 )
             }
             for role, rows in busiest.items()
+        },
+        "placement_pct": {
+            k: statistics.median(x["placement_pct"].get(k, 0.0) for x in runs)
+            for k in ("stacked", "spread", "all asleep")
         },
         "load": [round(x["load"], 1) for x in runs],
     }
