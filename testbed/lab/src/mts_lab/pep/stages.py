@@ -180,8 +180,10 @@ def stream(
     sleeps = Sleeps(_busiest(threads, warm) if where else {})
     sleeps.start()
     threads["sampler"] = [(os.getpid(), tid) for tid in tasks(os.getpid())]  # its own cost
-    before = {key: thread_state(*key) for group in threads.values() for key in group}
+    # The window starts before the first thread is read and ends after the last: each
+    # thread's counts cover part of it, so running + waiting never exceed it.
     cpus, switches, started = per_cpu_seconds(), machine_switches(), time.monotonic()
+    before = {key: thread_state(*key) for group in threads.values() for key in group}
     time.sleep(seconds)
     after = {key: thread_state(*key) for key in before}
     wall = time.monotonic() - started
