@@ -134,6 +134,20 @@ EOF
 
 ctr_() { ctr --address "$node/containerd/containerd.sock" -n k8s.io "$@"; }
 
+import_image() { # import_image NAME: Docker's build into containerd, tried up to 3 times
+    # An import can fail while containerd's garbage collector removes a parent snapshot
+    # the unpack is building on (containerd/containerd#2382, #3787). Seen once here, in a
+    # clean-clone CI run on 2026-11-27 ("parent snapshot ... does not exist"), where the
+    # same import passed in the next run: a race, so the import is tried again.
+    local try
+    for try in 1 2 3; do
+        "$docker" save "mts/$1:latest" | ctr_ images import - >/dev/null && return
+        echo "node: importing mts/$1:latest failed (try $try of 3)" >&2
+        sleep 2
+    done
+    return 1
+}
+
 import_images() {
     # An image is imported again only when Docker's build differs from the one containerd
     # has: Docker's image ID is the digest of its config, which containerd keeps.
@@ -142,7 +156,7 @@ import_images() {
         id=$("$docker" image inspect -f '{{.Id}}' "mts/$image:latest")
         if ! ctr_ images ls "name==docker.io/mts/$image:latest" 2>/dev/null | grep -q . ||
             [[ $(cat "$CONTAINERD_ROOT/mts-$image.id" 2>/dev/null) != "$id" ]]; then
-            "$docker" save "mts/$image:latest" | ctr_ images import - >/dev/null
+            import_image "$image"
             echo "$id" >"$CONTAINERD_ROOT/mts-$image.id"
             echo "node: imported mts/$image:latest"
         fi
