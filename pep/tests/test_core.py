@@ -8,6 +8,7 @@ against both relays (their ``relay_settings`` fixture).
 
 from __future__ import annotations
 
+import os
 import socket
 import statistics
 import struct
@@ -114,8 +115,11 @@ def test_hooks_come_from_the_core_and_for_flows_lends_the_sockets(
                 seen["cc"] = f.ran.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
                 seen["server"] = f.wan.sock.getpeername()[:2]
 
+            descriptors = len(os.listdir("/proc/self/fd"))
             service.dataplane.for_flows([flow], read)
             assert seen == {"cc": b"reno".ljust(16, b"\0"), "server": server.address}
+            assert service.dataplane.flow_states([flow], tcp=True)
+            assert len(os.listdir("/proc/self/fd")) == descriptors  # the copies are closed
             with pytest.raises(RuntimeError, match="compiled relay core"):
                 flow.ran.sock  # noqa: B018 -- lent only for the call
         wait_for(lambda: ("closed", flow.id) in recorder.events, what="on_flow_closed")

@@ -34,6 +34,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -653,19 +654,20 @@ class CoreDataPlane:
         rec = flow._relay
         if self._lib is None or not isinstance(rec, _Record):
             return
-        lib, fds, legs = self._lib, (ctypes.c_int32 * 2)(-1, -1), (flow.ran, flow.wan)
-        lent: list[socket.socket] = []
+        legs = (flow.ran, flow.wan)
+        with self._lending, ExitStack() as lent:
 
-        def copy() -> None:
-            if lib.pep_core_hold(rec.slot, rec.id, fds):
-                raise FlowEndedError(f"flow {flow.id} has ended")
-            for leg, fd in zip(legs, fds, strict=True):
-                sock = socket.socket(fileno=fd) if fd >= 0 else None
-                lent.extend([sock] if sock is not None else [])
-                if leg is not None:
-                    leg.lend(sock)
+            def copy() -> None:
+                fds = lent.enter_context(self._holding(rec))
+                if fds is None:
+                    raise FlowEndedError(f"flow {flow.id} has ended")
+                for leg, fd in zip(legs, fds, strict=True):
+                    sock = socket.socket(fileno=fd) if fd >= 0 else None
+                    if sock is not None:
+                        lent.callback(sock.detach)  # the descriptor is _holding's to close
+                    if leg is not None:
+                        leg.lend(sock)
 
-        with self._lending:
             try:
                 for leg in legs if lazily else ():
                     if leg is not None:
@@ -681,11 +683,6 @@ class CoreDataPlane:
                 for leg in legs:
                     if leg is not None:
                         leg.lend(None)
-                for sock in lent:
-                    sock.detach()
-                for fd in fds:
-                    if fd >= 0:
-                        os.close(fd)
 
     def flow_of(self, rec: _Record) -> Flow:
         """The ``Flow`` of a record: the one the hooks know (its ``ext``), brought up to date."""
@@ -837,13 +834,20 @@ class CoreDataPlane:
 
     def _hold(self, rec: _Record, read: Callable[[tuple[int, int]], T]) -> T | None:
         """``_held`` for a record (the backlog feed's: no ``Flow`` made per sample)."""
-        if self._lib is None:
-            return None
+        with self._holding(rec) as fds:
+            return read(fds) if fds is not None else None
+
+    @contextmanager
+    def _holding(self, rec: _Record) -> Iterator[tuple[int, int] | None]:
+        """Copies of a record's sockets in this thread's descriptor table (-1 for a leg
+        without one), closed when the block ends; None if the flow has ended. The one
+        place that takes ``pep_core_hold``'s copies and closes them."""
         fds = (ctypes.c_int32 * 2)(-1, -1)
-        if self._lib.pep_core_hold(rec.slot, rec.id, fds):
-            return None
+        if self._lib is None or self._lib.pep_core_hold(rec.slot, rec.id, fds):
+            yield None
+            return
         try:
-            return read((fds[0], fds[1]))
+            yield fds[0], fds[1]
         finally:
             for fd in fds:
                 if fd >= 0:
