@@ -180,9 +180,24 @@ def _describe(fd: int) -> str:
         return "-"
 
 
+def test_the_ran_legs_congestion_control_is_read_when_the_extensions_are_set() -> None:
+    """The first extension's that names one, else the setting's; found again when the
+    extensions are set again (the relays ask per accepted connection)."""
+
+    class Named(PepExtension):
+        ran_congestion_control = "reno"
+
+    hooks = Hooks([PepExtension()])
+    assert hooks.ran_congestion_control("cubic") == "cubic"
+    hooks.extensions = [PepExtension(), Named()]
+    assert hooks.ran_congestion_control("cubic") == "reno"
+    hooks.extensions = []
+    assert hooks.ran_congestion_control(None) is None
+
+
 def test_extension_router_is_mounted_with_auth(recorder: Recorder) -> None:
     service = PepService(settings(), extensions=[recorder])
-    service.hooks.extensions[:] = [recorder]
+    service.hooks.extensions = [recorder]
     client = TestClient(build_app(service, TokenVerifier([TOKEN])))
     assert client.get("/pep/v1/recorder/ping").status_code == 401
     response = client.get("/pep/v1/recorder/ping", headers={"Authorization": f"Bearer {TOKEN}"})

@@ -256,6 +256,7 @@ class PepExtension:
     # relay sets it at accept, before any byte (``Hooks.ran_congestion_control``; the
     # compiled core's hooks come after the fact, and need no copy of the socket for it).
     # A name the kernel does not have refuses the flow, as PEP_RAN_CONGESTION_CONTROL's.
+    # Read once, when the service sets its extensions: set it in ``__init__``.
     ran_congestion_control: str | None = None
 
     def on_ran_leg_ready(self, flow: Flow) -> None:
@@ -307,14 +308,26 @@ class PepContext:
 class Hooks:
     """Calls every extension's hook, isolating the relay from extension failures."""
 
-    def __init__(self, extensions: list[PepExtension] | None = None) -> None:
-        self.extensions = list(extensions or [])
+    def __init__(self, extensions: Iterable[PepExtension] = ()) -> None:
+        self.extensions = extensions
+
+    @property
+    def extensions(self) -> tuple[PepExtension, ...]:
+        return self._extensions
+
+    @extensions.setter
+    def extensions(self, extensions: Iterable[PepExtension]) -> None:
+        """Set as a whole (the service sets them once, before the relays start): a tuple,
+        so no change in place can leave ``_ran_cc``, read here once, stale."""
+        self._extensions = tuple(extensions)
+        named = (e.ran_congestion_control for e in self._extensions if e.ran_congestion_control)
+        self._ran_cc = next(named, None)
 
     def ran_congestion_control(self, default: str | None) -> str | None:
         """The RAN leg's congestion control: the first extension's that names one, else
-        ``default`` (``PEP_RAN_CONGESTION_CONTROL``). Both relays set it at accept."""
-        named = (e.ran_congestion_control for e in self.extensions if e.ran_congestion_control)
-        return next(named, default)
+        ``default`` (``PEP_RAN_CONGESTION_CONTROL``). Both relays set it at accept, and a
+        name the kernel does not have refuses the flow there."""
+        return self._ran_cc or default
 
     def _call(self, hook: str, flow: Flow) -> None:
         for ext in self.extensions:

@@ -59,7 +59,7 @@ class PepService:
         self.config_lock = threading.Lock()  # one config change at a time
 
     @property
-    def extensions(self) -> list[PepExtension]:
+    def extensions(self) -> tuple[PepExtension, ...]:
         return self.hooks.extensions
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -70,7 +70,7 @@ class PepService:
         if s.tlv_port is not None:
             self._enable_tfo_server()
         # Extensions first: descriptors they open (BPF maps) are then valid in the relays.
-        self.hooks.extensions[:] = self._load_extensions()
+        self.hooks.extensions = self._load_extensions()
         if s.relay_core == "uring":  # auto has checked the same in choose_relay
             check_core_settings(s)
         log.info("relay chosen", relay=self.relay, reason=self.relay_reason)
