@@ -40,6 +40,7 @@ from typing import Any
 
 from mts_lab.line import Lab, in_netns
 from mts_lab.results import pyplot, save_figure, save_results
+from mts_lab.schedstat import schedstat, thread_ids
 
 IPERF_PEP, IPERF_DIRECT = 5201, 5202  # the PEP intercepts the first, not the second
 HAPROXY_IPERF = 5203
@@ -404,14 +405,8 @@ def cpu_split_all(procs: list[subprocess.Popen[Any]]) -> tuple[float, float]:
 
 def run_queue_wait_s(procs: list[subprocess.Popen[Any]]) -> float:
     """Seconds the processes' threads have waited, runnable, for a CPU (schedstat)."""
-    total = 0
-    for proc in procs:
-        for task in Path(f"/proc/{proc.pid}/task").iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[1])
-            except (OSError, IndexError):
-                continue  # a thread that ended
-    return total / 1e9
+    stats = (schedstat(p.pid, tid) for p in procs for tid in thread_ids(p.pid))
+    return sum(s.wait_ns for s in stats if s is not None) / 1e9  # None: a thread that ended
 
 
 def machine_idle_s() -> float:

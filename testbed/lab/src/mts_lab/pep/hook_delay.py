@@ -20,6 +20,7 @@ The core as of another checkout: ``PYTHONPATH=<checkout>/pep/src`` (its own ``bu
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import statistics
 import subprocess
@@ -37,6 +38,7 @@ from mec_pep.flows import Flow, PepExtension
 from mec_pep.service import PepService
 from mts_lab.line import Lab, in_netns
 from mts_lab.pep import in_lab
+from mts_lab.schedstat import schedstat, thread_ids
 
 PORT = 18081
 
@@ -53,12 +55,14 @@ class Delays(PepExtension):
 
 
 def _tasks() -> set[int]:
-    return {int(tid.name) for tid in Path("/proc/self/task").iterdir()}
+    return set(thread_ids(os.getpid()))
 
 
 def _cpu_ns(tids: set[int]) -> dict[int, int]:
-    """CPU time of each of these threads (schedstat: ns; the stat file's ticks are 10 ms)."""
-    return {t: int(Path(f"/proc/self/task/{t}/schedstat").read_text().split()[0]) for t in tids}
+    """CPU time (ns) of each of these threads of this process (the PEP's: they outlive the
+    measure, so one missing fails it at its use)."""
+    stats = {t: schedstat(os.getpid(), t) for t in tids}
+    return {t: s.run_ns for t, s in stats.items() if s is not None}
 
 
 class ReaderClock:

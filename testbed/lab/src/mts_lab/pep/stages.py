@@ -43,6 +43,7 @@ from mts_lab.pep.bench import (
     per_cpu_seconds,
     per_cpu_since,
 )
+from mts_lab.schedstat import schedstat, thread_ids
 
 WARM_S = 1.0  # slow start and the splice switch (after 64 KiB) are over by then
 TAIL_S = 0.5  # the window ends before iperf3 does
@@ -53,13 +54,6 @@ ENDS = ("sender", "receiver")
 # undisturbed rounds of 27 Nov 05:48-06:33 UTC had 3.5-13.4 %, the disturbed 48-110 %.
 DISTURBED_PCT = 25.0
 MIN_RUN_PCT = 1.0  # threads that ran less are left out (the PEP's idle Python threads)
-
-
-def tasks(pid: int) -> list[int]:
-    try:
-        return [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
-    except OSError:
-        return []
 
 
 def kernel_threads() -> list[int]:
@@ -80,18 +74,18 @@ def kernel_threads() -> list[int]:
 def thread_state(pid: int, tid: int) -> dict[str, Any] | None:
     """schedstat (ns on a CPU, ns waiting runnable, times given a CPU) and switch counts."""
     base = Path(f"/proc/{pid}/task/{tid}")
+    stat = schedstat(pid, tid)
     try:
-        run_ns, wait_ns, slices = (int(x) for x in (base / "schedstat").read_text().split())
         status = (base / "status").read_text()
         comm = (base / "comm").read_text().strip()
-    except (OSError, ValueError):
+    except OSError:
         return None  # ended
+    if stat is None:
+        return None  # ended before its times were read
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return {
         "comm": comm,
-        "run_ns": run_ns,
-        "wait_ns": wait_ns,
-        "slices": slices,
+        **stat._asdict(),
         "voluntary": int(fields["voluntary_ctxt_switches"]),
         "involuntary": int(fields["nonvoluntary_ctxt_switches"]),
     }
@@ -172,14 +166,14 @@ def stream(
     if not download:
         ends = {"sender": client.pid, "receiver": server}
     time.sleep(WARM_S / 2)
-    threads = {role: [(pid, tid) for tid in tasks(pid)] for role, pid in ends.items()}
-    threads["proxy"] = [(p.pid, tid) for p in bench.processes(system) for tid in tasks(p.pid)]
+    threads = {role: [(pid, tid) for tid in thread_ids(pid)] for role, pid in ends.items()}
+    threads["proxy"] = [(p.pid, tid) for p in bench.processes(system) for tid in thread_ids(p.pid)]
     threads["kernel"] = [(pid, pid) for pid in kernel_threads()]
     warm = {key: thread_state(*key) for group in threads.values() for key in group}
     time.sleep(WARM_S / 2)
     sleeps = Sleeps(_busiest(threads, warm) if where else {})
     sleeps.start()
-    threads["sampler"] = [(os.getpid(), tid) for tid in tasks(os.getpid())]  # its own cost
+    threads["sampler"] = [(os.getpid(), tid) for tid in thread_ids(os.getpid())]  # its own cost
     # The window starts before the first thread is read and ends after the last: each
     # thread's counts cover part of it, so running + waiting never exceed it.
     cpus, switches, started = per_cpu_seconds(), machine_switches(), time.monotonic()
