@@ -35,10 +35,11 @@ setup: system python build
 rabbitmq: system ## start RabbitMQ if it is not running
 	@scripts/rabbitmq.sh ensure
 
-lint: python ## ruff and mypy over every Python component
+lint: python ## ruff and mypy over every Python component; relative links in the docs
 	uv run ruff check .
 	uv run ruff format --check .
 	uv run mypy
+	uv run python scripts/check_doc_links.py
 
 fmt: python ## format Python code
 	uv run ruff format .
