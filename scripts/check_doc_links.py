@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
+from bisect import bisect_right
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -25,7 +26,7 @@ HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 # [text](target) or ![alt](target); the text may hold one level of brackets or code spans.
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)]*)?\)")
-REFERENCE_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
+REFERENCE_DEF = re.compile(r"^[ ]{0,3}\[[^\]\n]+\]:[ \t]*<?(\S+?)>?(?:[ \t]+.*)?$", re.MULTILINE)
 HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
@@ -68,16 +69,21 @@ def anchors(path: Path) -> set[str]:
 
 
 def links(path: Path) -> list[tuple[int, str]]:
-    """The link targets of a Markdown file, with their line numbers."""
-    targets = []
-    for number, line in prose_lines(path):
-        line = CODE_SPAN.sub(lambda m: "x" * len(m.group(0)), line)
-        definition = REFERENCE_DEF.match(line)
-        if definition:
-            targets.append((number, definition.group(1)))
-            continue
-        targets.extend((number, target) for target in INLINE_LINK.findall(line))
-    return targets
+    """The link targets of a Markdown file, with their line numbers (a link's text may
+    span lines)."""
+    numbered = prose_lines(path)
+    starts = []  # offset of each prose line in the joined text
+    offset = 0
+    for _, line in numbered:
+        starts.append(offset)
+        offset += len(line) + 1
+    text = "\n".join(CODE_SPAN.sub(lambda m: "x" * len(m.group(0)), line) for _, line in numbered)
+
+    def line_of(position: int) -> int:
+        return numbered[bisect_right(starts, position) - 1][0]
+
+    found = [*REFERENCE_DEF.finditer(text), *INLINE_LINK.finditer(text)]
+    return sorted((line_of(match.start()), match.group(1)) for match in found)
 
 
 def broken_links(path: Path, anchor_cache: dict[Path, set[str]]) -> list[str]:
