@@ -4,7 +4,13 @@
 
 An iperf3 stream (the bench's topology and servers) through each system (``direct``:
 routed; ``core``: the PEP's compiled relay, its default; ``pep``: its Python relay;
-``NAME:PEP_X=V,...``: the core with settings), interleaved round by round. In a window of
+``NAME:PEP_X=V,...``: the core with settings), interleaved round by round. Lab keys in a
+variant's settings, not passed to the PEP: ``SYSTEM=direct|core|pep|haproxy`` (the system
+the variant runs, default the core), ``PIN_SENDER=CPU``, ``PIN_PROXY=CPU``,
+``PIN_RECEIVER=CPU`` (that stage's threads pinned to one CPU for the run: placement as an
+experiment, e.g. ``s0-pr1:SYSTEM=core,PIN_SENDER=0,PIN_PROXY=1,PIN_RECEIVER=1``) and
+``RPS=MASK`` (receive packet steering on the rx queue of every veth of the lab, hex CPU
+mask, for the run; 0 after it), with ``RFS=ENTRIES`` receive flow steering too. In a window of
 ``--seconds`` after the first second of each run, per stage thread (the sending iperf3,
 the proxy's threads that ran, the receiving iperf3, the kernel's threads that ran) from
 ``/proc/<pid>/task/<tid>/schedstat``: the share of the window it ran (softirq work done
@@ -24,8 +30,10 @@ run-queue waiting (three busy stages on two CPUs) or from sleeping between hand-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -38,6 +46,7 @@ from typing import Any
 
 from mts_lab.line import Lab
 from mts_lab.pep.bench import (
+    IPERF_DIRECT,
     PEP_SETTINGS,
     Bench,
     per_cpu_seconds,
@@ -54,6 +63,8 @@ ENDS = ("sender", "receiver")
 # undisturbed rounds of 27 Nov 05:48-06:33 UTC had 3.5-13.4 %, the disturbed 48-110 %.
 DISTURBED_PCT = 25.0
 MIN_RUN_PCT = 1.0  # threads that ran less are left out (the PEP's idle Python threads)
+PINS = {"PIN_SENDER": "sender", "PIN_PROXY": "proxy", "PIN_RECEIVER": "receiver"}
+LAB_KEYS = ("SYSTEM", "RPS", "RFS", *PINS)  # a variant's settings the lab applies, not the PEP
 
 
 def kernel_threads() -> list[int]:
@@ -138,6 +149,63 @@ class Sleeps(threading.Thread):
         }
 
 
+TRACEFS = Path("/sys/kernel/tracing")
+WAKE_EVENTS = ("sched/sched_waking", "sched/sched_wakeup")
+WAKE_LINE = re.compile(
+    r"^\s*(?P<waker>.+?)-\d+\s+\[(?P<cpu>\d+)\].*?(?P<event>sched_waking|sched_wakeup): "
+    r"comm=.* pid=(?P<pid>\d+) prio=\d+ target_cpu=(?P<target>\d+)"
+)
+
+
+class Wakeups:
+    """Where the scheduler puts the stage threads when they are woken: ``sched_waking``
+    fires on the waker's CPU (and names the wakee's previous CPU), ``sched_wakeup`` names the
+    CPU chosen. Recorded in a tracefs instance of its own, filtered to the stage threads (a
+    few thousand events a second). Per role: wake-ups, the share put on the waker's CPU,
+    the share moved off the previous CPU, the share by waker (softirq work shows as the
+    thread it interrupted)."""
+
+    def __init__(self, threads: dict[str, tuple[int, int]]) -> None:
+        self.roles = {tid: role.split()[0] for role, (_, tid) in threads.items()}
+        self.dir = TRACEFS / "instances" / f"mts-stages-{os.getpid()}"
+
+    def __enter__(self) -> Wakeups:
+        self.dir.mkdir()
+        pids = " || ".join(f"pid == {tid}" for tid in self.roles)
+        for event in WAKE_EVENTS:
+            (self.dir / "events" / event / "filter").write_text(pids)
+            (self.dir / "events" / event / "enable").write_text("1")
+        (self.dir / "tracing_on").write_text("1")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        (self.dir / "tracing_on").write_text("0")
+        self.text = (self.dir / "trace").read_text()
+        self.dir.rmdir()
+
+    def shares(self) -> dict[str, dict[str, Any]]:
+        waking: dict[str, tuple[str, str, str]] = {}  # pid: (waker, waker's CPU, previous CPU)
+        placed: dict[str, Counter[str]] = {r: Counter() for r in self.roles.values()}
+        for m in map(WAKE_LINE.match, self.text.splitlines()):
+            if m is None:
+                continue
+            if m["event"] == "sched_waking":
+                waking[m["pid"]] = (m["waker"].strip(), m["cpu"], m["target"])
+            elif m["pid"] in waking:
+                waker, waker_cpu, previous = waking.pop(m["pid"])
+                c = placed[self.roles[int(m["pid"])]]
+                c["wakeups"] += 1
+                c["on waker's CPU"] += m["target"] == waker_cpu
+                c["moved"] += m["target"] != previous
+                c[f"by {waker}"] += 1
+        return {
+            role: {"wakeups": c["wakeups"]}
+            | {k: round(100 * n / c["wakeups"], 1) for k, n in c.items() if k != "wakeups"}
+            for role, c in placed.items()
+            if c["wakeups"]
+        }
+
+
 def _iperf3_server(bench: Bench, port: int) -> int:
     for proc in bench.procs:
         args = proc.args
@@ -147,10 +215,19 @@ def _iperf3_server(bench: Bench, port: int) -> int:
 
 
 def stream(
-    bench: Bench, system: str, streams: int, download: bool, seconds: float, where: bool
+    bench: Bench,
+    system: str,
+    streams: int,
+    download: bool,
+    seconds: float,
+    where: bool,
+    pins: dict[str, int] | None = None,
+    wakeups: bool = False,
 ) -> dict[str, Any]:
     """One iperf3 run through ``system``, measured in a window of ``seconds``; with
-    ``where``, the stage threads' places sampled too (which costs the sampler's CPU)."""
+    ``where``, the stage threads' places sampled too (which costs the sampler's CPU); with
+    ``pins`` (role: CPU), those stages' threads run on that CPU only, for this run; with
+    ``wakeups``, where the busiest thread of each stage is put when woken."""
     host, port = bench.target(system)
     length = WARM_S + seconds + TAIL_S
     cmd = ["iperf3", "-c", host, "-p", str(port), "-t", str(length), "-P", str(streams), "-J"]
@@ -160,7 +237,7 @@ def stream(
         stdout=subprocess.PIPE,
         text=True,
     )
-    server = _iperf3_server(bench, port)
+    server = _iperf3_server(bench, IPERF_DIRECT if system == "haproxy" else port)  # its backend
     # The stages: sender, proxy, receiver; by role, the (pid, tid) of each thread.
     ends = {"sender": server, "receiver": client.pid}
     if not download:
@@ -169,22 +246,27 @@ def stream(
     threads = {role: [(pid, tid) for tid in thread_ids(pid)] for role, pid in ends.items()}
     threads["proxy"] = [(p.pid, tid) for p in bench.processes(system) for tid in thread_ids(p.pid)]
     threads["kernel"] = [(pid, pid) for pid in kernel_threads()]
+    pinned = _pin(threads, pins or {})
     warm = {key: thread_state(*key) for group in threads.values() for key in group}
     time.sleep(WARM_S / 2)
-    sleeps = Sleeps(_busiest(threads, warm) if where else {})
+    busiest = _busiest(threads, warm) if where or wakeups else {}
+    sleeps = Sleeps(busiest if where else {})
+    tracer = Wakeups(busiest)
     sleeps.start()
     threads["sampler"] = [(os.getpid(), tid) for tid in thread_ids(os.getpid())]  # its own cost
     # The window starts before the first thread is read and ends after the last: each
     # thread's counts cover part of it, so running + waiting never exceed it.
-    cpus, switches, started = per_cpu_seconds(), machine_switches(), time.monotonic()
-    before = {key: thread_state(*key) for group in threads.values() for key in group}
-    time.sleep(seconds)
-    after = {key: thread_state(*key) for key in before}
+    with tracer if wakeups else contextlib.nullcontext():
+        cpus, switches, started = per_cpu_seconds(), machine_switches(), time.monotonic()
+        before = {key: thread_state(*key) for group in threads.values() for key in group}
+        time.sleep(seconds)
+        after = {key: thread_state(*key) for key in before}
     wall = time.monotonic() - started
     per_cpu, switches = per_cpu_since(cpus, wall), machine_switches() - switches
     sleeps.halt.set()
     sleeps.join()
     report = json.loads(client.communicate(timeout=60)[0])
+    _unpin(pinned)
     if "error" in report:
         raise RuntimeError(f"iperf3 through {system}: {report['error']}")
     gbps = report["end"]["sum_received"]["bits_per_second"] / 1e9
@@ -210,7 +292,45 @@ def stream(
         "machine_cpu_s_per_gbit": busy / 100 / gbps,
         "machine_switches_per_gb": switches / gigabytes,
         "load": os.getloadavg()[0],
+        "pins": pins or {},
+        "wakeups_pct": tracer.shares() if wakeups else {},
     }
+
+
+def _pin(threads: dict[str, list[tuple[int, int]]], pins: dict[str, int]) -> list[int]:
+    """Each thread of a pinned stage on its CPU; the threads pinned. io_uring's workers
+    refuse an affinity (PF_NO_SETAFFINITY) and are left where the kernel puts them."""
+    pinned = []
+    for role, cpu in pins.items():
+        for _, tid in threads[role]:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, {cpu})
+                pinned.append(tid)
+    return pinned
+
+
+def _unpin(tids: list[int]) -> None:
+    """The long-lived servers and the PEP may run anywhere again (for the next variant)."""
+    for tid in tids:
+        with contextlib.suppress(OSError):  # ended
+            os.sched_setaffinity(tid, range(os.cpu_count() or 1))
+
+
+VETHS = ("client_ns c0", "pep_ns pc0", "pep_ns ps0", "server_ns s0")  # every rx queue
+
+
+def set_rps(lab: Lab, mask: str, flows: int = 0) -> None:
+    """Receive packet steering on every veth of the lab (``mask``: hex CPUs; 0: off). A
+    veth's receive runs in the sender's softirq on the sender's CPU; with RPS, in the
+    softirq of the CPU the flow's hash picks from ``mask``; with ``flows`` (RFS, receive
+    flow steering: that many flow entries), of the CPU the receiving socket's reader last
+    ran on. The flow table is the kernel's, not a namespace's: set for the run, 0 after."""
+    for place in VETHS:
+        ns, dev = place.split()
+        queue = f"/sys/class/net/{dev}/queues/rx-0"
+        lab.sh(getattr(lab, ns), f"echo {mask} > {queue}/rps_cpus")
+        lab.sh(getattr(lab, ns), f"echo {flows} > {queue}/rps_flow_cnt")
+    Path("/proc/sys/net/core/rps_sock_flow_entries").write_text(f"{flows}\n")
 
 
 def _busiest(
@@ -263,8 +383,12 @@ def run(
     seconds: float,
     out: Path,
     where: bool = False,
+    retries: int = 0,
+    json_name: str = "stages",
+    wakeups: bool = False,
 ) -> dict[str, Any]:
-    """``stream`` for every system and case, round after round; then the lab goes down."""
+    """``stream`` for every system and case, round after round (a run disturbed by other
+    work again, up to ``retries`` times; every run kept); then the lab goes down."""
     lab = Lab.create("pt")
     bench = Bench(lab, Path(tempfile.mkdtemp(prefix="pep-stages-")))
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -273,14 +397,23 @@ def run(
         bench.start()
         for r in range(rounds):
             for name, settings in systems.items():
-                kind = _kind(name, settings)
-                if kind != "direct":
-                    bench.use(kind, **(settings or {}))
+                kind, lab_keys, pep = _variant(name, settings)
+                if kind in PEP_SETTINGS:
+                    bench.use(kind, **pep)
+                pins = {PINS[k]: int(v) for k, v in lab_keys.items() if k in PINS}
+                set_rps(lab, lab_keys.get("RPS", "0"), int(lab_keys.get("RFS", "0")))
                 for case in cases:
                     direction, streams = case.split("_")
-                    x = stream(bench, kind, int(streams), direction == "download", seconds, where)
-                    samples.setdefault(case, {}).setdefault(name, []).append(x)
-                    print(f"round {r + 1}/{rounds} {case} {name}: {_line(x)}", flush=True)
+                    for _ in range(1 + retries):  # a disturbed run again, up to ``retries``
+                        x = stream(
+                            bench, kind, int(streams), direction == "download", seconds, where,
+                            pins, wakeups,
+                        )  # fmt: skip
+                        x["rps"] = {k: lab_keys.get(k, "0") for k in ("RPS", "RFS")}
+                        samples.setdefault(case, {}).setdefault(name, []).append(x)
+                        print(f"round {r + 1}/{rounds} {case} {name}: {_line(x)}", flush=True)
+                        if x["unlisted_pct"] <= DISTURBED_PCT:
+                            break
     finally:
         bench.stop()
         lab.down()
@@ -298,17 +431,24 @@ def run(
         "cpus": os.cpu_count(),
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "stages.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / f"{json_name}.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
 
 
-def _kind(name: str, settings: dict[str, str] | None) -> str:
-    """The bench's system for a name: direct, pep, core; a variant with settings is the core."""
-    if name in ("direct", *PEP_SETTINGS):
-        return name
-    if settings is None:
+def _variant(
+    name: str, settings: dict[str, str] | None
+) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The bench's system for a name (direct, pep, core, haproxy; a variant with settings is
+    the core unless SYSTEM says otherwise), the lab's keys and the PEP's settings."""
+    given = settings or {}
+    lab_keys = {k: v for k, v in given.items() if k in LAB_KEYS}
+    pep = {k: v for k, v in given.items() if k not in LAB_KEYS}
+    if settings is None and name not in ("direct", "haproxy", *PEP_SETTINGS):
         raise ValueError(f"unknown system {name}")
-    return "core"
+    kind = lab_keys.get("SYSTEM", name if settings is None else "core")
+    if pep and kind not in PEP_SETTINGS:
+        raise ValueError(f"{name}: PEP settings for {kind}")
+    return kind, lab_keys, pep
 
 
 def _line(x: dict[str, Any]) -> str:
@@ -324,10 +464,11 @@ def _line(x: dict[str, Any]) -> str:
         for s in x["stages"]
         if s["role"] != "kernel" or s["run_pct"] >= 5
     )
+    wakes = "".join(f"\n    woken {role}: {w}" for role, w in x.get("wakeups_pct", {}).items())
     return (
         f"{x['gbps']:.2f} Gbit/s, {cpus}, {x['machine_switches_per_gb']:.0f} switches/GB, "
         f"machine {x['machine_cpu_s_per_gbit']:.3f} CPU-s/Gbit, unlisted {x['unlisted_pct']}%, "
-        f"load {x['load']:.1f}, {x['placement_pct']}\n    {stages}"
+        f"load {x['load']:.1f}, {x['placement_pct']}\n    {stages}{wakes}"
     )
 
 
@@ -401,9 +542,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="the measured window")
     parser.add_argument("--out", type=Path, default=Path("docs/results/pep"))
     parser.add_argument("--where", action="store_true", help="also sample where threads sleep")
+    parser.add_argument("--retries", type=int, default=0, help="a disturbed run again, N times")
+    parser.add_argument("--name", default="stages", help="the JSON's name in --out")
+    parser.add_argument("--wakeups", action="store_true", help="trace where woken threads go")
     args = parser.parse_args(argv)
     systems = dict(_system(s) for s in args.systems)
-    results = run(systems, args.cases.split(","), args.rounds, args.seconds, args.out, args.where)
+    cases = args.cases.split(",")
+    results = run(
+        systems, cases, args.rounds, args.seconds, args.out, args.where, args.retries, args.name,
+        args.wakeups,
+    )  # fmt: skip
     for case, by_name in results["summary"].items():
         for name, s in by_name.items():
             print(case, name, json.dumps(s))
