@@ -87,15 +87,24 @@ def test_cost_bulk_small(tmp_path: Path) -> None:
 
 def test_stages_small(tmp_path: Path) -> None:
     """``mts_lab.pep.stages``: per stage thread of one stream, its time running, waiting and
-    asleep adds up to the window; the core's relay thread is a stage, routing has none."""
-    systems: dict[str, dict[str, str] | None] = {"direct": None, "core": None}
-    results = stages.run(systems, ["download_1"], rounds=1, seconds=0.5, out=tmp_path, where=True)
+    asleep adds up to the window; the core's relay thread is a stage, routing has none. A
+    variant with its stages pinned (and RPS on the veths): its threads are woken on their CPUs."""
+    last = max(os.sched_getaffinity(0))
+    pinned = {"SYSTEM": "core", "RPS": "1", "PIN_SENDER": "0", "PIN_PROXY": str(last)}
+    systems = {"direct": None, "core": None, "pinned": pinned | {"PIN_RECEIVER": str(last)}}
+    results = stages.run(
+        systems, ["download_1"], rounds=1, seconds=0.5, out=tmp_path, where=True, wakeups=True
+    )
     assert json.loads((tmp_path / "stages.json").read_text())["rounds"] == 1
     for name in systems:
         (x,) = results["samples"]["download_1"][name]
         assert x["gbps"] > 0.05
         roles = {s["role"] for s in x["stages"]}
-        assert {"sender", "receiver"} <= roles and ("proxy" in roles) == (name == "core"), roles
+        assert {"sender", "receiver"} <= roles and ("proxy" in roles) == (name != "direct"), roles
+        woken = x["wakeups_pct"]
+        assert woken["receiver"]["wakeups"] > 0, woken
+        if name == "pinned":
+            assert woken["sender"]["to CPU 0"] == woken["proxy"][f"to CPU {last}"] == 100, woken
         for s in x["stages"]:
             assert s["run_pct"] + s["wait_pct"] + s["sleep_pct"] == pytest.approx(100, abs=2), s
         assert sum(x["placement_pct"].values()) == pytest.approx(100, abs=1)

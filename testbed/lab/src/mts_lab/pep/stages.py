@@ -6,11 +6,12 @@ An iperf3 stream (the bench's topology and servers) through each system (``direc
 routed; ``core``: the PEP's compiled relay, its default; ``pep``: its Python relay;
 ``NAME:PEP_X=V,...``: the core with settings), interleaved round by round. Lab keys in a
 variant's settings, not passed to the PEP: ``SYSTEM=direct|core|pep|haproxy`` (the system
-the variant runs, default the core), ``PIN_SENDER=CPU``, ``PIN_PROXY=CPU``,
-``PIN_RECEIVER=CPU`` (that stage's threads pinned to one CPU for the run: placement as an
-experiment, e.g. ``s0-pr1:SYSTEM=core,PIN_SENDER=0,PIN_PROXY=1,PIN_RECEIVER=1``) and
-``RPS=MASK`` (receive packet steering on the rx queue of every veth of the lab, hex CPU
-mask, for the run; 0 after it), with ``RFS=ENTRIES`` receive flow steering too. In a window of
+the variant runs, default the core); for the run: ``PIN_SENDER=CPU``, ``PIN_PROXY=CPU``,
+``PIN_RECEIVER=CPU`` (that stage's threads on one CPU: placement as an experiment, e.g.
+``s0-pr1:SYSTEM=core,PIN_SENDER=0,PIN_PROXY=1,PIN_RECEIVER=1``), ``FIFO_PROXY=PRIO`` (the
+proxy's threads SCHED_FIFO), ``RPS=MASK`` (receive packet steering on the rx queue of
+every veth of the lab, hex CPU mask; 0 after the run) and ``RFS=ENTRIES`` (receive flow
+steering too). In a window of
 ``--seconds`` after the first second of each run, per stage thread (the sending iperf3,
 the proxy's threads that ran, the receiving iperf3, the kernel's threads that ran) from
 ``/proc/<pid>/task/<tid>/schedstat``: the share of the window it ran (softirq work done
@@ -64,7 +65,8 @@ ENDS = ("sender", "receiver")
 DISTURBED_PCT = 25.0
 MIN_RUN_PCT = 1.0  # threads that ran less are left out (the PEP's idle Python threads)
 PINS = {"PIN_SENDER": "sender", "PIN_PROXY": "proxy", "PIN_RECEIVER": "receiver"}
-LAB_KEYS = ("SYSTEM", "RPS", "RFS", *PINS)  # a variant's settings the lab applies, not the PEP
+# A variant's settings the lab applies, not the PEP.
+LAB_KEYS = ("SYSTEM", "RPS", "RFS", "FIFO_PROXY", *PINS)
 
 
 def kernel_threads() -> list[int]:
@@ -162,8 +164,8 @@ class Wakeups:
     fires on the waker's CPU (and names the wakee's previous CPU), ``sched_wakeup`` names the
     CPU chosen. Recorded in a tracefs instance of its own, filtered to the stage threads (a
     few thousand events a second). Per role: wake-ups, the share put on the waker's CPU,
-    the share moved off the previous CPU, the share by waker (softirq work shows as the
-    thread it interrupted)."""
+    the share moved off the previous CPU, the share put on each CPU, the share by waker
+    (softirq work shows as the thread it interrupted)."""
 
     def __init__(self, threads: dict[str, tuple[int, int]]) -> None:
         self.roles = {tid: role.split()[0] for role, (_, tid) in threads.items()}
@@ -197,6 +199,7 @@ class Wakeups:
                 c["wakeups"] += 1
                 c["on waker's CPU"] += m["target"] == waker_cpu
                 c["moved"] += m["target"] != previous
+                c[f"to CPU {int(m['target'])}"] += 1
                 c[f"by {waker}"] += 1
         return {
             role: {"wakeups": c["wakeups"]}
@@ -223,11 +226,13 @@ def stream(
     where: bool,
     pins: dict[str, int] | None = None,
     wakeups: bool = False,
+    fifo: int = 0,
 ) -> dict[str, Any]:
     """One iperf3 run through ``system``, measured in a window of ``seconds``; with
     ``where``, the stage threads' places sampled too (which costs the sampler's CPU); with
     ``pins`` (role: CPU), those stages' threads run on that CPU only, for this run; with
-    ``wakeups``, where the busiest thread of each stage is put when woken."""
+    ``wakeups``, where the busiest thread of each stage is put when woken; with ``fifo``, the
+    proxy's threads run SCHED_FIFO at that priority for this run."""
     host, port = bench.target(system)
     length = WARM_S + seconds + TAIL_S
     cmd = ["iperf3", "-c", host, "-p", str(port), "-t", str(length), "-P", str(streams), "-J"]
@@ -247,6 +252,7 @@ def stream(
     threads["proxy"] = [(p.pid, tid) for p in bench.processes(system) for tid in thread_ids(p.pid)]
     threads["kernel"] = [(pid, pid) for pid in kernel_threads()]
     pinned = _pin(threads, pins or {})
+    _policy(threads["proxy"], fifo)
     warm = {key: thread_state(*key) for group in threads.values() for key in group}
     time.sleep(WARM_S / 2)
     busiest = _busiest(threads, warm) if where or wakeups else {}
@@ -267,6 +273,7 @@ def stream(
     sleeps.join()
     report = json.loads(client.communicate(timeout=60)[0])
     _unpin(pinned)
+    _policy(threads["proxy"], 0)
     if "error" in report:
         raise RuntimeError(f"iperf3 through {system}: {report['error']}")
     gbps = report["end"]["sum_received"]["bits_per_second"] / 1e9
@@ -314,6 +321,15 @@ def _unpin(tids: list[int]) -> None:
     for tid in tids:
         with contextlib.suppress(OSError):  # ended
             os.sched_setaffinity(tid, range(os.cpu_count() or 1))
+
+
+def _policy(group: list[tuple[int, int]], fifo: int) -> None:
+    """The threads SCHED_FIFO at priority ``fifo`` (a real-time thread is pushed to a CPU
+    running none at wake-up), or back to SCHED_OTHER (0)."""
+    policy = os.SCHED_FIFO if fifo else os.SCHED_OTHER
+    for _, tid in group:
+        with contextlib.suppress(OSError):  # ended, or an io_uring worker
+            os.sched_setscheduler(tid, policy, os.sched_param(fifo))
 
 
 VETHS = ("client_ns c0", "pep_ns pc0", "pep_ns ps0", "server_ns s0")  # every rx queue
@@ -407,7 +423,7 @@ def run(
                     for _ in range(1 + retries):  # a disturbed run again, up to ``retries``
                         x = stream(
                             bench, kind, int(streams), direction == "download", seconds, where,
-                            pins, wakeups,
+                            pins, wakeups, int(lab_keys.get("FIFO_PROXY", "0")),
                         )  # fmt: skip
                         x["rps"] = {k: lab_keys.get(k, "0") for k in ("RPS", "RFS")}
                         samples.setdefault(case, {}).setdefault(name, []).append(x)
