@@ -101,10 +101,11 @@ def test_stages_small(tmp_path: Path) -> None:
         assert x["gbps"] > 0.05
         roles = {s["role"] for s in x["stages"]}
         assert {"sender", "receiver"} <= roles and ("proxy" in roles) == (name != "direct"), roles
-        woken = x["wakeups_pct"]
-        assert woken["receiver"]["wakeups"] > 0, woken
+        woken = x["wakeups_pct"]  # a stage that never slept in the window is not in it
+        assert woken and all(w["wakeups"] > 0 for w in woken.values()), woken
         if name == "pinned":
-            assert woken["sender"]["to CPU 0"] == woken["proxy"][f"to CPU {last}"] == 100, woken
+            cpu = {"sender": 0, "proxy": last, "receiver": last}
+            assert all(w[f"to CPU {cpu[role]}"] == 100 for role, w in woken.items()), woken
         for s in x["stages"]:
             assert s["run_pct"] + s["wait_pct"] + s["sleep_pct"] == pytest.approx(100, abs=2), s
         assert sum(x["placement_pct"].values()) == pytest.approx(100, abs=1)

@@ -152,7 +152,8 @@ class Sleeps(threading.Thread):
 
 
 TRACEFS = Path("/sys/kernel/tracing")
-WAKE_EVENTS = ("sched/sched_waking", "sched/sched_wakeup")
+WAKE_EVENTS = ("sched/sched_waking", "sched/sched_wakeup", "sched/sched_migrate_task")
+MIGRATE_LINE = re.compile(r"sched_migrate_task: comm=.* pid=(?P<pid>\d+) prio=")
 WAKE_LINE = re.compile(
     r"^\s*(?P<waker>.+?)-\d+\s+\[(?P<cpu>\d+)\].*?(?P<event>sched_waking|sched_wakeup): "
     r"comm=.* pid=(?P<pid>\d+) prio=\d+ target_cpu=(?P<target>\d+)"
@@ -162,10 +163,12 @@ WAKE_LINE = re.compile(
 class Wakeups:
     """Where the scheduler puts the stage threads when they are woken: ``sched_waking``
     fires on the waker's CPU (and names the wakee's previous CPU), ``sched_wakeup`` names the
-    CPU chosen. Recorded in a tracefs instance of its own, filtered to the stage threads (a
+    CPU chosen, ``sched_migrate_task`` every move between CPUs (at wake-up or by the load
+    balancer). Recorded in a tracefs instance of its own, filtered to the stage threads (a
     few thousand events a second). Per role: wake-ups, the share put on the waker's CPU,
     the share moved off the previous CPU, the share put on each CPU, the share by waker
-    (softirq work shows as the thread it interrupted)."""
+    (softirq work shows as the thread it interrupted); its moves between CPUs in all (a
+    count, not a share)."""
 
     def __init__(self, threads: dict[str, tuple[int, int]]) -> None:
         self.roles = {tid: role.split()[0] for role, (_, tid) in threads.items()}
@@ -188,8 +191,10 @@ class Wakeups:
     def shares(self) -> dict[str, dict[str, Any]]:
         waking: dict[str, tuple[str, str, str]] = {}  # pid: (waker, waker's CPU, previous CPU)
         placed: dict[str, Counter[str]] = {r: Counter() for r in self.roles.values()}
-        for m in map(WAKE_LINE.match, self.text.splitlines()):
-            if m is None:
+        for line in self.text.splitlines():
+            if moved := MIGRATE_LINE.search(line):
+                placed[self.roles[int(moved["pid"])]]["migrations"] += 1
+            if (m := WAKE_LINE.match(line)) is None:
                 continue
             if m["event"] == "sched_waking":
                 waking[m["pid"]] = (m["waker"].strip(), m["cpu"], m["target"])
@@ -202,8 +207,12 @@ class Wakeups:
                 c[f"to CPU {int(m['target'])}"] += 1
                 c[f"by {waker}"] += 1
         return {
-            role: {"wakeups": c["wakeups"]}
-            | {k: round(100 * n / c["wakeups"], 1) for k, n in c.items() if k != "wakeups"}
+            role: {k: c[k] for k in ("wakeups", "migrations")}
+            | {
+                k: round(100 * n / c["wakeups"], 1)
+                for k, n in c.items()
+                if k not in ("wakeups", "migrations")
+            }
             for role, c in placed.items()
             if c["wakeups"]
         }
