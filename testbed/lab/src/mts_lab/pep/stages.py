@@ -440,6 +440,7 @@ def run(
                         if x["unlisted_pct"] <= DISTURBED_PCT:
                             break
     finally:
+        set_rps(lab, "0")  # the flow table is the kernel's: not left to the next user
         bench.stop()
         lab.down()
     results = {
