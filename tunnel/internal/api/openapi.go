@@ -54,6 +54,7 @@ func OpenAPI(publicURL string) []byte {
 				"Stats": obj(map[string]any{"drops": map[string]any{"type": "object", "additionalProperties": integer},
 					"rxPackets": integer, "rxBytes": integer, "txDatagrams": integer, "tunWriteFailures": integer,
 					"tunReads": integer, "tunWrites": integer, "tunOffload": map[string]any{"enum": []any{"none", "tcp", "tcp+udp"}},
+					"tunReader":         map[string]any{"enum": []any{"read", "io_uring"}},
 					"peerAuthenticated": boolean, "reorder": obj(map[string]any{"held": integer, "inOrder": integer,
 						"reordered": integer, "late": integer, "skipped": integer, "lost": integer, "duplicates": integer, "unordered": integer}),
 					"goSchedLatency": obj(map[string]any{"count": integer, "over100us": integer, "over1ms": integer, "over5ms": integer})}),

@@ -30,7 +30,7 @@ type Config struct {
 
 	Role, PSKHex, PSKFile string
 	PeerID                int
-	TUN                   string
+	TUN, TUNReader        string
 	MTU                   int
 	PathsJSON             string
 	Queue                 string
@@ -58,6 +58,7 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("PSK", "", "pre-shared key of this UE, hex, at least 16 bytes (or PSK_FILE); required: there is no open tunnel", svc.Str(&c.PSKHex)),
 		svc.Var("PSK_FILE", "", "file holding the hex pre-shared key", svc.Str(&c.PSKFile)),
 		svc.Var("TUN", "mptun0", "TUN device (created if absent; addresses and routes are the operator's)", svc.Str(&c.TUN)),
+		svc.Var("TUN_READER", "read", "how the TUN is read: read (Go's poller, then read(2) until it is empty) or io_uring (one multishot read in an io_uring: one io_uring_enter takes every frame waiting; where io_uring is refused, e.g. by a container's seccomp profile, read runs and the log says why; /stats tunReader says which runs)", svc.OneOf(&c.TUNReader, "read", "io_uring")),
 		svc.Var("MTU", "1440", "largest inner IP packet; set the TUN's MTU to it (underlay MTU minus 60 B: 28 B of UDP/IP and the tunnel's 32 B)", svc.Int(&c.MTU)),
 		svc.Var("PATHS", "", `paths, JSON: [{"id":1,"local":"10.30.0.1:7001","remote":"10.20.0.1:7001","cwnd_bytes":50000,"rnis_ue":"10.30.0.1"}]; cwnd_bytes and rnis_ue optional`, svc.Str(&c.PathsJSON)),
 		svc.Var("QUEUE", "fq_codel", "ingress queue discipline: fq_codel (RFC 8290) or fifo (tail drop, the comparison)", svc.OneOf(&c.Queue, "fq_codel", "fifo")),
@@ -128,7 +129,7 @@ func (c *Config) Engine() (engine.Config, error) {
 	if _, err := aqm.New(q, nil); err != nil {
 		return engine.Config{}, err
 	}
-	return engine.Config{Role: role, PeerID: uint32(c.PeerID), PSK: psk, TUN: c.TUN, MTU: c.MTU, Paths: paths,
+	return engine.Config{Role: role, PeerID: uint32(c.PeerID), PSK: psk, TUN: c.TUN, TUNRing: c.TUNReader == "io_uring", MTU: c.MTU, Paths: paths,
 		Queue: q, Scheduler: c.Scheduler, CwndMode: c.CwndMode, CwndBytes: c.CwndBytes, CwndTarget: c.CwndTarget,
 		ReorderTimeout: c.ReorderTimeout, ProbeInterval: c.ProbeInterval}, nil
 }
@@ -200,7 +201,7 @@ func (c *Config) BacklogFeed(paths []engine.PathConfig) (ue netip.Addr, ok bool,
 
 // Public is the configuration as the API shows it (no key).
 func (c *Config) Public() map[string]any {
-	return map[string]any{"role": c.Role, "peerId": c.PeerID, "tun": c.TUN, "mtu": c.MTU,
+	return map[string]any{"role": c.Role, "peerId": c.PeerID, "tun": c.TUN, "tunReader": c.TUNReader, "mtu": c.MTU,
 		"queue": map[string]any{"discipline": c.Queue, "limitBytes": c.QueueLimit, "targetMs": ms(c.Target),
 			"intervalMs": ms(c.Interval), "flows": c.Flows, "quantum": c.Quantum},
 		"scheduler": c.Scheduler, "cwndMode": c.CwndMode, "cwndBytes": c.CwndBytes, "cwndTargetMs": ms(c.CwndTarget),

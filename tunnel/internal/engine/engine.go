@@ -43,6 +43,7 @@ type Config struct {
 	PeerID         uint32
 	PSK            []byte
 	TUN            string // device name (created if absent)
+	TUNRing        bool   // read it through io_uring where the kernel lets us (tun.OpenOffloadRing)
 	MTU            int    // largest inner IP packet; larger ones are dropped at the ingress
 	Paths          []PathConfig
 	Queue          aqm.Params
@@ -170,16 +171,30 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 			return nil, err
 		}
 	}
-	if e.dev, err = tun.OpenOffload("", cfg.TUN); err != nil {
-		log.Warn("TUN offloads unavailable: one packet per read and write", "err", err)
-		if e.dev, err = tun.Open("", cfg.TUN); err != nil {
-			e.Close()
-			return nil, err
-		}
+	if e.dev, err = openTUN(cfg, log); err != nil {
+		e.Close()
+		return nil, err
 	}
 	e.toTUN = tun.NewCoalescer(e.dev)
 	e.deliverTo = e.deliver
 	return e, nil
+}
+
+// openTUN opens the TUN with offloads (and the io_uring reader if asked), else without.
+func openTUN(cfg Config, log *slog.Logger) (*tun.Device, error) {
+	open := tun.OpenOffload
+	if cfg.TUNRing {
+		open = tun.OpenOffloadRing
+	}
+	dev, err := open("", cfg.TUN)
+	if err != nil {
+		log.Warn("TUN offloads unavailable: one packet per read and write", "err", err)
+		return tun.Open("", cfg.TUN)
+	}
+	if reader, why := dev.Reader(); why != nil {
+		log.Warn("TUN io_uring reader refused: plain reads", "reader", reader, "err", why)
+	}
+	return dev, nil
 }
 
 func (e *Engine) addPath(pc PathConfig) error {

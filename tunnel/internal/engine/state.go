@@ -178,6 +178,7 @@ type Stats struct {
 	TUNReads    uint64            `json:"tunReads"`  // frames read: with offloads a super-packet is one
 	TUNWrites   uint64            `json:"tunWrites"` // frames written: merged packets are one
 	TUNOffload  string            `json:"tunOffload"`
+	TUNReader   string            `json:"tunReader"` // read or io_uring (see tun.Device.Reader)
 	Reorder     ReorderStats      `json:"reorder"`
 	PeerUp      bool              `json:"peerAuthenticated"`
 	GoSched     GoSchedStats      `json:"goSchedLatency"`
@@ -232,6 +233,7 @@ func (e *Engine) Stats() Stats {
 	s := Stats{Drops: map[string]uint64{}, RxPackets: e.rxPackets.Load(), RxBytes: e.rxBytes.Load(),
 		TxPackets: e.txPackets.Load(), PeerUp: e.peer.Load() != nil, TUNReads: e.dev.Reads(), TUNOffload: "none",
 		GoSched: goSchedStats()}
+	s.TUNReader, _ = e.dev.Reader()
 	if e.dev.UDPOffload() {
 		s.TUNOffload = "tcp+udp"
 	} else if e.dev.Offload() {

@@ -2,7 +2,6 @@ package tun
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -56,24 +55,30 @@ func (h vnetHdr) put(b []byte) {
 // super-packets into packets, and Write/Coalescer write with a virtio_net_hdr. An error
 // means the kernel refused; the caller may fall back to Open.
 func OpenOffload(netnsPath, name string) (*Device, error) {
-	d, err := open(netnsPath, name, unix.IFF_TUN|unix.IFF_NO_PI|unix.IFF_VNET_HDR)
+	fd, err := attachIn(netnsPath, name, offloadFlags)
 	if err != nil {
 		return nil, err
 	}
-	var serr error
-	if err := d.rc.Control(func(fd uintptr) {
-		// a kernel without USO refuses the whole set (EINVAL): then the TCP offloads alone
-		if serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, offloads|udpOffloads); serr == nil {
-			d.uso = true
-		} else {
-			serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, offloads)
+	return offloadDevice(fd, name, true)
+}
+
+const offloadFlags = unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR
+
+func offloadDevice(fd int, name string, nonblock bool) (*Device, error) {
+	// a kernel without USO refuses the whole set (EINVAL): then the TCP offloads alone
+	uso := true
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, offloads|udpOffloads); err != nil {
+		uso = false
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, offloads); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("tun %s: TUNSETOFFLOAD: %w", name, err)
 		}
-	}); err != nil || serr != nil {
-		d.Close()
-		return nil, fmt.Errorf("tun %s: TUNSETOFFLOAD: %w", name, errors.Join(err, serr))
 	}
-	d.offload = true
-	d.frame = make([]byte, maxFrame)
+	d, err := newDevice(fd, name, nonblock)
+	if err != nil {
+		return nil, err
+	}
+	d.offload, d.uso, d.frame = true, uso, make([]byte, maxFrame)
 	return d, nil
 }
 

@@ -20,12 +20,17 @@ type Device struct {
 	Name string
 	f    *os.File
 	rc   syscall.RawConn
+	fd   int
 
 	offload bool      // frames carry a virtio_net_hdr (OpenOffload)
 	uso     bool      // and UDP super-packets are allowed both ways
 	frame   []byte    // the last frame read (offload)
 	seg     segmenter // what of it is not yet handed out
 	reads   atomic.Uint64
+
+	ring    *ring        // the batched reader (OpenOffloadRing), nil without
+	mode    atomic.Int32 // which reader runs: readPlain, readRing, readPolled
+	ringErr atomic.Pointer[error]
 }
 
 // Open attaches to the TUN device name in the network namespace at netnsPath ("" = the
@@ -37,6 +42,14 @@ func Open(netnsPath, name string) (*Device, error) {
 }
 
 func open(netnsPath, name string, flags uint16) (*Device, error) {
+	fd, err := attachIn(netnsPath, name, flags)
+	if err != nil {
+		return nil, err
+	}
+	return newDevice(fd, name, true)
+}
+
+func attachIn(netnsPath, name string, flags uint16) (int, error) {
 	var fd int
 	err := inNetns(netnsPath, func() error {
 		var err error
@@ -44,9 +57,16 @@ func open(netnsPath, name string, flags uint16) (*Device, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tun %s (netns %q): %w", name, netnsPath, err)
+		return -1, fmt.Errorf("tun %s (netns %q): %w", name, netnsPath, err)
 	}
-	if err := unix.SetNonblock(fd, true); err != nil {
+	return fd, nil
+}
+
+// newDevice wraps fd. A nonblocking fd is read through Go's poller; a blocking one (the
+// ring reader's) is kept out of it, whose epoll would otherwise wake for every frame with
+// no goroutine waiting.
+func newDevice(fd int, name string, nonblock bool) (*Device, error) {
+	if err := unix.SetNonblock(fd, nonblock); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
@@ -56,7 +76,7 @@ func open(netnsPath, name string, flags uint16) (*Device, error) {
 		f.Close()
 		return nil, err
 	}
-	return &Device{Name: name, f: f, rc: rc}, nil
+	return &Device{Name: name, f: f, rc: rc, fd: fd}, nil
 }
 
 func attach(name string, flags uint16) (int, error) {
@@ -112,6 +132,12 @@ func inNetns(path string, fn func() error) error {
 // device is drained or ps is full. It returns how many it read. With offloads, a
 // super-packet becomes several packets, and what does not fit into ps comes next call.
 func (d *Device) ReadBatch(ps []*pkt.Packet) (int, error) {
+	switch d.mode.Load() {
+	case readRing:
+		return d.readRing(ps)
+	case readPolled:
+		return d.readPolled(ps)
+	}
 	n := d.seg.take(ps, 0)
 	if n > 0 {
 		return n, nil
@@ -223,5 +249,10 @@ func (d *Device) Invalid() uint64 { return d.seg.invalid }
 // Reads counts the frames read so far (a super-packet is one); safe for concurrent use.
 func (d *Device) Reads() uint64 { return d.reads.Load() }
 
-// Close closes the device.
-func (d *Device) Close() error { return d.f.Close() }
+// Close closes the device (and wakes a ring reader, which releases its ring).
+func (d *Device) Close() error {
+	if d.ring != nil {
+		d.ring.shutdown()
+	}
+	return d.f.Close()
+}
