@@ -152,8 +152,9 @@ def test_io_uring_reader_keeps_packets_and_order() -> None:
         mec = b.get("mec", "/tunnel/v1/stats")
         assert mec["tunReader"] == "io_uring", mec
         assert b.get("ue", "/tunnel/v1/stats")["tunReader"] == "read"
-        big = RECEIVE_UDP.replace("s.bind(", "s.setsockopt(socket.SOL_SOCKET, 33, 1 << 23)\ns.bind(")
-        receiver = b.popen("ue", sys.executable, "-c", big, UE_ADDR, "208")  # 33: RCVBUFFORCE
+        force = "s.setsockopt(socket.SOL_SOCKET, 33, 1 << 23)\n"  # SO_RCVBUFFORCE: 8 MB
+        big = RECEIVE_UDP.replace("s.bind(", force + "s.bind(")  # room for the whole burst
+        receiver = b.popen("ue", sys.executable, "-c", big, UE_ADDR, "208")
         assert receiver.stdout is not None and receiver.stdout.readline().strip() == "ready"
         b.exec("mec", sys.executable, "-c", SEND_UDP_BURST, UE_ADDR, "200")
         b.exec("mec", sys.executable, "-c", SEND_UDP_GSO, UE_ADDR)
