@@ -51,22 +51,18 @@ const (
 	regPbufRing    = 22
 )
 
-type sqOffsets struct {
-	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
-	userAddr                                                        uint64
-}
-
-type cqOffsets struct {
-	head, tail, ringMask, ringEntries, overflow, cqes, flags, resv1 uint32
-	userAddr                                                        uint64
+// ringOffsets is struct io_sqring_offsets and io_cqring_offsets, which share a layout:
+// fields 4-6 are flags, dropped, array (SQ) and overflow, cqes, flags (CQ).
+type ringOffsets struct {
+	head, tail, ringMask, ringEntries, f4, f5, f6, resv1 uint32
+	userAddr                                             uint64
 }
 
 // ringParams is struct io_uring_params.
 type ringParams struct {
 	sqEntries, cqEntries, flags, sqThreadCPU, sqThreadIdle, features, wqFd uint32
 	resv                                                                   [3]uint32
-	sqOff                                                                  sqOffsets
-	cqOff                                                                  cqOffsets
+	sqOff, cqOff                                                           ringOffsets
 }
 
 // ring is the io_uring of one TUN's reader; only that goroutine uses it, but Close.
@@ -145,7 +141,7 @@ func newRing(tun, frameSize int) (r *ring, err error) {
 }
 
 func (r *ring) mapRings(p *ringParams) (err error) {
-	size := max(p.sqOff.array+p.sqEntries*4, p.cqOff.cqes+p.cqEntries*cqeSize)
+	size := max(p.sqOff.f6+p.sqEntries*4, p.cqOff.f5+p.cqEntries*cqeSize) // array, cqes
 	if r.mem, err = unix.Mmap(r.fd, offSQRing, int(size), unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
 		return fmt.Errorf("io_uring mmap: %w", err)
@@ -154,9 +150,9 @@ func (r *ring) mapRings(p *ringParams) (err error) {
 		unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
 		return fmt.Errorf("io_uring mmap: %w", err)
 	}
-	r.sq.head, r.sq.tail, r.sq.off = p.sqOff.head, p.sqOff.tail, p.sqOff.array
+	r.sq.head, r.sq.tail, r.sq.off = p.sqOff.head, p.sqOff.tail, p.sqOff.f6 // array
 	r.sq.mask = *r.u32(p.sqOff.ringMask)
-	r.cq.head, r.cq.tail, r.cq.off = p.cqOff.head, p.cqOff.tail, p.cqOff.cqes
+	r.cq.head, r.cq.tail, r.cq.off = p.cqOff.head, p.cqOff.tail, p.cqOff.f5 // cqes
 	r.cq.mask = *r.u32(p.cqOff.ringMask)
 	return nil
 }
