@@ -31,12 +31,10 @@ const (
 	offSQRing = 0
 	offSQEs   = 0x10000000
 
-	setupCQSize       = 1 << 3
-	setupRDisabled    = 1 << 6
-	setupSubmitAll    = 1 << 7
-	setupSingleIssuer = 1 << 12
-	setupDeferTaskrun = 1 << 13
-	featSingleMmap    = 1 << 0
+	// IORING_SETUP_* flags of io_uring_setup, and the feature it must report
+	setupCQSize, setupRDisabled, setupSubmitAll = 1 << 3, 1 << 6, 1 << 7
+	setupSingleIssuer, setupDeferTaskrun        = 1 << 12, 1 << 13
+	featSingleMmap                              = 1 << 0
 
 	opNop           = 0
 	opPollAdd       = 6
