@@ -61,6 +61,9 @@ def test_up_with_two_paths_and_api(bed: TunnelBed) -> None:
     assert all(p["up"] and p["sentPackets"] > 10 and p["srttMs"] > 0 for p in paths), paths
     stats = bed.get("mec", "/tunnel/v1/stats")
     assert stats["peerAuthenticated"] and stats["rxPackets"] >= 40
+    # the default reader (TUNNEL_TUN_READER=auto): io_uring at the UE end only
+    readers = (bed.get("ue", "/tunnel/v1/stats")["tunReader"], stats["tunReader"])
+    assert readers == ("io_uring", "read"), readers
     assert not any(stats["drops"].values()), stats
 
     # the API: deny by default, ProblemDetails on bad input, and changes nothing then
@@ -144,10 +147,11 @@ for i in range(int(sys.argv[2])):  # one datagram per send, as iperf3: one TUN f
 
 
 def test_io_uring_reader_keeps_packets_and_order() -> None:
-    """The MEC end reading its TUN through io_uring (TUNNEL_TUN_READER=io_uring): /stats
-    says so, a burst of 200 single datagrams (more than the ring's 32 buffers at once) and
-    a UDP_SEGMENT send arrive intact and in order, and ping and TCP cross."""
-    with TunnelBed(side_env={"mec": {"TUNNEL_TUN_READER": "io_uring"}}) as b:
+    """The MEC end reading its TUN through io_uring (TUNNEL_TUN_READER=io_uring), the UE end
+    with plain reads: /stats says so, a burst of 200 single datagrams (more than the ring's 32
+    buffers at once) and a UDP_SEGMENT send arrive intact and in order, and ping and TCP cross."""
+    side_env = {"mec": {"TUNNEL_TUN_READER": "io_uring"}, "ue": {"TUNNEL_TUN_READER": "read"}}
+    with TunnelBed(side_env=side_env) as b:
         assert len(ping_rtts(ping(b, "ue", MEC_ADDR, 5))) == 5
         mec = b.get("mec", "/tunnel/v1/stats")
         assert mec["tunReader"] == "io_uring", mec

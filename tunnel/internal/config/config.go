@@ -58,7 +58,7 @@ func (c *Config) settings() []svc.Setting {
 		svc.Var("PSK", "", "pre-shared key of this UE, hex, at least 16 bytes (or PSK_FILE); required: there is no open tunnel", svc.Str(&c.PSKHex)),
 		svc.Var("PSK_FILE", "", "file holding the hex pre-shared key", svc.Str(&c.PSKFile)),
 		svc.Var("TUN", "mptun0", "TUN device (created if absent; addresses and routes are the operator's)", svc.Str(&c.TUN)),
-		svc.Var("TUN_READER", "read", "how the TUN is read: read (Go's poller, then read(2) until it is empty) or io_uring (one multishot read in an io_uring: one io_uring_enter takes every frame waiting; where io_uring is refused, e.g. by a container's seccomp profile, read runs and the log says why; /stats tunReader says which runs)", svc.OneOf(&c.TUNReader, "read", "io_uring")),
+		svc.Var("TUN_READER", "auto", "how the TUN is read: read (Go's poller, then read(2) until it is empty), io_uring (one multishot read in an io_uring: one io_uring_enter takes every frame waiting; where io_uring is refused, e.g. by a container's seccomp profile, read runs and the log says why; /stats tunReader says which runs) or auto: io_uring at the UE end (ROLE=ue), read at the MEC end", svc.OneOf(&c.TUNReader, "auto", "read", "io_uring")),
 		svc.Var("MTU", "1440", "largest inner IP packet; set the TUN's MTU to it (underlay MTU minus 60 B: 28 B of UDP/IP and the tunnel's 32 B)", svc.Int(&c.MTU)),
 		svc.Var("PATHS", "", `paths, JSON: [{"id":1,"local":"10.30.0.1:7001","remote":"10.20.0.1:7001","cwnd_bytes":50000,"rnis_ue":"10.30.0.1"}]; cwnd_bytes and rnis_ue optional`, svc.Str(&c.PathsJSON)),
 		svc.Var("QUEUE", "fq_codel", "ingress queue discipline: fq_codel (RFC 8290) or fifo (tail drop, the comparison)", svc.OneOf(&c.Queue, "fq_codel", "fifo")),
@@ -129,9 +129,16 @@ func (c *Config) Engine() (engine.Config, error) {
 	if _, err := aqm.New(q, nil); err != nil {
 		return engine.Config{}, err
 	}
-	return engine.Config{Role: role, PeerID: uint32(c.PeerID), PSK: psk, TUN: c.TUN, TUNRing: c.TUNReader == "io_uring", MTU: c.MTU, Paths: paths,
+	return engine.Config{Role: role, PeerID: uint32(c.PeerID), PSK: psk, TUN: c.TUN, TUNRing: c.ringReader(), MTU: c.MTU, Paths: paths,
 		Queue: q, Scheduler: c.Scheduler, CwndMode: c.CwndMode, CwndBytes: c.CwndBytes, CwndTarget: c.CwndTarget,
 		ReorderTimeout: c.ReorderTimeout, ProbeInterval: c.ProbeInterval}, nil
+}
+
+// ringReader says whether the TUN is read through io_uring. auto picks it at the UE end only:
+// there it lowered the p99 at half load at no more CPU, where at both ends it cost 14 % more
+// CPU per Gbit/s and some TCP throughput (docs/results.md, "A batched TUN read").
+func (c *Config) ringReader() bool {
+	return c.TUNReader == "io_uring" || c.TUNReader == "auto" && c.Role == "ue"
 }
 
 func (c *Config) psk() ([]byte, error) {
