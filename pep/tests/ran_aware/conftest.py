@@ -128,12 +128,13 @@ class NetnsPair:
 
         With ``dscp``, only segments with that DSCP: the sender turns the loss on by
         marking its packets (``IP_TOS``), at a moment of its choosing, where a command
-        would start at a moment a loaded machine chooses."""
+        would start at a moment a loaded machine chooses. A second call replaces the
+        first one's rule (the table is flushed), so the loss is never applied twice."""
         marked = f"ip dscp {dscp} " if dscp is not None else ""
         chain = "{ type filter hook input priority 0; }"
         rule = f"{marked}tcp dport {dport} numgen random mod 1000 < {per_mille} drop"
-        self.sh(self.b, f"nft 'add table inet loss; add chain inet loss in {chain}; "
-                f"add rule inet loss in {rule}'")  # fmt: skip
+        self.sh(self.b, f"nft 'add table inet loss; flush table inet loss; "
+                f"add chain inet loss in {chain}; add rule inet loss in {rule}'")  # fmt: skip
 
     def bottleneck(self, rate: str, limit: str = "20mb") -> None:
         """A rate limit with a deep queue on the router toward ``b`` (tbf; there is no netem)."""

@@ -326,11 +326,31 @@ def test_meld_overflow_restarts_cubic_at_the_drained_window(lossy, kernel: MeldK
     window the loss starts at (LOSS_FROM_CWND; CI once saw a first loss at 65 segments on a
     loaded machine): with the restart the windows at the later losses have a median of
     10-23 segments (3 runs, 20:58 UTC 2026-11-26); without it (the call removed, 3 runs)
-    each drain was undone before the next loss and the median was 52-61."""
+    each drain was undone before the next loss and the median was 52-61.
+
+    The loss is random, so one transfer's median can land high by chance (CI at cc42ace:
+    63, with one run of losses at 992, 496, 248 segments): the test passes if one of two
+    transfers shows it. Without the restart both would have to fall low by chance, where
+    3 of 3 such runs had medians of 52-61."""
     kernel.set_ue_mode(lossy.b_ip, CcaMode.MELD_OVERFLOW)
+    attempts = []
+    for _ in range(2):
+        windows = _windows_at_losses(lossy, kernel)
+        later = sorted(windows[1:])
+        attempts.append(windows)
+        if later[len(later) // 2] < 0.35 * LOSS_FROM_CWND:
+            return
+    raise AssertionError(f"later windows' median not under {0.35 * LOSS_FROM_CWND}: {attempts}")
+
+
+def _windows_at_losses(lossy, kernel: MeldKernel) -> list[int]:  # type: ignore[no-untyped-def]
+    """One MELD-overflow CUBIC transfer of at least 10 loss events: the window (segments)
+    at each, from the kernel's decision log, after checking that every loss was kept and
+    the first one drained."""
+    kernel.reset_counters(lossy.b_ip)
     log = DecisionLog(kernel.pin_dir)
     try:
-        log.drain()  # earlier tests' decisions
+        log.drain()  # earlier tests' (or attempts') decisions
         with _Fresh(kernel, lossy.b_ip, txq=50_000):  # a standing queue, no full buffer
             transfer(lossy, kernel, kernel.names["meld_cubic"],
                      enough=lambda: _losses(kernel, lossy.b_ip) >= 10)  # fmt: skip
@@ -340,5 +360,4 @@ def test_meld_overflow_restarts_cubic_at_the_drained_window(lossy, kernel: MeldK
     assert all(r["verdict"] == "suppress" for r in mine), mine
     assert len(mine) >= 9, f"too few losses to judge: {mine}"
     assert mine[0]["ssthresh_segments"] < mine[0]["cwnd_segments"], "the first loss was not drained"
-    later = sorted(r["cwnd_segments"] for r in mine[1:])
-    assert later[len(later) // 2] < 0.35 * LOSS_FROM_CWND, [r["cwnd_segments"] for r in mine]
+    return [int(r["cwnd_segments"]) for r in mine]
