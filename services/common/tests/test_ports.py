@@ -26,6 +26,15 @@ def test_a_port_a_listener_holds_is_skipped(monkeypatch: pytest.MonkeyPatch) -> 
         held.bind(("127.0.0.1", free_port()))
         held.listen()
         taken, other = held.getsockname()[1], free_port()
+        monkeypatch.setattr(ports, "_handed_out", {})  # ``other`` may be handed out again
         # The draw offers the held port first: the picker must find it taken and go on.
         monkeypatch.setattr(ports.random, "sample", lambda population, k: [taken, other])
         assert free_port() == other
+
+
+def test_a_port_is_not_handed_out_twice_before_it_is_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two callers that draw alike (here: the same order every time) still get two ports,
+    though neither has been bound yet."""
+    first = free_port()
+    monkeypatch.setattr(ports.random, "sample", lambda population, k: [first, first + 1])
+    assert free_port() == first + 1
