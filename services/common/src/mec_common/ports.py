@@ -8,7 +8,7 @@ start. A compose PEP did so in CI, restarting every 3 s. So ports come from belo
 
 A port handed out looks free until the service it was meant for binds it, which may be a
 moment later in a child process; a second call meanwhile could hand it out again (CI at
-cc42ace: the PEP and the path manager of the security suite got the same port, and the path
+65cfb08: the PEP and the path manager of the security suite got the same port, and the path
 manager's health check was answered by the PEP). So this process does not hand out the same
 port twice within ``REUSE_AFTER_S``.
 """
